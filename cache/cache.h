@@ -1,0 +1,158 @@
+/* cache: the engine's one interface — configuration, on-media format, data path, destage, statistics. */
+#ifndef NVC_CACHE_H
+#define NVC_CACHE_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "../devices/dev.h"
+
+#define NVC_VERSION "0.1.0"
+#define NVC_MAX_DEVS 16
+#define NVC_PAGE 4096u
+
+/* ---------------------------------------------------------------- config */
+
+enum cache_mode { MODE_WRITEBACK, MODE_WRITETHROUGH, MODE_WRITEAROUND };
+enum unmount_policy { UNMOUNT_FLUSH, UNMOUNT_KEEP };
+
+/* Every tunable is a row of the table in config.c; this struct holds values. */
+struct cache_config {
+	char *devices;  /* comma-separated, split into dev_paths */
+	char *metadata; /* exactly two, split into meta_paths */
+	char *dev_paths[NVC_MAX_DEVS];
+	int ndevs;
+	char *meta_paths[2];
+	uint64_t block_size;
+	int mode;
+	uint64_t dirty_copies;
+	uint64_t max_files;
+	char *backing_path;
+	uint64_t high_wm;
+	uint64_t low_wm;
+	uint64_t max_dirty_age_ms;
+	uint64_t idle_ms;
+	uint64_t threads;
+	uint64_t max_rate;
+	int on_unmount;
+	uint64_t fuse_threads;
+	uint64_t attr_timeout_ms;
+	/* where each key was set, for FILE:LINE messages */
+	const char *file;
+	int line[32];
+};
+
+#define CFG_ERRLEN 512
+
+void cfg_defaults(struct cache_config *c);
+/* Parse an INI file; on error fills err with "FILE:LINE: message". */
+int cfg_load(struct cache_config *c, const char *path, char *err, size_t errlen);
+/* Apply "section.key=value" (a -o override). */
+int cfg_override(struct cache_config *c, const char *kv, char *err,
+		 size_t errlen);
+/* Check values against each other; fills err on contradiction. */
+int cfg_validate(struct cache_config *c, char *err, size_t errlen);
+/* Copy the tunables that may change while mounted; logs each change. */
+int cfg_reload_into(struct cache_config *live, const struct cache_config *next);
+void cfg_help(FILE *f);
+void cfg_print(const struct cache_config *c, FILE *f);
+void cfg_free(struct cache_config *c);
+
+/* ------------------------------------------------------------------- log */
+
+enum { LOG_TO_STDERR, LOG_TO_SYSLOG };
+void log_setup(int where);
+void log_msg(int prio, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* ---------------------------------------------------------------- format */
+
+struct fmt_opts {
+	int force;
+	char err[CFG_ERRLEN];
+};
+
+/* Write superblocks and empty metadata for the configured devices. */
+int fmt_format(const struct cache_config *cfg, struct fmt_opts *o);
+/* Bytes each metadata mirror needs for this configuration and devices. */
+uint64_t fmt_meta_len(const struct cache_config *cfg, struct dev **devs,
+		      int ndev);
+/* The same on devices and regions that are already open (tests). */
+int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
+		    struct pm_region mirrors[2], char *err, size_t errlen);
+
+/* ----------------------------------------------------------------- cache */
+
+struct cache;
+struct cfile;
+
+struct cache_stats {
+	uint64_t read_ops, read_hit_ops, read_miss_ops, read_partial_ops;
+	uint64_t read_bytes, read_hit_bytes, read_miss_bytes;
+	uint64_t write_ops, write_hit_ops, write_bytes, bypass_ops;
+	uint64_t destaged_bytes, destage_errors, evictions, fill_bytes;
+	uint64_t capacity_bytes, used_bytes, dirty_bytes;
+	uint64_t nslots, used_slots, dirty_slots;
+	int destaging;
+	uint64_t dev_errors[NVC_MAX_DEVS];
+	int ndevs;
+};
+
+/*
+ * Open a formatted cache: devices and mirrors by the configuration's paths,
+ * checked against their superblocks.  backing_fd is the backing directory.
+ */
+int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
+	       char *err, size_t errlen);
+/* The same on devices and regions that are already open (tests). */
+int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
+		    struct pm_region mirrors[2], int backing_fd,
+		    struct cache **out, char *err, size_t errlen);
+/* Stop destage (after flushing everything if flush), persist, close. */
+int cache_close(struct cache *c, int flush);
+/* Simulate a crash in tests: drop everything without persisting more. */
+void cache_abandon(struct cache *c);
+
+/* Find or create the cache's object for the backing file that fd refers to. */
+int cache_file_get(struct cache *c, int fd, struct cfile **out);
+void cache_file_put(struct cache *c, struct cfile *f);
+/* Size and mtime as the mount must show them, if the cache tracks the file. */
+int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
+		    struct timespec *mtime);
+/* The backing file lost a link: drop its data once it has none left. */
+void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino);
+
+/* Read up to len bytes at off into the page-aligned buffer buf, which must hold
+ * len + 2 * NVC_PAGE bytes; *data points at the first byte, *n is the count. */
+int cache_read(struct cache *c, struct cfile *f, void *buf, size_t len,
+	       uint64_t off, char **data, size_t *n);
+int cache_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
+		uint64_t off);
+int cache_truncate(struct cache *c, struct cfile *f, uint64_t size);
+/* Durable against power loss: device caches flushed, metadata persisted. */
+int cache_fsync(struct cache *c, struct cfile *f);
+/* Punch or allocate through to the backing file, keeping cached data right. */
+int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
+		    uint64_t len);
+
+/* Destage everything dirty now; progress is called every interval. */
+typedef void (*cache_progress_fn)(void *arg, uint64_t dirty_bytes,
+				  uint64_t destaged_bytes);
+int cache_flush(struct cache *c, cache_progress_fn fn, void *arg);
+/* Note that the mount is busy, for idle destage. */
+void cache_touch(struct cache *c);
+void cache_stats(struct cache *c, struct cache_stats *s);
+struct cache_config *cache_config(struct cache *c);
+/* Wake the destager after a tunable changed. */
+void cache_kick(struct cache *c);
+
+/* ------------------------------------------------------------------- ctl */
+
+/* The daemon's control socket for a mount point (realpath). */
+int ctl_socket_path(const char *mountpoint, char *out, size_t len);
+#define CTL_DIR "/run/nvcachefs"
+#define CTL_PROTO_VERSION 1
+
+#endif

@@ -1,0 +1,619 @@
+/* cache: the table of tunables, and the INI file and -o overrides that set them. */
+#define _GNU_SOURCE
+#include "cache.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <sys/stat.h>
+
+enum cfg_type { T_STR, T_SIZE, T_UINT, T_TIME, T_ENUM, T_RATE };
+
+struct cfg_key {
+	const char *section;
+	const char *key;
+	enum cfg_type type;
+	size_t off;
+	uint64_t min, max;
+	const char *def; /* NULL: required */
+	int reload;	 /* may change on SIGHUP */
+	const char *const *names;
+	const char *help;
+};
+
+static const char *const mode_names[] = { "writeback", "writethrough",
+					  "writearound", NULL };
+static const char *const unmount_names[] = { "flush", "keep", NULL };
+
+#define OFF(f) offsetof(struct cache_config, f)
+#define KIB 1024ull
+#define MIB (1024ull * KIB)
+
+/* The one table: parsing, validation, --help and the stats output read it. */
+static const struct cfg_key keys[] = {
+	{ "cache", "devices", T_STR, OFF(devices), 0, 0, NULL, 0, NULL,
+	  "comma-separated cache data devices (block devices or files)" },
+	{ "cache", "metadata", T_STR, OFF(metadata), 0, 0, NULL, 0, NULL,
+	  "two locations for the metadata mirrors (files, pmem/DAX)" },
+	{ "cache", "block_size", T_SIZE, OFF(block_size), 4 * KIB, 1 * MIB,
+	  "64K", 0, NULL, "cache block size, a power of two" },
+	{ "cache", "mode", T_ENUM, OFF(mode), 0, 2, "writeback", 0, mode_names,
+	  "writeback, writethrough or writearound" },
+	{ "cache", "dirty_copies", T_UINT, OFF(dirty_copies), 1, 2, "1", 0,
+	  NULL, "copies of each dirty block on different devices" },
+	{ "cache", "max_files", T_UINT, OFF(max_files), 64, 1u << 24, "65536",
+	  0, NULL, "files that can have data in the cache at once" },
+	{ "backing", "path", T_STR, OFF(backing_path), 0, 0, NULL, 0, NULL,
+	  "the backing directory" },
+	{ "destage", "high_watermark", T_UINT, OFF(high_wm), 1, 100, "80", 1,
+	  NULL, "percent of cache blocks dirty at which destage starts" },
+	{ "destage", "low_watermark", T_UINT, OFF(low_wm), 0, 99, "50", 1,
+	  NULL, "percent at which watermark destage stops" },
+	{ "destage", "max_dirty_age", T_TIME, OFF(max_dirty_age_ms), 0,
+	  86400000, "30s", 1, NULL,
+	  "dirty data older than this is destaged (0: never by age)" },
+	{ "destage", "idle_after", T_TIME, OFF(idle_ms), 0, 86400000, "2s", 1,
+	  NULL, "destage while the mount has been idle this long (0: off)" },
+	{ "destage", "threads", T_UINT, OFF(threads), 1, 64, "2", 0, NULL,
+	  "destage concurrency" },
+	{ "destage", "max_rate", T_RATE, OFF(max_rate), 0, UINT64_MAX, "0", 1,
+	  NULL, "destage bandwidth cap per second (0: unlimited)" },
+	{ "destage", "on_unmount", T_ENUM, OFF(on_unmount), 0, 1, "flush", 1,
+	  unmount_names, "flush: destage all before exit; keep: leave dirty" },
+	{ "fuse", "threads", T_UINT, OFF(fuse_threads), 1, 256, "16", 0, NULL,
+	  "FUSE worker threads at most" },
+	{ "fuse", "attr_timeout", T_TIME, OFF(attr_timeout_ms), 0, 3600000,
+	  "1s", 0, NULL, "how long the kernel may cache attributes" },
+};
+
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+static const struct cfg_key *key_find(const char *section, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < NKEYS; i++)
+		if (!strcasecmp(keys[i].section, section) &&
+		    !strcasecmp(keys[i].key, name))
+			return &keys[i];
+	return NULL;
+}
+
+static int parse_u64(const char *s, uint64_t *out, const char **end)
+{
+	char *e;
+	unsigned long long v;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &e, 10);
+	if (errno)
+		return -ERANGE;
+	*out = v;
+	*end = e;
+	return 0;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	const char *e;
+	uint64_t v, mul = 1;
+	int ret = parse_u64(s, &v, &e);
+
+	if (ret)
+		return ret;
+	switch (toupper((unsigned char)*e)) {
+	case 'K': mul = KIB; e++; break;
+	case 'M': mul = MIB; e++; break;
+	case 'G': mul = 1024 * MIB; e++; break;
+	case 'T': mul = 1024 * 1024 * MIB; e++; break;
+	}
+	if (mul > 1 && (*e == 'i' || *e == 'I'))
+		e++;
+	if (*e == 'B' || *e == 'b')
+		e++;
+	if (*e)
+		return -EINVAL;
+	if (v && mul > UINT64_MAX / v)
+		return -ERANGE;
+	*out = v * mul;
+	return 0;
+}
+
+static int parse_time_ms(const char *s, uint64_t *out)
+{
+	const char *e;
+	uint64_t v, mul;
+	int ret = parse_u64(s, &v, &e);
+
+	if (ret)
+		return ret;
+	if (!*e || !strcmp(e, "s"))
+		mul = 1000;
+	else if (!strcmp(e, "ms"))
+		mul = 1;
+	else if (!strcmp(e, "min"))
+		mul = 60000;
+	else
+		return -EINVAL;
+	if (v > UINT64_MAX / mul)
+		return -ERANGE;
+	*out = v * mul;
+	return 0;
+}
+
+static int cfg_set_key(struct cache_config *c, const struct cfg_key *k,
+		       const char *value, char *msg, size_t len)
+{
+	void *field = (char *)c + k->off;
+	uint64_t v = 0;
+	int ret = 0;
+	char *dup, *end;
+	size_t i;
+
+	switch (k->type) {
+	case T_STR:
+		dup = strdup(value);
+		if (!dup)
+			return -ENOMEM;
+		/* trim */
+		while (isspace((unsigned char)*dup))
+			memmove(dup, dup + 1, strlen(dup));
+		end = dup + strlen(dup);
+		while (end > dup && isspace((unsigned char)end[-1]))
+			*--end = 0;
+		if (!*dup) {
+			free(dup);
+			snprintf(msg, len, "%s.%s must not be empty", k->section,
+				 k->key);
+			return -EINVAL;
+		}
+		free(*(char **)field);
+		*(char **)field = dup;
+		return 0;
+	case T_SIZE:
+		ret = parse_size(value, &v);
+		if (ret) {
+			snprintf(msg, len,
+				 "%s.%s: '%s' is not a size (use K, M, G, T)",
+				 k->section, k->key, value);
+			return ret;
+		}
+		break;
+	case T_RATE: {
+		char tmp[64];
+
+		snprintf(tmp, sizeof(tmp), "%s", value);
+		end = strstr(tmp, "/s");
+		if (end && !end[2])
+			*end = 0;
+		ret = parse_size(tmp, &v);
+		if (ret) {
+			snprintf(msg, len,
+				 "%s.%s: '%s' is not a rate (bytes per second, e.g. 100M)",
+				 k->section, k->key, value);
+			return ret;
+		}
+		break;
+	}
+	case T_UINT:
+		ret = parse_u64(value, &v, (const char **)&end);
+		if (ret || *end) {
+			snprintf(msg, len, "%s.%s: '%s' is not a whole number",
+				 k->section, k->key, value);
+			return -EINVAL;
+		}
+		break;
+	case T_TIME:
+		ret = parse_time_ms(value, &v);
+		if (ret) {
+			snprintf(msg, len,
+				 "%s.%s: '%s' is not a time (use s, ms or min)",
+				 k->section, k->key, value);
+			return ret;
+		}
+		break;
+	case T_ENUM:
+		for (i = 0; k->names[i]; i++)
+			if (!strcasecmp(k->names[i], value))
+				break;
+		if (!k->names[i]) {
+			char all[128] = "";
+
+			for (i = 0; k->names[i]; i++) {
+				strcat(all, i ? ", " : "");
+				strcat(all, k->names[i]);
+			}
+			snprintf(msg, len, "%s.%s: '%s' is not one of %s",
+				 k->section, k->key, value, all);
+			return -EINVAL;
+		}
+		*(int *)field = i;
+		return 0;
+	}
+	if (v < k->min || v > k->max) {
+		snprintf(msg, len, "%s.%s: %s is out of range [%llu, %llu]",
+			 k->section, k->key, value, (unsigned long long)k->min,
+			 (unsigned long long)k->max);
+		return -ERANGE;
+	}
+	*(uint64_t *)field = v;
+	return 0;
+}
+
+void cfg_defaults(struct cache_config *c)
+{
+	char msg[CFG_ERRLEN];
+	size_t i;
+
+	memset(c, 0, sizeof(*c));
+	for (i = 0; i < NKEYS; i++)
+		if (keys[i].def)
+			cfg_set_key(c, &keys[i], keys[i].def, msg, sizeof(msg));
+}
+
+struct parse_ctx {
+	struct cache_config *c;
+	FILE *f;
+	int line;
+	char *err;
+	size_t errlen;
+	int failed;
+};
+
+static char *counting_reader(char *str, int num, void *stream)
+{
+	struct parse_ctx *p = stream;
+	char *r = fgets(str, num, p->f);
+
+	if (r)
+		p->line++;
+	return r;
+}
+
+static int cfg_ini_handler(void *user, const char *section, const char *name,
+		       const char *value)
+{
+	struct parse_ctx *p = user;
+	const struct cfg_key *k = key_find(section, name);
+	char msg[CFG_ERRLEN];
+
+	if (p->failed)
+		return 0;
+	if (!k) {
+		snprintf(p->err, p->errlen, "%s:%d: unknown key '%s.%s'",
+			 p->c->file, p->line, section, name);
+		p->failed = 1;
+		return 0;
+	}
+	if (cfg_set_key(p->c, k, value, msg, sizeof(msg))) {
+		snprintf(p->err, p->errlen, "%s:%d: %s", p->c->file, p->line,
+			 msg);
+		p->failed = 1;
+		return 0;
+	}
+	p->c->line[k - keys] = p->line;
+	return 1;
+}
+
+int cfg_load(struct cache_config *c, const char *path, char *err, size_t errlen)
+{
+	struct parse_ctx p = { .c = c, .err = err, .errlen = errlen };
+	int ret;
+
+	p.f = fopen(path, "r");
+	if (!p.f) {
+		snprintf(err, errlen, "%s: cannot read configuration: %s", path,
+			 strerror(errno));
+		return -errno;
+	}
+	free((char *)c->file);
+	c->file = strdup(path);
+	ret = ini_parse_stream(counting_reader, &p, cfg_ini_handler, &p);
+	fclose(p.f);
+	if (p.failed)
+		return -EINVAL;
+	if (ret > 0) {
+		snprintf(err, errlen, "%s:%d: syntax error (expected [section] or key = value)",
+			 path, ret);
+		return -EINVAL;
+	}
+	if (ret < 0) {
+		snprintf(err, errlen, "%s: cannot parse", path);
+		return -EIO;
+	}
+	return 0;
+}
+
+int cfg_override(struct cache_config *c, const char *kv, char *err,
+		 size_t errlen)
+{
+	char buf[512], *dot, *eq, msg[CFG_ERRLEN];
+	const struct cfg_key *k;
+
+	snprintf(buf, sizeof(buf), "%s", kv);
+	eq = strchr(buf, '=');
+	dot = strchr(buf, '.');
+	if (!eq || !dot || dot > eq) {
+		snprintf(err, errlen, "-o %s: expected section.key=value", kv);
+		return -EINVAL;
+	}
+	*eq = 0;
+	*dot = 0;
+	k = key_find(buf, dot + 1);
+	if (!k) {
+		snprintf(err, errlen, "-o %s: unknown key '%s.%s'", kv, buf,
+			 dot + 1);
+		return -EINVAL;
+	}
+	if (cfg_set_key(c, k, eq + 1, msg, sizeof(msg))) {
+		snprintf(err, errlen, "-o %s: %s", kv, msg);
+		return -EINVAL;
+	}
+	c->line[k - keys] = -1;
+	return 0;
+}
+
+/* "FILE:LINE: " for the key at index i, or "-o " when set on the command line. */
+static void where(const struct cache_config *c, const char *section,
+		  const char *key, char *out, size_t len)
+{
+	const struct cfg_key *k = key_find(section, key);
+	int line = k ? c->line[k - keys] : 0;
+
+	if (line > 0)
+		snprintf(out, len, "%s:%d: ", c->file ? c->file : "?", line);
+	else if (line < 0)
+		snprintf(out, len, "-o %s.%s: ", section, key);
+	else if (c->file)
+		snprintf(out, len, "%s: ", c->file);
+	else
+		snprintf(out, len, "configuration: ");
+}
+
+static int split_list(char *s, char **out, int max)
+{
+	int n = 0;
+	char *save, *tok;
+
+	for (tok = strtok_r(s, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *end;
+
+		while (isspace((unsigned char)*tok))
+			tok++;
+		end = tok + strlen(tok);
+		while (end > tok && isspace((unsigned char)end[-1]))
+			*--end = 0;
+		if (!*tok)
+			continue;
+		if (n == max)
+			return max + 1;
+		out[n++] = tok;
+	}
+	return n;
+}
+
+int cfg_validate(struct cache_config *c, char *err, size_t errlen)
+{
+	char w[CFG_ERRLEN];
+	char *list, *parts[NVC_MAX_DEVS + 1];
+	int n, i, j;
+	size_t k;
+
+	for (k = 0; k < NKEYS; k++) {
+		if (keys[k].def || *(char **)((char *)c + keys[k].off))
+			continue;
+		snprintf(err, errlen, "%s: required key %s.%s is missing",
+			 c->file ? c->file : "configuration", keys[k].section,
+			 keys[k].key);
+		return -EINVAL;
+	}
+	where(c, "cache", "block_size", w, sizeof(w));
+	if (c->block_size & (c->block_size - 1)) {
+		snprintf(err, errlen, "%scache.block_size must be a power of two",
+			 w);
+		return -EINVAL;
+	}
+	where(c, "destage", "low_watermark", w, sizeof(w));
+	if (c->low_wm >= c->high_wm) {
+		snprintf(err, errlen,
+			 "%sdestage.low_watermark (%llu) must be below destage.high_watermark (%llu)",
+			 w, (unsigned long long)c->low_wm,
+			 (unsigned long long)c->high_wm);
+		return -EINVAL;
+	}
+
+	for (i = 0; i < NVC_MAX_DEVS; i++) {
+		free(c->dev_paths[i]);
+		c->dev_paths[i] = NULL;
+	}
+	where(c, "cache", "devices", w, sizeof(w));
+	list = strdup(c->devices);
+	if (!list)
+		return -ENOMEM;
+	n = split_list(list, parts, NVC_MAX_DEVS);
+	if (n < 1 || n > NVC_MAX_DEVS) {
+		snprintf(err, errlen, "%scache.devices needs 1 to %d devices",
+			 w, NVC_MAX_DEVS);
+		free(list);
+		return -EINVAL;
+	}
+	for (i = 0; i < n; i++)
+		for (j = 0; j < i; j++)
+			if (!strcmp(parts[i], parts[j])) {
+				snprintf(err, errlen,
+					 "%scache.devices names %s twice", w,
+					 parts[i]);
+				free(list);
+				return -EINVAL;
+			}
+	for (i = 0; i < n; i++)
+		c->dev_paths[i] = strdup(parts[i]);
+	c->ndevs = n;
+	free(list);
+
+	where(c, "cache", "dirty_copies", w, sizeof(w));
+	if (c->dirty_copies == 2 && c->ndevs < 2) {
+		snprintf(err, errlen,
+			 "%scache.dirty_copies = 2 needs at least two cache.devices",
+			 w);
+		return -EINVAL;
+	}
+	if (c->dirty_copies == 2) {
+		snprintf(err, errlen,
+			 "%scache.dirty_copies = 2 is not supported by this version",
+			 w);
+		return -ENOTSUP;
+	}
+
+	where(c, "cache", "metadata", w, sizeof(w));
+	list = strdup(c->metadata);
+	if (!list)
+		return -ENOMEM;
+	n = split_list(list, parts, 2);
+	if (n != 2) {
+		snprintf(err, errlen,
+			 "%scache.metadata needs exactly two locations, one per mirror",
+			 w);
+		free(list);
+		return -EINVAL;
+	}
+	if (!strcmp(parts[0], parts[1])) {
+		snprintf(err, errlen,
+			 "%scache.metadata: both mirrors are %s; they must be two different locations",
+			 w, parts[0]);
+		free(list);
+		return -EINVAL;
+	}
+	for (i = 0; i < 2; i++) {
+		free(c->meta_paths[i]);
+		c->meta_paths[i] = strdup(parts[i]);
+		for (j = 0; j < c->ndevs; j++)
+			if (!strcmp(parts[i], c->dev_paths[j])) {
+				snprintf(err, errlen,
+					 "%s%s is both a metadata mirror and a cache device",
+					 w, parts[i]);
+				free(list);
+				return -EINVAL;
+			}
+	}
+	free(list);
+	return 0;
+}
+
+int cfg_reload_into(struct cache_config *live, const struct cache_config *next)
+{
+	size_t i;
+	int changed = 0;
+
+	for (i = 0; i < NKEYS; i++) {
+		const struct cfg_key *k = &keys[i];
+		void *a = (char *)live + k->off;
+		const void *b = (const char *)next + k->off;
+
+		if (k->type == T_STR)
+			continue;
+		if (k->type == T_ENUM) {
+			if (*(int *)a == *(const int *)b)
+				continue;
+			if (!k->reload)
+				goto fixed;
+			log_msg(LOG_NOTICE, "reload: %s.%s: %s -> %s",
+				k->section, k->key, k->names[*(int *)a],
+				k->names[*(const int *)b]);
+			*(int *)a = *(const int *)b;
+			changed++;
+			continue;
+		}
+		if (*(uint64_t *)a == *(const uint64_t *)b)
+			continue;
+		if (!k->reload)
+			goto fixed;
+		log_msg(LOG_NOTICE, "reload: %s.%s: %llu -> %llu", k->section,
+			k->key, (unsigned long long)*(uint64_t *)a,
+			(unsigned long long)*(const uint64_t *)b);
+		*(uint64_t *)a = *(const uint64_t *)b;
+		changed++;
+		continue;
+fixed:
+		log_msg(LOG_WARNING,
+			"reload: %s.%s cannot change while mounted; kept",
+			k->section, k->key);
+	}
+	if (!changed)
+		log_msg(LOG_NOTICE, "reload: no tunable changed");
+	return changed;
+}
+
+static const char *type_name(enum cfg_type t)
+{
+	switch (t) {
+	case T_STR: return "text";
+	case T_SIZE: return "size";
+	case T_UINT: return "number";
+	case T_TIME: return "time";
+	case T_ENUM: return "choice";
+	case T_RATE: return "rate";
+	}
+	return "?";
+}
+
+void cfg_help(FILE *f)
+{
+	size_t i;
+
+	fprintf(f, "Configuration keys (file sections, or -o section.key=value):\n");
+	for (i = 0; i < NKEYS; i++) {
+		const struct cfg_key *k = &keys[i];
+		char name[64];
+
+		snprintf(name, sizeof(name), "%s.%s", k->section, k->key);
+		fprintf(f, "  %-24s %-6s %s%s [default: %s]\n", name,
+			type_name(k->type), k->help,
+			k->reload ? " (SIGHUP)" : "",
+			k->def ? k->def : "required");
+	}
+}
+
+void cfg_print(const struct cache_config *c, FILE *f)
+{
+	size_t i;
+
+	for (i = 0; i < NKEYS; i++) {
+		const struct cfg_key *k = &keys[i];
+		const void *v = (const char *)c + k->off;
+
+		fprintf(f, "%s.%s = ", k->section, k->key);
+		if (k->type == T_STR)
+			fprintf(f, "%s\n", *(char *const *)v ? *(char *const *)v : "");
+		else if (k->type == T_ENUM)
+			fprintf(f, "%s\n", k->names[*(const int *)v]);
+		else
+			fprintf(f, "%llu%s\n", (unsigned long long)*(const uint64_t *)v,
+				k->type == T_TIME ? "ms" : "");
+	}
+}
+
+void cfg_free(struct cache_config *c)
+{
+	size_t i;
+	int j;
+
+	for (i = 0; i < NKEYS; i++)
+		if (keys[i].type == T_STR)
+			free(*(char **)((char *)c + keys[i].off));
+	for (j = 0; j < NVC_MAX_DEVS; j++)
+		free(c->dev_paths[j]);
+	free(c->meta_paths[0]);
+	free(c->meta_paths[1]);
+	free((char *)c->file);
+	memset(c, 0, sizeof(*c));
+}

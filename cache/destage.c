@@ -1,0 +1,445 @@
+/* cache: the destager — watermarks, age, idle time, flush; large sequential writes; clean only after fsync. */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+/*
+ * Write ordering of destage, per file:
+ *   1. under slot->rw (read), note the slot's gen and dirty pages, and read
+ *      those pages from the cache device;
+ *   2. write them to the backing file, contiguous pages as one large write;
+ *   3. extend the backing file to the cached size and fdatasync it;
+ *   4. under slot->rw (write), clear the noted dirty pages only if gen did not
+ *      move (a write since step 1 keeps the whole slot dirty), and persist the
+ *      entry.
+ * So a block is clean on the media only once the backing store holds it
+ * durably, and destage never takes the backing file back in time: a later
+ * write to the same block always leaves it dirty for the next round.
+ */
+
+#define DESTAGE_BATCH (64ull * 1024 * 1024)
+#define DESTAGE_BUF (1024u * 1024)
+
+static void throttle(struct cache *c, uint64_t bytes)
+{
+	uint64_t rate = __atomic_load_n(&c->cfg->max_rate, __ATOMIC_RELAXED);
+	uint64_t now, at;
+
+	if (!rate)
+		return;
+	pthread_mutex_lock(&c->rate_lock);
+	now = now_ns();
+	if (c->rate_next_ns < now)
+		c->rate_next_ns = now;
+	at = c->rate_next_ns;
+	c->rate_next_ns += bytes * 1000000000ull / rate;
+	pthread_mutex_unlock(&c->rate_lock);
+	if (at > now) {
+		struct timespec ts = { (at - now) / 1000000000ull,
+				       (at - now) % 1000000000ull };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+static int cmp_blk(const void *a, const void *b)
+{
+	const struct cslot *x = *(struct cslot *const *)a;
+	const struct cslot *y = *(struct cslot *const *)b;
+
+	return x->blk < y->blk ? -1 : x->blk > y->blk;
+}
+
+struct run {
+	uint64_t off; /* file offset of buf[0] */
+	uint32_t len;
+};
+
+static int run_flush(struct cache *c, struct cfile *f, char *buf,
+		     struct run *r)
+{
+	uint64_t size, len = r->len;
+	size_t done = 0;
+
+	if (!r->len)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	size = f->size;
+	pthread_mutex_unlock(&c->lock);
+	if (r->off >= size)
+		len = 0;
+	else if (r->off + len > size)
+		len = size - r->off;
+	throttle(c, len);
+	while (done < len) {
+		ssize_t n = pwrite(f->fd, buf + done, len - done, r->off + done);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		done += n;
+	}
+	CNT_ADD(c, destaged_bytes, len);
+	r->len = 0;
+	return 0;
+}
+
+int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
+{
+	struct cslot **v = NULL;
+	uint64_t *gens = NULL, (*snap)[META_MAX_WORDS] = NULL;
+	char *buf = NULL;
+	struct run run = { 0, 0 };
+	struct list *l;
+	struct stat st;
+	uint64_t size, n = 0, i, bytes = 0;
+	int ret = 0;
+
+	if (f->fd < 0 || f->ro)
+		return -EBADF;
+	pthread_rwlock_rdlock(&f->rw);
+	pthread_mutex_lock(&c->lock);
+	for (l = f->slots.next; l != &f->slots; l = l->next)
+		n += list_entry(l, struct cslot, flink)->state == SLOT_DIRTY;
+	v = calloc(n ? n : 1, sizeof(*v));
+	gens = calloc(n ? n : 1, sizeof(*gens));
+	snap = calloc(n ? n : 1, sizeof(*snap));
+	if (!v || !gens || !snap) {
+		pthread_mutex_unlock(&c->lock);
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	n = 0;
+	for (l = f->slots.next; l != &f->slots && bytes < max_bytes; l = l->next) {
+		struct cslot *s = list_entry(l, struct cslot, flink);
+
+		if (s->state != SLOT_DIRTY)
+			continue;
+		s->pins++;
+		v[n++] = s;
+		bytes += c->bs;
+	}
+	pthread_mutex_unlock(&c->lock);
+	qsort(v, n, sizeof(*v), cmp_blk);
+	buf = dev_alloc_buf(DESTAGE_BUF);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto out_unpin;
+	}
+
+	for (i = 0; i < n && !ret; i++) {
+		struct cslot *s = v[i];
+		uint32_t p = 0, run0;
+
+		pthread_rwlock_rdlock(&s->rw);
+		pthread_mutex_lock(&c->lock);
+		gens[i] = s->gen;
+		memcpy(snap[i], s->dirty, sizeof(snap[i]));
+		pthread_mutex_unlock(&c->lock);
+		while (p < c->ppb && !ret) {
+			uint64_t at;
+			uint32_t len;
+
+			if (!bm_test(snap[i], p)) {
+				p++;
+				continue;
+			}
+			for (run0 = p; p < c->ppb && bm_test(snap[i], p); p++)
+				;
+			at = s->blk * c->bs + run0 * NVC_PAGE;
+			len = (p - run0) * NVC_PAGE;
+			while (len && !ret) {
+				uint32_t part;
+
+				if (run.len && (run.off + run.len != at ||
+						run.len == DESTAGE_BUF))
+					ret = run_flush(c, f, buf, &run);
+				if (ret)
+					break;
+				if (!run.len)
+					run.off = at;
+				part = DESTAGE_BUF - run.len;
+				if (part > len)
+					part = len;
+				ret = dev_read(slot_dev(c, slot_idx(c, s)),
+					       buf + run.len, part,
+					       slot_off(c, slot_idx(c, s)) +
+						       (at - s->blk * c->bs));
+				if (ret) {
+					CNT_ADD(c, dev_errors[slot_idx(c, s) % c->ndevs], 1);
+					log_msg(LOG_ERR, "%s: destage read failed: %s",
+						dev_path(slot_dev(c, slot_idx(c, s))),
+						strerror(-ret));
+					break;
+				}
+				run.len += part;
+				at += part;
+				len -= part;
+			}
+		}
+		pthread_rwlock_unlock(&s->rw);
+	}
+	if (!ret)
+		ret = run_flush(c, f, buf, &run);
+	if (ret)
+		goto out_error;
+
+	/* the backing file gets the cached size and mtime, then goes durable */
+	pthread_mutex_lock(&c->lock);
+	size = f->size;
+	pthread_mutex_unlock(&c->lock);
+	if (fstat(f->fd, &st)) {
+		ret = -errno;
+		goto out_error;
+	}
+	if ((uint64_t)st.st_size < size && ftruncate(f->fd, size)) {
+		ret = -errno;
+		goto out_error;
+	}
+	if (f->mtime_set) {
+		struct timespec ts[2] = { { 0, UTIME_OMIT }, f->mtime };
+
+		futimens(f->fd, ts);
+	}
+	if (fdatasync(f->fd)) {
+		ret = -errno;
+		goto out_error;
+	}
+	f->bk_durable = 1;
+	if (!fstat(f->fd, &st)) {
+		pthread_mutex_lock(&c->lock);
+		f->bsize = st.st_size;
+		f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull +
+				 st.st_mtim.tv_nsec;
+		pthread_mutex_unlock(&c->lock);
+	}
+
+	for (i = 0; i < n; i++) {
+		struct cslot *s = v[i];
+		int w, changed = 0;
+
+		pthread_rwlock_wrlock(&s->rw);
+		pthread_mutex_lock(&c->lock);
+		if (s->gen == gens[i] && s->state == SLOT_DIRTY) {
+			for (w = 0; w < META_MAX_WORDS; w++) {
+				c->dirty_pages -= __builtin_popcountll(s->dirty[w] & snap[i][w]);
+				s->dirty[w] &= ~snap[i][w];
+			}
+			if (!bm_any(s->dirty))
+				file_mark_clean(c, f, s);
+			slot_settle(c, s);
+			changed = 1;
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (changed && slot_persist(c, s))
+			log_msg(LOG_ERR, "cannot persist a cleaned slot");
+		pthread_rwlock_unlock(&s->rw);
+	}
+	if (f->rec) {
+		pthread_mutex_lock(&f->rec_lock);
+		file_persist_record(c, f);
+		pthread_mutex_unlock(&f->rec_lock);
+	}
+	goto out_unpin;
+
+out_error:
+	CNT_ADD(c, destage_errors, 1);
+	log_msg(LOG_ERR, "destage of inode %llu failed: %s; the data stays dirty and destage retries",
+		(unsigned long long)f->ino, strerror(-ret));
+out_unpin:
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < n; i++) {
+		v[i]->pins--;
+		if (!v[i]->pins && v[i]->state == SLOT_FRESH)
+			slot_settle(c, v[i]);
+	}
+	pthread_cond_broadcast(&c->space_cond);
+	pthread_cond_broadcast(&c->flush_cond);
+	pthread_mutex_unlock(&c->lock);
+out_free:
+	free(buf);
+	free(v);
+	free(gens);
+	free(snap);
+	pthread_rwlock_unlock(&f->rw);
+	return ret;
+}
+
+/*
+ * Which file to destage now, if any (c->lock held).  *wait_ms says how long
+ * to sleep otherwise.  Reasons, strongest first: a flush is waiting; writers
+ * wait for space; dirty slots are above the high watermark (then destage goes
+ * on down to the low one); the oldest dirty data passed max_dirty_age; the
+ * mount has been idle for idle_after.
+ */
+static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
+{
+	struct cache_config *cfg = c->cfg;
+	uint64_t now = now_ms(), pct, age = cfg->max_dirty_age_ms;
+	uint64_t idle = cfg->idle_ms, last = c->last_io;
+	int urgent;
+	struct list *l;
+
+	*wait_ms = 1000;
+	if (list_empty(&c->dirty_files))
+		return NULL;
+	pct = c->ndirty_slots * 100 / (c->nslots ? c->nslots : 1);
+	if (pct >= cfg->high_wm && !c->draining) {
+		c->draining = 1;
+		log_msg(LOG_DEBUG, "destage: high watermark reached (%llu%%)",
+			(unsigned long long)pct);
+	}
+	if (pct <= cfg->low_wm)
+		c->draining = 0;
+	urgent = c->flush_waiters || c->waiting_writers || c->draining ||
+		 c->stopping;
+	if (!urgent && idle && now - last >= idle)
+		urgent = 1;
+	for (l = c->dirty_files.next; l != &c->dirty_files; l = l->next) {
+		struct cfile *f = list_entry(l, struct cfile, dlink);
+
+		if (f->destaging || f->fd < 0)
+			continue;
+		if (urgent || (age && now - f->dirty_since >= age))
+			return f;
+		if (age && f->dirty_since + age - now < *wait_ms)
+			*wait_ms = f->dirty_since + age - now;
+		break; /* the list is oldest first */
+	}
+	if (idle && now - last < idle && last + idle - now < *wait_ms)
+		*wait_ms = last + idle - now;
+	return NULL;
+}
+
+static void *destage_main(void *arg)
+{
+	struct cache *c = arg;
+	uint64_t wait_ms;
+	int backoff = 0;
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->stopping) {
+		struct cfile *f = destage_pick(c, &wait_ms);
+		struct timespec ts;
+		int ret;
+
+		if (!f || backoff) {
+			if (backoff)
+				wait_ms = 1000;
+			backoff = 0;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += wait_ms / 1000;
+			ts.tv_nsec += (wait_ms % 1000) * 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&c->destage_cond, &c->lock, &ts);
+			continue;
+		}
+		f->destaging = 1;
+		f->refs++;
+		c->active++;
+		/* go to the back of the line, so that other files get a turn */
+		list_del(&f->dlink);
+		list_add_tail(&c->dirty_files, &f->dlink);
+		pthread_mutex_unlock(&c->lock);
+		ret = destage_file(c, f, DESTAGE_BATCH);
+		pthread_mutex_lock(&c->lock);
+		c->active--;
+		f->destaging = 0;
+		if (f->ndirty)
+			f->dirty_since = now_ms();
+		c->last_destage_err = ret;
+		if (ret)
+			backoff = 1;
+		file_put_locked(c, f);
+		pthread_cond_broadcast(&c->flush_cond);
+		pthread_cond_broadcast(&c->space_cond);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+int destage_start(struct cache *c)
+{
+	uint64_t i;
+	int ret;
+
+	for (i = 0; i < c->cfg->threads && i < 64; i++) {
+		ret = pthread_create(&c->destagers[i], NULL, destage_main, c);
+		if (ret) {
+			destage_stop(c);
+			return -ret;
+		}
+		c->ndestagers++;
+	}
+	return 0;
+}
+
+void destage_stop(struct cache *c)
+{
+	int i;
+
+	pthread_mutex_lock(&c->lock);
+	c->stopping = 1;
+	pthread_cond_broadcast(&c->destage_cond);
+	pthread_cond_broadcast(&c->space_cond);
+	pthread_cond_broadcast(&c->flush_cond);
+	pthread_mutex_unlock(&c->lock);
+	for (i = 0; i < c->ndestagers; i++)
+		pthread_join(c->destagers[i], NULL);
+	c->ndestagers = 0;
+}
+
+int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
+{
+	uint64_t stuck_since = 0, last_dirty = UINT64_MAX;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	c->flush_waiters++;
+	pthread_cond_broadcast(&c->destage_cond);
+	while (c->ndirty_slots && !c->stopping) {
+		struct timespec ts;
+		uint64_t dirty = c->dirty_pages * NVC_PAGE;
+
+		if (fn) {
+			pthread_mutex_unlock(&c->lock);
+			fn(arg, dirty, __atomic_load_n(&c->st.destaged_bytes,
+						       __ATOMIC_RELAXED));
+			pthread_mutex_lock(&c->lock);
+		}
+		/* give up when destage keeps failing without progress */
+		if (dirty < last_dirty) {
+			last_dirty = dirty;
+			stuck_since = now_ms();
+		} else if (c->last_destage_err && now_ms() - stuck_since > 10000) {
+			ret = c->last_destage_err;
+			break;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&c->flush_cond, &c->lock, &ts);
+	}
+	if (!ret && c->ndirty_slots)
+		ret = -EIO;
+	c->flush_waiters--;
+	pthread_mutex_unlock(&c->lock);
+	if (fn && !ret)
+		fn(arg, 0, __atomic_load_n(&c->st.destaged_bytes, __ATOMIC_RELAXED));
+	return ret;
+}

@@ -1,0 +1,224 @@
+/* cache: the engine's internal state, shared by engine.c, recover.c and destage.c. */
+#ifndef NVC_ENGINE_H
+#define NVC_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "cache.h"
+#include "meta.h"
+
+struct list {
+	struct list *prev, *next;
+};
+
+static inline void list_init(struct list *l)
+{
+	l->prev = l->next = l;
+}
+
+static inline int list_empty(const struct list *l)
+{
+	return l->next == l;
+}
+
+static inline void list_del(struct list *e)
+{
+	e->prev->next = e->next;
+	e->next->prev = e->prev;
+	list_init(e);
+}
+
+static inline void list_add_tail(struct list *head, struct list *e)
+{
+	e->prev = head->prev;
+	e->next = head;
+	head->prev->next = e;
+	head->prev = e;
+}
+
+#define list_entry(p, type, member) \
+	((type *)((char *)(p) - offsetof(type, member)))
+
+/*
+ * The dirty-block lifecycle.  A slot is FREE (on c->free_slots, its
+ * persistent entry free), FRESH (just allocated to a (file, block), nothing
+ * valid yet, not on any list; its persistent entry is still free, so a crash
+ * forgets it), CLEAN (valid pages, none dirty: on the LRU list, evictable when
+ * unpinned) or DIRTY (some dirty page: on no list; only the destager makes it
+ * CLEAN again, and only after the backing file was fsynced).
+ *
+ * Lock order: file->rw, then slot->rw (several slots of one file in ascending
+ * block order), then c->lock, then file->rec_lock is never taken under
+ * c->lock.  c->lock is never held across device or backing I/O, except for the
+ * metadata persist of an eviction.  A slot's persistent entry is written only
+ * by a thread holding slot->rw for writing, or by the evictor under c->lock
+ * with pins == 0 (nobody can hold slot->rw without a pin).
+ */
+enum slot_state { SLOT_FREE, SLOT_FRESH, SLOT_CLEAN, SLOT_DIRTY };
+
+struct cslot {
+	uint32_t file; /* record index + 1; 0: free */
+	uint32_t pins;
+	uint64_t blk;
+	uint64_t valid[META_MAX_WORDS];
+	uint64_t dirty[META_MAX_WORDS];
+	uint64_t gen; /* bumped by every write, checked by destage */
+	uint64_t dirty_since;
+	uint32_t hnext; /* hash chain: slot index + 1 */
+	uint8_t state;
+	uint8_t persisted; /* the persistent entry is not free */
+	struct list link;  /* free list or LRU */
+	struct list flink; /* the owning file's slots */
+	pthread_rwlock_t rw;
+};
+
+struct cfile {
+	uint32_t rec; /* record index + 1; 0: none yet */
+	dev_t dev;
+	ino_t ino;
+	int fd;
+	int ro;
+	uint64_t size;	/* as the mount shows it */
+	uint64_t bsize; /* of the backing file, as far as we know */
+	struct timespec mtime;
+	int mtime_set;
+	uint32_t refs;
+	uint64_t nslots, ndirty;
+	uint64_t wgen;
+	uint64_t dirty_since;
+	int destaging;
+	int unlinked;
+	int bk_durable;
+	uint64_t bk_mtime_ns;
+	uint32_t hbytes;
+	int32_t htype;
+	uint8_t handle[META_HANDLE_MAX];
+	struct list slots;
+	struct list dlink; /* on c->dirty_files while ndirty > 0 */
+	struct cfile *hnext;
+	pthread_rwlock_t rw;
+	pthread_mutex_t rec_lock;
+};
+
+struct cache_counters {
+	uint64_t read_ops, read_hit_ops, read_miss_ops, read_partial_ops;
+	uint64_t read_bytes, read_hit_bytes, read_miss_bytes;
+	uint64_t write_ops, write_hit_ops, write_bytes, bypass_ops;
+	uint64_t destaged_bytes, destage_errors, evictions, fill_bytes;
+	uint64_t dev_errors[NVC_MAX_DEVS];
+};
+
+struct cache {
+	struct cache_config *cfg;
+	struct dev *devs[NVC_MAX_DEVS];
+	int ndevs;
+	int own_devs;
+	struct meta meta;
+	int backing_fd;
+	uint32_t bs, ppb; /* block size, pages per block */
+	uint64_t nslots;
+	struct cslot *slots;
+	uint32_t *shash;
+	uint64_t smask;
+	struct cfile **fhash;
+	uint64_t fmask;
+	struct cfile **recs;
+	uint32_t *free_recs;
+	uint32_t nfree_recs;
+	struct list free_slots, lru, dirty_files;
+	uint64_t nfree, ndirty_slots, dirty_pages, valid_pages;
+	int dev_dirty[NVC_MAX_DEVS];
+
+	pthread_mutex_t lock;
+	pthread_cond_t space_cond, destage_cond, flush_cond;
+	int waiting_writers, flush_waiters, draining, stopping, active;
+	int last_destage_err;
+	uint64_t last_io;
+	pthread_t destagers[64];
+	int ndestagers;
+	pthread_mutex_t rate_lock;
+	uint64_t rate_next_ns;
+	struct cache_counters st;
+};
+
+#define CNT_ADD(c, field, v) \
+	__atomic_fetch_add(&(c)->st.field, (v), __ATOMIC_RELAXED)
+
+uint64_t now_ms(void);
+uint64_t now_ns(void);
+
+static inline struct dev *slot_dev(struct cache *c, uint64_t s)
+{
+	return c->devs[s % c->ndevs];
+}
+
+static inline uint64_t slot_off(struct cache *c, uint64_t s)
+{
+	return SB_DATA_OFF + (s / c->ndevs) * (uint64_t)c->bs;
+}
+
+static inline uint64_t slot_idx(struct cache *c, struct cslot *s)
+{
+	return s - c->slots;
+}
+
+static inline int bm_test(const uint64_t *w, uint32_t i)
+{
+	return (w[i / 64] >> (i % 64)) & 1;
+}
+
+static inline void bm_set(uint64_t *w, uint32_t i)
+{
+	w[i / 64] |= 1ull << (i % 64);
+}
+
+static inline void bm_clear(uint64_t *w, uint32_t i)
+{
+	w[i / 64] &= ~(1ull << (i % 64));
+}
+
+static inline int bm_any(const uint64_t *w)
+{
+	int i;
+
+	for (i = 0; i < META_MAX_WORDS; i++)
+		if (w[i])
+			return 1;
+	return 0;
+}
+
+static inline uint32_t bm_count(const uint64_t *w)
+{
+	uint32_t n = 0;
+	int i;
+
+	for (i = 0; i < META_MAX_WORDS; i++)
+		n += __builtin_popcountll(w[i]);
+	return n;
+}
+
+/* engine.c, called by recovery and destage */
+struct cslot *slot_find(struct cache *c, uint32_t rec, uint64_t blk);
+void slot_hash_add(struct cache *c, struct cslot *s);
+void slot_settle(struct cache *c, struct cslot *s);
+int slot_persist(struct cache *c, struct cslot *s);
+void slot_drop_locked(struct cache *c, struct cslot *s);
+void file_hash_add(struct cache *c, struct cfile *f);
+struct cfile *file_new(void);
+void file_put_locked(struct cache *c, struct cfile *f);
+int file_persist_record(struct cache *c, struct cfile *f);
+void file_mark_dirty(struct cache *c, struct cfile *f, struct cslot *s);
+void file_mark_clean(struct cache *c, struct cfile *f, struct cslot *s);
+
+/* recover.c */
+int recover_load(struct cache *c, char *err, size_t errlen);
+
+/* destage.c */
+int destage_start(struct cache *c);
+void destage_stop(struct cache *c);
+int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes);
+
+#endif

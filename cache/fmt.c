@@ -1,0 +1,259 @@
+/* cache: nvcachectl format — superblocks on every device, empty mirrors, refusing devices in use. */
+#define _GNU_SOURCE
+#include "meta.h"
+
+#include <blkid/blkid.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t slots_per_dev(const struct cache_config *cfg, struct dev **devs,
+			      int ndev)
+{
+	uint64_t min = UINT64_MAX;
+	int i;
+
+	for (i = 0; i < ndev; i++) {
+		uint64_t sz = dev_size(devs[i]);
+		uint64_t n = sz > SB_DATA_OFF ? (sz - SB_DATA_OFF) / cfg->block_size : 0;
+
+		if (n < min)
+			min = n;
+	}
+	return min;
+}
+
+static uint32_t nfiles_for(const struct cache_config *cfg, uint64_t nslots)
+{
+	return nslots < cfg->max_files ? (uint32_t)nslots : (uint32_t)cfg->max_files;
+}
+
+uint64_t fmt_meta_len(const struct cache_config *cfg, struct dev **devs,
+		      int ndev)
+{
+	uint64_t nslots = slots_per_dev(cfg, devs, ndev) * ndev;
+
+	return meta_total_len(nslots, nfiles_for(cfg, nslots), cfg->block_size);
+}
+
+int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
+		    struct pm_region mirrors[2], char *err, size_t errlen)
+{
+	uint64_t per = slots_per_dev(cfg, devs, ndev);
+	uint64_t nslots = per * ndev, len;
+	uint32_t nfiles = nfiles_for(cfg, nslots);
+	uint8_t uuid[16];
+	struct sb_disk sb;
+	int i, ret;
+
+	if (per < 4) {
+		snprintf(err, errlen,
+			 "cache devices are too small: need at least %llu bytes each for block size %llu",
+			 (unsigned long long)(SB_DATA_OFF + 4 * cfg->block_size),
+			 (unsigned long long)cfg->block_size);
+		return -ENOSPC;
+	}
+	len = meta_total_len(nslots, nfiles, cfg->block_size);
+	for (i = 0; i < 2; i++)
+		if (mirrors[i].len < len) {
+			snprintf(err, errlen,
+				 "metadata mirror %s is too small: %zu bytes, need %llu",
+				 cfg->meta_paths[i] ? cfg->meta_paths[i] : "?",
+				 mirrors[i].len, (unsigned long long)len);
+			return -ENOSPC;
+		}
+	if (getrandom(uuid, sizeof(uuid), 0) != sizeof(uuid))
+		return -errno;
+
+	/* Mirrors first: a half-formatted cache then fails its superblock check. */
+	for (i = 0; i < 2; i++) {
+		struct meta_hdr h;
+
+		memset(mirrors[i].addr, 0, len);
+		meta_init_hdr(&h, uuid, i, cfg->block_size, nslots, nfiles, ndev);
+		memcpy(mirrors[i].addr, &h, sizeof(h));
+		ret = pm_persist(&mirrors[i], mirrors[i].addr, len);
+		if (ret) {
+			snprintf(err, errlen, "cannot persist metadata mirror %d: %s",
+				 i, strerror(-ret));
+			return ret;
+		}
+	}
+	for (i = 0; i < ndev; i++) {
+		memset(&sb, 0, sizeof(sb));
+		sb.magic = SB_MAGIC;
+		sb.version = SB_VERSION;
+		sb.sb_size = sizeof(sb);
+		memcpy(sb.set_uuid, uuid, 16);
+		sb.dev_index = i;
+		sb.ndevs = ndev;
+		sb.block_size = cfg->block_size;
+		sb.dev_size = dev_size(devs[i]);
+		sb.data_off = SB_DATA_OFF;
+		sb.slots_per_dev = per;
+		sb.format_time = time(NULL);
+		ret = sb_write(devs[i], &sb);
+		if (ret) {
+			snprintf(err, errlen, "%s: cannot write superblock: %s",
+				 dev_path(devs[i]), strerror(-ret));
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* Refuse a device that holds anything we can recognise, unless forced. */
+static int probe_in_use(const char *path, char *err, size_t errlen)
+{
+	blkid_probe pr;
+	const char *type = NULL;
+	int ret;
+
+	pr = blkid_new_probe_from_filename(path);
+	if (!pr) {
+		snprintf(err, errlen, "%s: cannot probe for signatures: %s", path,
+			 strerror(errno));
+		return -errno ? -errno : -EIO;
+	}
+	blkid_probe_enable_superblocks(pr, 1);
+	blkid_probe_set_superblocks_flags(pr, BLKID_SUBLKS_TYPE);
+	blkid_probe_enable_partitions(pr, 1);
+	blkid_probe_set_partitions_flags(pr, BLKID_PARTS_ENTRY_DETAILS);
+	ret = blkid_do_safeprobe(pr);
+	if (ret == 0) {
+		if (blkid_probe_lookup_value(pr, "TYPE", &type, NULL) &&
+		    blkid_probe_lookup_value(pr, "PTTYPE", &type, NULL))
+			type = "unknown";
+		snprintf(err, errlen,
+			 "%s holds a %s signature; refusing to format it (use --force to overwrite)",
+			 path, type);
+		ret = -EEXIST;
+	} else if (ret == -2) {
+		snprintf(err, errlen,
+			 "%s holds several signatures; refusing to format it (use --force to overwrite)",
+			 path);
+		ret = -EEXIST;
+	} else {
+		ret = 0;
+	}
+	blkid_free_probe(pr);
+	return ret;
+}
+
+static int check_mirror_file(const char *path, int force, char *err,
+			     size_t errlen)
+{
+	struct meta_hdr h;
+	struct stat st;
+	int fd;
+	ssize_t n;
+
+	if (stat(path, &st)) {
+		if (errno == ENOENT)
+			return 0;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (S_ISBLK(st.st_mode)) {
+		snprintf(err, errlen,
+			 "%s: metadata mirrors on block devices are not supported by this version; use a file (pmem/DAX or any file system)",
+			 path);
+		return -ENOTSUP;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		return -EINVAL;
+	}
+	if (force)
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -errno;
+	}
+	n = pread(fd, &h, sizeof(h), 0);
+	close(fd);
+	if (n == sizeof(h) && h.magic == META_MAGIC) {
+		snprintf(err, errlen,
+			 "%s holds nvcachefs metadata of a cache; refusing to format it (use --force to overwrite)",
+			 path);
+		return -EEXIST;
+	}
+	return 0;
+}
+
+int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
+{
+	struct dev *devs[NVC_MAX_DEVS] = { 0 };
+	struct pm_region mirrors[2] = { 0 };
+	struct sb_disk sb;
+	struct stat st;
+	uint64_t len;
+	int i, ret = 0;
+
+	for (i = 0; i < cfg->ndevs; i++) {
+		const char *p = cfg->dev_paths[i];
+
+		if (stat(p, &st)) {
+			snprintf(o->err, sizeof(o->err), "%s: %s", p, strerror(errno));
+			ret = -errno;
+			goto out_devs;
+		}
+		if (!S_ISBLK(st.st_mode) && !S_ISREG(st.st_mode)) {
+			snprintf(o->err, sizeof(o->err),
+				 "%s: not a block device or regular file", p);
+			ret = -ENODEV;
+			goto out_devs;
+		}
+		if (!o->force) {
+			ret = probe_in_use(p, o->err, sizeof(o->err));
+			if (ret)
+				goto out_devs;
+		}
+		ret = dev_open(p, &devs[i]);
+		if (ret) {
+			snprintf(o->err, sizeof(o->err), "%s: cannot open: %s", p,
+				 strerror(-ret));
+			goto out_devs;
+		}
+		if (!o->force && !sb_read(devs[i], &sb)) {
+			snprintf(o->err, sizeof(o->err),
+				 "%s holds the superblock of an nvcachefs cache; refusing to format it (use --force to overwrite)",
+				 p);
+			ret = -EEXIST;
+			goto out_devs;
+		}
+	}
+	for (i = 0; i < 2; i++) {
+		ret = check_mirror_file(cfg->meta_paths[i], o->force, o->err,
+					sizeof(o->err));
+		if (ret)
+			goto out_devs;
+	}
+	len = fmt_meta_len(cfg, devs, cfg->ndevs);
+	for (i = 0; i < 2; i++) {
+		ret = pm_map(cfg->meta_paths[i], len, 1, &mirrors[i]);
+		if (ret) {
+			snprintf(o->err, sizeof(o->err),
+				 "%s: cannot create metadata mirror of %llu bytes: %s",
+				 cfg->meta_paths[i], (unsigned long long)len,
+				 strerror(-ret));
+			goto out_mirrors;
+		}
+	}
+	ret = fmt_format_open(cfg, devs, cfg->ndevs, mirrors, o->err,
+			      sizeof(o->err));
+out_mirrors:
+	for (i = 0; i < 2; i++)
+		pm_unmap(&mirrors[i]);
+out_devs:
+	for (i = 0; i < cfg->ndevs; i++)
+		dev_close(devs[i]);
+	return ret;
+}

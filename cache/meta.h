@@ -1,0 +1,139 @@
+/* cache: on-media formats — device superblocks and the mirrored metadata. */
+#ifndef NVC_META_H
+#define NVC_META_H
+
+#include <stdint.h>
+
+#include "cache.h"
+
+/*
+ * Every cache device starts with a superblock (4 KiB, copied at 4 KiB and at
+ * 8 KiB so that one torn write cannot lose it); data slots start at
+ * SB_DATA_OFF.  Global slot s lives on device s % ndevs at slot s / ndevs, so
+ * consecutive slots spread over all devices.
+ *
+ * Each metadata mirror is one file (or region) laid out as
+ *
+ *	[ meta_hdr, 4 KiB ][ file records ][ slot entries ]
+ *
+ * File records say which backing file (by file handle, which carries the
+ * inode's generation, so a recycled inode never matches) a slot belongs to,
+ * and the file's size as the mount shows it.  Slot entries map a cache slot
+ * to (file, block) with a validity and a dirty bitmap of 4 KiB pages.  Every
+ * record carries a sequence number and an xxh64 checksum; the two mirrors are
+ * written one after the other, each persisted before the next is touched, so
+ * that at every instant at least one holds a complete, valid record, and the
+ * newer valid one wins at mount.
+ */
+
+#define SB_MAGIC 0x31454843414356ull /* "NVCACHE1" little end first */
+#define SB_VERSION 1
+#define SB_COPIES 2
+#define SB_DATA_OFF (1024 * 1024ull)
+
+#define META_MAGIC 0x3141544d4356ull /* "NVCMTA1" */
+#define META_VERSION 1
+#define META_HDR_SIZE 4096u
+#define META_FILE_SIZE 256u
+#define META_HANDLE_MAX 128u
+#define META_MAX_WORDS 4 /* 1 MiB / 4 KiB pages / 64 bits */
+
+struct sb_disk {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t sb_size;
+	uint8_t set_uuid[16];
+	uint32_t dev_index;
+	uint32_t ndevs;
+	uint32_t block_size;
+	uint32_t reserved0;
+	uint64_t dev_size;
+	uint64_t data_off;
+	uint64_t slots_per_dev;
+	uint64_t format_time;
+	uint8_t reserved[4096 - 88];
+	uint64_t csum;
+};
+
+struct meta_hdr {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t hdr_size;
+	uint8_t set_uuid[16];
+	uint32_t mirror;
+	uint32_t block_size;
+	uint64_t nslots;
+	uint32_t nfiles;
+	uint32_t slot_size;
+	uint32_t file_size;
+	uint32_t ndevs;
+	uint64_t files_off;
+	uint64_t slots_off;
+	uint64_t total_len;
+	uint64_t format_time;
+	uint8_t reserved[4096 - 104];
+	uint64_t csum;
+};
+
+/* flags of a file record */
+#define MF_USED 1u
+
+struct meta_file {
+	uint64_t seq;
+	uint64_t ino;
+	uint64_t size;	      /* size as the mount shows it */
+	uint64_t bk_mtime_ns; /* backing file as the cache last saw it */
+	uint64_t bk_size;
+	uint32_t handle_bytes;
+	int32_t handle_type;
+	uint32_t flags;
+	uint32_t reserved0;
+	uint8_t handle[META_HANDLE_MAX];
+	uint8_t reserved[META_FILE_SIZE - 184 - 8];
+	uint64_t csum;
+};
+
+/* Slot entries are variable in size (bitmap words); this is the in-memory view. */
+struct meta_slot {
+	uint64_t seq;
+	uint32_t file; /* file record index + 1; 0: free */
+	uint32_t flags;
+	uint64_t blk;
+	uint64_t valid[META_MAX_WORDS];
+	uint64_t dirty[META_MAX_WORDS];
+};
+
+struct meta {
+	struct pm_region r[2];
+	int have[2]; /* mirror usable */
+	uint32_t words; /* bitmap words per slot entry */
+	uint32_t slot_size;
+	uint64_t nslots;
+	uint32_t nfiles;
+	uint64_t files_off, slots_off;
+	uint64_t seq; /* next sequence number (atomic) */
+	uint8_t set_uuid[16];
+};
+
+uint64_t meta_csum(const void *p, size_t len);
+uint32_t meta_words(uint32_t block_size);
+uint32_t meta_slot_size(uint32_t block_size);
+uint64_t meta_total_len(uint64_t nslots, uint32_t nfiles, uint32_t block_size);
+
+int sb_read(struct dev *d, struct sb_disk *out);
+int sb_write(struct dev *d, const struct sb_disk *sb);
+
+/* Attach to two mapped mirrors; checks headers against each other. */
+int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len);
+void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
+		   uint32_t block_size, uint64_t nslots, uint32_t nfiles,
+		   uint32_t ndevs);
+
+/* Read the newest valid copy; returns 1 if found valid, 0 if none. */
+int meta_get_slot(struct meta *m, uint64_t i, struct meta_slot *out, int *bad);
+int meta_get_file(struct meta *m, uint32_t i, struct meta_file *out, int *bad);
+/* Write both mirrors in order, each persisted before the next. */
+int meta_put_slot(struct meta *m, uint64_t i, struct meta_slot *s);
+int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f);
+
+#endif

@@ -1,0 +1,460 @@
+/* cache: opening a cache — superblock checks, rebuilding the map from the mirrors, closing. */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+/*
+ * Recovery never needs the backing store to agree with the cache first.  It
+ * reads every file record and slot entry from both mirrors, keeps the newer
+ * valid copy, rewrites the other mirror where they differ, and then opens
+ * each file by its handle: a file that no longer exists (ESTALE: deleted, or
+ * its inode recycled) loses its cached data; one whose backing copy changed
+ * behind the cache's back keeps its dirty pages but loses its clean ones.
+ */
+static int mirrors_differ(struct meta *m, uint64_t off, size_t len)
+{
+	return memcmp((char *)m->r[0].addr + off, (char *)m->r[1].addr + off,
+		      len) != 0;
+}
+
+static void recover_file_open(struct cache *c, struct cfile *f)
+{
+	struct {
+		struct file_handle fh;
+		uint8_t buf[META_HANDLE_MAX];
+	} h;
+	struct stat st;
+	uint64_t mt;
+
+	h.fh.handle_bytes = f->hbytes;
+	h.fh.handle_type = f->htype;
+	memcpy(h.fh.f_handle, f->handle, f->hbytes);
+	f->fd = open_by_handle_at(c->backing_fd, &h.fh, O_RDWR | O_CLOEXEC);
+	if (f->fd < 0) {
+		if (errno == ESTALE || errno == ENOENT) {
+			log_msg(LOG_INFO,
+				"recovery: backing file (inode %llu) is gone; dropping its cached data",
+				(unsigned long long)f->ino);
+			f->unlinked = 1;
+		} else {
+			log_msg(LOG_ERR,
+				"recovery: cannot open backing file (inode %llu): %s; its dirty data stays in the cache",
+				(unsigned long long)f->ino, strerror(errno));
+		}
+		return;
+	}
+	if (fstat(f->fd, &st) || st.st_ino != f->ino) {
+		close(f->fd);
+		f->fd = -1;
+		f->unlinked = 1;
+		return;
+	}
+	f->dev = st.st_dev;
+	f->bsize = st.st_size;
+	mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	if (!f->ndirty) {
+		/* clean file: the backing copy is the truth */
+		if (mt != f->bk_mtime_ns || (uint64_t)st.st_size != f->size) {
+			log_msg(LOG_NOTICE,
+				"recovery: backing file (inode %llu) changed while unmounted; dropping its clean cached data",
+				(unsigned long long)f->ino);
+			f->unlinked = 2;
+		}
+		f->size = st.st_size;
+	} else if (mt != f->bk_mtime_ns) {
+		struct list *l;
+
+		log_msg(LOG_WARNING,
+			"recovery: backing file (inode %llu) changed while unmounted; keeping its dirty data, dropping clean data",
+			(unsigned long long)f->ino);
+		for (l = f->slots.next; l != &f->slots;) {
+			struct cslot *s = list_entry(l, struct cslot, flink);
+
+			l = l->next;
+			if (s->state == SLOT_CLEAN)
+				slot_drop_locked(c, s);
+		}
+	}
+	f->bk_mtime_ns = mt;
+}
+
+int recover_load(struct cache *c, char *err, size_t errlen)
+{
+	struct meta *m = &c->meta;
+	uint64_t i, maxseq = 0, fixed = 0, bad_total = 0;
+	uint32_t r;
+	int bad;
+
+	for (r = 0; r < m->nfiles; r++) {
+		struct meta_file mf;
+		struct cfile *f;
+
+		if (!meta_get_file(m, r, &mf, &bad)) {
+			snprintf(err, errlen,
+				 "metadata file record %u is damaged in both mirrors",
+				 r);
+			return -EUCLEAN;
+		}
+		bad_total += bad;
+		if (mf.seq >= maxseq)
+			maxseq = mf.seq + 1;
+		if (bad || mirrors_differ(m, m->files_off + (uint64_t)r * META_FILE_SIZE,
+					  META_FILE_SIZE)) {
+			if (mf.flags & MF_USED) {
+				meta_put_file(m, r, &mf);
+			} else {
+				memset(&mf, 0, sizeof(mf));
+				meta_put_file(m, r, &mf);
+			}
+			fixed++;
+		}
+		if (!(mf.flags & MF_USED) || mf.handle_bytes > META_HANDLE_MAX) {
+			c->free_recs[c->nfree_recs++] = r;
+			continue;
+		}
+		f = file_new();
+		if (!f)
+			return -ENOMEM;
+		f->rec = r + 1;
+		f->ino = mf.ino;
+		f->size = mf.size;
+		f->bsize = mf.bk_size;
+		f->bk_mtime_ns = mf.bk_mtime_ns;
+		f->hbytes = mf.handle_bytes;
+		f->htype = mf.handle_type;
+		f->bk_durable = 1;
+		memcpy(f->handle, mf.handle, mf.handle_bytes);
+		c->recs[r] = f;
+	}
+	/* free records are handed out lowest first */
+	for (r = 0; r < c->nfree_recs / 2; r++) {
+		uint32_t t = c->free_recs[r];
+
+		c->free_recs[r] = c->free_recs[c->nfree_recs - 1 - r];
+		c->free_recs[c->nfree_recs - 1 - r] = t;
+	}
+
+	for (i = 0; i < c->nslots; i++) {
+		struct cslot *s = &c->slots[i];
+		struct meta_slot ms;
+		struct cfile *f;
+
+		if (!meta_get_slot(m, i, &ms, &bad)) {
+			/* both copies torn: the slot's data cannot be trusted */
+			log_msg(LOG_ERR, "recovery: slot %llu damaged in both mirrors; dropped",
+				(unsigned long long)i);
+			memset(&ms, 0, sizeof(ms));
+			bad = 1;
+		}
+		bad_total += bad;
+		if (ms.seq >= maxseq)
+			maxseq = ms.seq + 1;
+		f = ms.file && ms.file <= m->nfiles ? c->recs[ms.file - 1] : NULL;
+		if (ms.file && (!f || !bm_any(ms.valid))) {
+			memset(&ms, 0, sizeof(ms));
+			bad = 1;
+		}
+		if (bad || mirrors_differ(m, m->slots_off + i * m->slot_size,
+					  m->slot_size)) {
+			meta_put_slot(m, i, &ms);
+			fixed++;
+		}
+		if (!f) {
+			slot_settle(c, s);
+			continue;
+		}
+		s->file = ms.file;
+		s->blk = ms.blk;
+		memcpy(s->valid, ms.valid, sizeof(s->valid));
+		memcpy(s->dirty, ms.dirty, sizeof(s->dirty));
+		/* dirty implies valid */
+		for (r = 0; r < META_MAX_WORDS; r++)
+			s->valid[r] |= s->dirty[r];
+		s->persisted = 1;
+		if (slot_find(c, s->file, s->blk)) {
+			/* two slots for one block cannot come from our writes */
+			snprintf(err, errlen,
+				 "metadata maps block %llu of a file twice (slot %llu)",
+				 (unsigned long long)s->blk, (unsigned long long)i);
+			return -EUCLEAN;
+		}
+		slot_hash_add(c, s);
+		list_add_tail(&f->slots, &s->flink);
+		f->nslots++;
+		c->valid_pages += bm_count(s->valid);
+		if (bm_any(s->dirty)) {
+			c->dirty_pages += bm_count(s->dirty);
+			file_mark_dirty(c, f, s);
+		}
+		s->state = SLOT_FRESH;
+		slot_settle(c, s);
+	}
+	m->seq = maxseq;
+	if (fixed)
+		log_msg(LOG_NOTICE,
+			"recovery: %llu metadata records differed between the mirrors (%llu damaged copies); both mirrors rewritten to agree",
+			(unsigned long long)fixed, (unsigned long long)bad_total);
+
+	for (r = 0; r < m->nfiles; r++) {
+		struct cfile *f = c->recs[r];
+
+		if (!f)
+			continue;
+		recover_file_open(c, f);
+		if (f->unlinked == 2) {
+			/* changed behind our back, nothing dirty: forget it */
+			f->unlinked = 1;
+		}
+		file_hash_add(c, f);
+		f->refs = 1;
+		file_put_locked(c, f);
+	}
+	return 0;
+}
+
+static int cache_alloc(struct cache *c)
+{
+	uint64_t i, hsize = 1;
+	struct rlimit rl;
+
+	c->slots = calloc(c->nslots, sizeof(*c->slots));
+	while (hsize < c->nslots * 2)
+		hsize <<= 1;
+	c->shash = calloc(hsize, sizeof(*c->shash));
+	c->smask = hsize - 1;
+	for (hsize = 1; hsize < c->meta.nfiles * 2ull; hsize <<= 1)
+		;
+	c->fhash = calloc(hsize, sizeof(*c->fhash));
+	c->fmask = hsize - 1;
+	c->recs = calloc(c->meta.nfiles, sizeof(*c->recs));
+	c->free_recs = calloc(c->meta.nfiles, sizeof(*c->free_recs));
+	if (!c->slots || !c->shash || !c->fhash || !c->recs || !c->free_recs)
+		return -ENOMEM;
+	for (i = 0; i < c->nslots; i++) {
+		pthread_rwlock_init(&c->slots[i].rw, NULL);
+		list_init(&c->slots[i].link);
+		list_init(&c->slots[i].flink);
+		c->slots[i].state = SLOT_FRESH;
+	}
+	list_init(&c->free_slots);
+	list_init(&c->lru);
+	list_init(&c->dirty_files);
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->rate_lock, NULL);
+	pthread_cond_init(&c->space_cond, NULL);
+	pthread_cond_init(&c->destage_cond, NULL);
+	pthread_cond_init(&c->flush_cond, NULL);
+	/* each cached file keeps a backing descriptor open */
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	return 0;
+}
+
+static void cache_free(struct cache *c)
+{
+	uint64_t i;
+
+	if (c->fhash) {
+		for (i = 0; i <= c->fmask; i++) {
+			struct cfile *f = c->fhash[i], *n;
+
+			for (; f; f = n) {
+				n = f->hnext;
+				if (f->fd >= 0)
+					close(f->fd);
+				free(f);
+			}
+		}
+	}
+	if (c->slots)
+		for (i = 0; i < c->nslots; i++)
+			pthread_rwlock_destroy(&c->slots[i].rw);
+	free(c->slots);
+	free(c->shash);
+	free(c->fhash);
+	free(c->recs);
+	free(c->free_recs);
+	if (c->own_devs) {
+		int d;
+
+		for (d = 0; d < c->ndevs; d++)
+			dev_close(c->devs[d]);
+		pm_unmap(&c->meta.r[0]);
+		pm_unmap(&c->meta.r[1]);
+	}
+	free(c);
+}
+
+static int check_superblocks(struct cache *c, char *err, size_t errlen)
+{
+	uint64_t per = c->nslots / c->ndevs;
+	struct sb_disk sb;
+	int d, ret;
+
+	if (c->meta.nslots % c->ndevs) {
+		snprintf(err, errlen,
+			 "the metadata was formatted for a different number of devices than cache.devices lists (%d)",
+			 c->ndevs);
+		return -EINVAL;
+	}
+	for (d = 0; d < c->ndevs; d++) {
+		const char *p = dev_path(c->devs[d]);
+
+		ret = sb_read(c->devs[d], &sb);
+		if (ret == -ENODATA) {
+			snprintf(err, errlen,
+				 "%s has no nvcachefs superblock; run nvcachectl format",
+				 p);
+			return -EINVAL;
+		}
+		if (ret) {
+			snprintf(err, errlen, "%s: superblock unreadable: %s", p,
+				 strerror(-ret));
+			return ret;
+		}
+		if (memcmp(sb.set_uuid, c->meta.set_uuid, 16)) {
+			snprintf(err, errlen,
+				 "%s belongs to another cache than the metadata mirrors; check cache.devices and cache.metadata",
+				 p);
+			return -EINVAL;
+		}
+		if (sb.dev_index != (uint32_t)d || sb.ndevs != (uint32_t)c->ndevs) {
+			snprintf(err, errlen,
+				 "%s was formatted as device %u of %u, but cache.devices lists it as %d of %d",
+				 p, sb.dev_index + 1, sb.ndevs, d + 1, c->ndevs);
+			return -EINVAL;
+		}
+		if (sb.block_size != c->bs) {
+			snprintf(err, errlen,
+				 "%s was formatted with block size %u, but cache.block_size is %u",
+				 p, sb.block_size, c->bs);
+			return -EINVAL;
+		}
+		if (sb.slots_per_dev != per ||
+		    dev_size(c->devs[d]) < SB_DATA_OFF + per * c->bs) {
+			snprintf(err, errlen,
+				 "%s is smaller than when it was formatted",
+				 p);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
+		    struct pm_region mirrors[2], int backing_fd,
+		    struct cache **out, char *err, size_t errlen)
+{
+	struct cache *c = calloc(1, sizeof(*c));
+	int ret, d;
+
+	if (!c)
+		return -ENOMEM;
+	c->cfg = cfg;
+	c->ndevs = ndev;
+	for (d = 0; d < ndev; d++)
+		c->devs[d] = devs[d];
+	c->backing_fd = backing_fd;
+	c->bs = cfg->block_size;
+	c->ppb = c->bs / NVC_PAGE;
+	ret = meta_attach(&c->meta, mirrors, err, errlen);
+	if (ret)
+		goto err_free;
+	c->nslots = c->meta.nslots;
+	ret = check_superblocks(c, err, errlen);
+	if (ret)
+		goto err_free;
+	ret = cache_alloc(c);
+	if (ret)
+		goto err_free;
+	ret = recover_load(c, err, errlen);
+	if (ret)
+		goto err_free;
+	c->last_io = now_ms();
+	ret = destage_start(c);
+	if (ret) {
+		snprintf(err, errlen, "cannot start destage threads: %s",
+			 strerror(-ret));
+		goto err_free;
+	}
+	log_msg(LOG_INFO,
+		"cache open: %llu slots of %u KiB on %d devices, %llu dirty slots recovered",
+		(unsigned long long)c->nslots, c->bs / 1024, c->ndevs,
+		(unsigned long long)c->ndirty_slots);
+	*out = c;
+	return 0;
+err_free:
+	c->own_devs = 0;
+	cache_free(c);
+	return ret;
+}
+
+int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
+	       char *err, size_t errlen)
+{
+	struct dev *devs[NVC_MAX_DEVS] = { 0 };
+	struct pm_region mirrors[2] = { 0 };
+	int i, ret;
+
+	for (i = 0; i < cfg->ndevs; i++) {
+		ret = dev_open(cfg->dev_paths[i], &devs[i]);
+		if (ret) {
+			snprintf(err, errlen, "%s: cannot open cache device: %s",
+				 cfg->dev_paths[i], strerror(-ret));
+			goto err_close;
+		}
+	}
+	for (i = 0; i < 2; i++) {
+		ret = pm_map(cfg->meta_paths[i], META_HDR_SIZE, 0, &mirrors[i]);
+		if (ret) {
+			snprintf(err, errlen,
+				 "%s: cannot map metadata mirror: %s%s",
+				 cfg->meta_paths[i], strerror(-ret),
+				 ret == -ENOENT ? " (run nvcachectl format)" : "");
+			goto err_close;
+		}
+	}
+	ret = cache_open_devs(cfg, devs, cfg->ndevs, mirrors, backing_fd, out,
+			      err, errlen);
+	if (ret)
+		goto err_close;
+	(*out)->own_devs = 1;
+	return 0;
+err_close:
+	for (i = 0; i < 2; i++)
+		pm_unmap(&mirrors[i]);
+	for (i = 0; i < cfg->ndevs; i++)
+		dev_close(devs[i]);
+	return ret;
+}
+
+int cache_close(struct cache *c, int flush)
+{
+	int ret = 0, d;
+
+	if (flush)
+		ret = cache_flush(c, NULL, NULL);
+	destage_stop(c);
+	for (d = 0; d < c->ndevs; d++)
+		if (dev_flush(c->devs[d]))
+			ret = -EIO;
+	cache_free(c);
+	return ret;
+}
+
+void cache_abandon(struct cache *c)
+{
+	destage_stop(c);
+	cache_free(c);
+}

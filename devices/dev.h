@@ -1,0 +1,77 @@
+/* devices: one small interface to cache block devices and persistent memory. */
+#ifndef NVC_DEV_H
+#define NVC_DEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * A cache device is anything addressed in bytes that can be read and written
+ * with 4 KiB-aligned buffers, offsets and lengths: a block device or regular
+ * file driven through io_uring with O_DIRECT (dev_open), or memory (dev_mem_*,
+ * for unit tests of the engine).  Every function returns 0 or -errno.
+ *
+ * I/O is issued in batches: dev_io_run() submits every element of the array
+ * at once (they may target different devices, which then work in parallel)
+ * and returns when all have completed.  Each calling thread owns its own
+ * io_uring, created on first use and torn down at thread exit, so no lock is
+ * taken on the I/O path.
+ */
+
+#define DEV_ALIGN 4096u
+
+enum dev_op { DEV_READ, DEV_WRITE };
+
+struct dev;
+
+struct dev_io {
+	struct dev *dev;
+	enum dev_op op;
+	void *buf;
+	uint64_t off;
+	uint32_t len;
+	int res; /* 0 or -errno, filled in by dev_io_run */
+};
+
+/* Fault hooks, so that tests can make a device fail (issue 3 builds on it). */
+struct dev_faults {
+	int fail_reads;  /* -errno returned by every read, 0 for none */
+	int fail_writes; /* -errno returned by every write, 0 for none */
+};
+
+int dev_open(const char *path, struct dev **out);
+int dev_mem_create(uint64_t size, struct dev **out);
+void dev_close(struct dev *d);
+
+uint64_t dev_size(const struct dev *d);
+const char *dev_path(const struct dev *d);
+struct dev_faults *dev_faults(struct dev *d);
+
+int dev_io_run(struct dev_io *ios, unsigned n);
+int dev_read(struct dev *d, void *buf, uint32_t len, uint64_t off);
+int dev_write(struct dev *d, const void *buf, uint32_t len, uint64_t off);
+/* Flush the device's volatile write cache. */
+int dev_flush(struct dev *d);
+
+/* An aligned buffer for device I/O; free with free(). */
+void *dev_alloc_buf(size_t len);
+
+/*
+ * Persistent memory: a byte-addressable region that survives the process
+ * (a DAX file, or a file on any file system, mapped through libpmem), or plain
+ * memory for unit tests.  pm_persist() makes a range durable: cache-line
+ * flushes on real persistent memory, msync elsewhere.
+ */
+struct pm_region {
+	void *addr;
+	size_t len;
+	int is_pmem; /* pmem_is_pmem(): flushes instead of msync */
+	int is_mem;  /* plain memory, unit tests only */
+};
+
+int pm_map(const char *path, size_t len, int create, struct pm_region *out);
+int pm_mem_create(size_t len, struct pm_region *out);
+int pm_persist(const struct pm_region *r, const void *addr, size_t len);
+void pm_unmap(struct pm_region *r);
+
+#endif
