@@ -118,9 +118,13 @@ void cache_abandon(struct cache *c);
 /* Find or create the cache's object for the backing file that fd refers to. */
 int cache_file_get(struct cache *c, int fd, struct cfile **out);
 void cache_file_put(struct cache *c, struct cfile *f);
+/* The backing file could only be opened for reading. */
+int cache_file_readonly(const struct cfile *f);
 /* Size and mtime as the mount must show them, if the cache tracks the file. */
 int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
 		    struct timespec *mtime);
+/* The backing file's times were set: stop showing a cached mtime. */
+void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino);
 /* The backing file lost a link: drop its data once it has none left. */
 void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino);
 

@@ -235,6 +235,30 @@ int file_persist_record(struct cache *c, struct cfile *f)
 	return meta_put_file(&c->meta, f->rec - 1, &r);
 }
 
+/*
+ * The daemon itself changed the backing file (truncate, fallocate): note its
+ * new size and mtime, so that recovery does not take our own change for one
+ * made behind the cache's back.
+ */
+int file_note_backing(struct cache *c, struct cfile *f)
+{
+	struct stat st;
+	int ret = 0;
+
+	if (fstat(f->fd, &st))
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	f->bsize = st.st_size;
+	f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	pthread_mutex_unlock(&c->lock);
+	if (f->rec) {
+		pthread_mutex_lock(&f->rec_lock);
+		ret = file_persist_record(c, f);
+		pthread_mutex_unlock(&f->rec_lock);
+	}
+	return ret;
+}
+
 /* Drop every slot of a file whose data is no longer wanted.  c->lock held. */
 static void file_drop_slots_locked(struct cache *c, struct cfile *f)
 {
@@ -302,7 +326,7 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 	f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
 	f->refs = 1;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	f->fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	f->fd = open(path, O_RDWR | O_CLOEXEC);
 	if (f->fd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM ||
 			  errno == ETXTBSY)) {
 		f->fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -349,6 +373,11 @@ void cache_file_put(struct cache *c, struct cfile *f)
 	pthread_mutex_unlock(&c->lock);
 }
 
+int cache_file_readonly(const struct cfile *f)
+{
+	return f->ro;
+}
+
 int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
 		    struct timespec *mtime)
 {
@@ -367,6 +396,17 @@ int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;
+}
+
+void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino)
+{
+	struct cfile *f;
+
+	pthread_mutex_lock(&c->lock);
+	f = file_find(c, dev, ino);
+	if (f)
+		f->mtime_set = 0;
+	pthread_mutex_unlock(&c->lock);
 }
 
 void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino)
@@ -1212,11 +1252,8 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 	}
 	if (!ret && ftruncate(f->fd, size))
 		ret = -errno;
-	if (!ret) {
-		pthread_mutex_lock(&c->lock);
-		f->bsize = size;
-		pthread_mutex_unlock(&c->lock);
-	}
+	if (!ret)
+		ret = file_note_backing(c, f);
 out_unlock:
 	pthread_rwlock_unlock(&f->rw);
 	return ret;
@@ -1254,18 +1291,12 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 	ret = fallocate(f->fd, mode, off, len) ? -errno : 0;
 	if (!ret && !(mode & FALLOC_FL_KEEP_SIZE)) {
 		pthread_mutex_lock(&c->lock);
-		if (off + len > f->size) {
+		if (off + len > f->size)
 			f->size = off + len;
-			if (f->size > f->bsize)
-				f->bsize = f->size;
-		}
 		pthread_mutex_unlock(&c->lock);
-		if (f->rec) {
-			pthread_mutex_lock(&f->rec_lock);
-			ret = file_persist_record(c, f);
-			pthread_mutex_unlock(&f->rec_lock);
-		}
 	}
+	if (!ret)
+		ret = file_note_backing(c, f);
 	pthread_rwlock_unlock(&f->rw);
 	return ret;
 }

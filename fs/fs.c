@@ -1,0 +1,846 @@
+/* fs: FUSE low-level operations — the namespace passes through to the backing directory, data goes through the cache. */
+#define _GNU_SOURCE
+#include "fs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+/*
+ * Inodes are the backing directory's: each known inode holds an O_PATH
+ * descriptor and is found by (st_dev, st_ino), so hard links share one inode
+ * and one cache object.  Every handler returns through one reply with a
+ * positive errno: the -errno convention of the rest of the code is converted
+ * here, at the FUSE boundary, and nowhere else.
+ */
+
+struct fs_fh {
+	struct cfile *cf;
+	int flags;
+};
+
+struct fs_dir {
+	DIR *dp;
+	off_t offset;
+	struct dirent *entry;
+};
+
+static struct fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct fs_inode *inode_of(struct fs *fs, fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? &fs->root : (struct fs_inode *)(uintptr_t)ino;
+}
+
+static void proc_path(int fd, char *buf, size_t len)
+{
+	snprintf(buf, len, "/proc/self/fd/%d", fd);
+}
+
+int fs_init_table(struct fs *fs)
+{
+	fs->imask = (1u << 16) - 1;
+	fs->itab = calloc(fs->imask + 1, sizeof(*fs->itab));
+	pthread_mutex_init(&fs->ilock, NULL);
+	return fs->itab ? 0 : -ENOMEM;
+}
+
+void fs_free_table(struct fs *fs)
+{
+	size_t i;
+
+	for (i = 0; fs->itab && i <= fs->imask; i++) {
+		struct fs_inode *n, *in;
+
+		for (in = fs->itab[i]; in; in = n) {
+			n = in->next;
+			close(in->fd);
+			free(in);
+		}
+	}
+	free(fs->itab);
+	fs->itab = NULL;
+}
+
+static size_t ihash(struct fs *fs, dev_t dev, ino_t ino)
+{
+	return (ino * 0x9e3779b97f4a7c15ull ^ dev) & fs->imask;
+}
+
+/* Find or add the inode for fd (which we then own or close). */
+static struct fs_inode *inode_get(struct fs *fs, int fd, const struct stat *st)
+{
+	struct fs_inode *in;
+	size_t h = ihash(fs, st->st_dev, st->st_ino);
+
+	if (st->st_dev == fs->root.dev && st->st_ino == fs->root.ino) {
+		close(fd);
+		pthread_mutex_lock(&fs->ilock);
+		fs->root.nlookup++;
+		pthread_mutex_unlock(&fs->ilock);
+		return &fs->root;
+	}
+	pthread_mutex_lock(&fs->ilock);
+	for (in = fs->itab[h]; in; in = in->next)
+		if (in->ino == st->st_ino && in->dev == st->st_dev)
+			break;
+	if (in) {
+		in->nlookup++;
+		pthread_mutex_unlock(&fs->ilock);
+		close(fd);
+		return in;
+	}
+	in = calloc(1, sizeof(*in));
+	if (!in) {
+		pthread_mutex_unlock(&fs->ilock);
+		close(fd);
+		return NULL;
+	}
+	in->fd = fd;
+	in->dev = st->st_dev;
+	in->ino = st->st_ino;
+	in->nlookup = 1;
+	in->next = fs->itab[h];
+	fs->itab[h] = in;
+	pthread_mutex_unlock(&fs->ilock);
+	return in;
+}
+
+static void inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
+{
+	struct fs_inode **p;
+
+	if (in == &fs->root)
+		return;
+	pthread_mutex_lock(&fs->ilock);
+	in->nlookup -= n < in->nlookup ? n : in->nlookup;
+	if (!in->nlookup) {
+		for (p = &fs->itab[ihash(fs, in->dev, in->ino)]; *p; p = &(*p)->next)
+			if (*p == in) {
+				*p = in->next;
+				break;
+			}
+		close(in->fd);
+		free(in);
+	}
+	pthread_mutex_unlock(&fs->ilock);
+}
+
+/* Attributes as the mount must show them: cached size and mtime win. */
+static int fs_stat(struct fs *fs, int fd, struct stat *st)
+{
+	uint64_t size;
+	struct timespec mt;
+
+	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	if (S_ISREG(st->st_mode) &&
+	    !cache_file_attr(fs->cache, st->st_dev, st->st_ino, &size, &mt)) {
+		st->st_size = size;
+		if (mt.tv_nsec != UTIME_OMIT)
+			st->st_mtim = mt;
+	}
+	return 0;
+}
+
+static int do_lookup(struct fs *fs, fuse_ino_t parent, const char *name,
+		     struct fuse_entry_param *e)
+{
+	struct fs_inode *p = inode_of(fs, parent), *in;
+	int fd, ret;
+
+	memset(e, 0, sizeof(*e));
+	e->attr_timeout = fs->timeout;
+	e->entry_timeout = fs->timeout;
+	fd = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ret = fs_stat(fs, fd, &e->attr);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	in = inode_get(fs, fd, &e->attr);
+	if (!in)
+		return -ENOMEM;
+	e->ino = in == &fs->root ? FUSE_ROOT_ID : (uintptr_t)in;
+	return 0;
+}
+
+static void reply_entry_or_err(fuse_req_t req, int ret,
+			       struct fuse_entry_param *e)
+{
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_entry(req, e);
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE; /* it would break kill -9 */
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->max_write = 1024 * 1024;
+	conn->max_readahead = 1024 * 1024;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e;
+	int ret = do_lookup(fs_of(req), parent, name, &e);
+
+	if (ret == -ENOENT) {
+		/* negative entry: the mount owns the backing directory */
+		e.ino = 0;
+		e.entry_timeout = fs_of(req)->timeout;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	reply_entry_or_err(req, ret, &e);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n)
+{
+	inode_forget(fs_of(req), inode_of(fs_of(req), ino), n);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count,
+			    struct fuse_forget_data *f)
+{
+	size_t i;
+
+	for (i = 0; i < count; i++)
+		inode_forget(fs_of(req), inode_of(fs_of(req), f[i].ino),
+			     f[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct stat st;
+	int ret = fs_stat(fs, inode_of(fs, ino)->fd, &st);
+
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_attr(req, &st, fs->timeout);
+}
+
+static int with_cfile(struct fs *fs, struct fs_inode *in,
+		      struct fuse_file_info *fi, struct cfile **cf, int *got)
+{
+	*got = 0;
+	if (fi && fi->fh) {
+		*cf = ((struct fs_fh *)(uintptr_t)fi->fh)->cf;
+		return 0;
+	}
+	*got = 1;
+	return cache_file_get(fs->cache, in->fd, cf);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		       int valid, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *in = inode_of(fs, ino);
+	char path[64];
+	struct stat st;
+	int ret = 0;
+
+	proc_path(in->fd, path, sizeof(path));
+	if (valid & FUSE_SET_ATTR_MODE) {
+		if (chmod(path, attr->st_mode))
+			ret = -errno;
+	}
+	if (!ret && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+		uid_t u = valid & FUSE_SET_ATTR_UID ? attr->st_uid : (uid_t)-1;
+		gid_t g = valid & FUSE_SET_ATTR_GID ? attr->st_gid : (gid_t)-1;
+
+		if (fchownat(in->fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+			ret = -errno;
+	}
+	if (!ret && (valid & FUSE_SET_ATTR_SIZE)) {
+		struct cfile *cf;
+		int got;
+
+		ret = with_cfile(fs, in, fi, &cf, &got);
+		if (!ret) {
+			ret = cache_truncate(fs->cache, cf, attr->st_size);
+			if (got)
+				cache_file_put(fs->cache, cf);
+		}
+	}
+	if (!ret && (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
+		struct timespec tv[2] = { { 0, UTIME_OMIT }, { 0, UTIME_OMIT } };
+
+		if (valid & FUSE_SET_ATTR_ATIME_NOW)
+			tv[0].tv_nsec = UTIME_NOW;
+		else if (valid & FUSE_SET_ATTR_ATIME)
+			tv[0] = attr->st_atim;
+		if (valid & FUSE_SET_ATTR_MTIME_NOW)
+			tv[1].tv_nsec = UTIME_NOW;
+		else if (valid & FUSE_SET_ATTR_MTIME)
+			tv[1] = attr->st_mtim;
+		if (utimensat(AT_FDCWD, path, tv, 0))
+			ret = -errno;
+		else if (valid & FUSE_SET_ATTR_MTIME)
+			cache_file_times_set(fs->cache, in->dev, in->ino);
+	}
+	if (!ret)
+		ret = fs_stat(fs, in->fd, &st);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_attr(req, &st, fs->timeout);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	char buf[PATH_MAX + 1];
+	ssize_t n = readlinkat(inode_of(fs_of(req), ino)->fd, "", buf,
+			       sizeof(buf));
+
+	if (n < 0)
+		fuse_reply_err(req, errno);
+	else if (n == sizeof(buf))
+		fuse_reply_err(req, ENAMETOOLONG);
+	else {
+		buf[n] = 0;
+		fuse_reply_readlink(req, buf);
+	}
+}
+
+/* New names are owned by the caller; a set-group-ID directory gives its group. */
+static int own_new(struct fs *fs, fuse_req_t req, int pfd, const char *name,
+		   mode_t mode)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct stat pst;
+	gid_t gid = ctx->gid;
+
+	if (!fstatat(pfd, "", &pst, AT_EMPTY_PATH) && (pst.st_mode & S_ISGID))
+		gid = (gid_t)-1;
+	if (fchownat(pfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	/* chown clears set-ID bits of files; put back what was asked for */
+	if ((mode & 07000) && !S_ISLNK(mode) && fchmodat(pfd, name, mode & 07777, 0))
+		return -errno;
+	return 0;
+}
+
+static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, dev_t rdev, const char *link)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *p = inode_of(fs, parent);
+	struct fuse_entry_param e;
+	int ret;
+
+	if (S_ISDIR(mode))
+		ret = mkdirat(p->fd, name, mode);
+	else if (S_ISLNK(mode))
+		ret = symlinkat(link, p->fd, name);
+	else
+		ret = mknodat(p->fd, name, mode, rdev);
+	if (ret) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	ret = own_new(fs, req, p->fd, name, S_ISLNK(mode) ? S_IFLNK : mode);
+	if (!ret)
+		ret = do_lookup(fs, parent, name, &e);
+	reply_entry_or_err(req, ret, &e);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev)
+{
+	make_node(req, parent, name, mode, rdev, NULL);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	make_node(req, parent, name, S_IFDIR | mode, 0, NULL);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
+{
+	make_node(req, parent, name, S_IFLNK, 0, link);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
+		    const char *name)
+{
+	struct fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	char path[64];
+
+	proc_path(inode_of(fs, ino)->fd, path, sizeof(path));
+	if (linkat(AT_FDCWD, path, inode_of(fs, parent)->fd, name,
+		   AT_SYMLINK_FOLLOW)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	reply_entry_or_err(req, do_lookup(fs, parent, name, &e), &e);
+}
+
+/* A name is about to go: remember its inode, to drop cached data if it was the last link. */
+static int name_ino(int pfd, const char *name, struct stat *st)
+{
+	return fstatat(pfd, name, st, AT_SYMLINK_NOFOLLOW) ? -errno : 0;
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	int pfd = inode_of(fs, parent)->fd;
+	struct stat st;
+	int known = !name_ino(pfd, name, &st);
+
+	if (unlinkat(pfd, name, 0)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	if (known && S_ISREG(st.st_mode))
+		cache_file_unlinked(fs->cache, st.st_dev, st.st_ino);
+	fuse_reply_err(req, 0);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, unlinkat(inode_of(fs_of(req), parent)->fd, name,
+				     AT_REMOVEDIR) ? errno : 0);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	struct fs *fs = fs_of(req);
+	int nfd = inode_of(fs, newparent)->fd;
+	struct stat st;
+	int known = !(flags & RENAME_EXCHANGE) && !name_ino(nfd, newname, &st);
+
+	if (renameat2(inode_of(fs, parent)->fd, name, nfd, newname, flags)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	if (known && S_ISREG(st.st_mode))
+		cache_file_unlinked(fs->cache, st.st_dev, st.st_ino);
+	fuse_reply_err(req, 0);
+}
+
+static int open_fh(struct fs *fs, struct fs_inode *in, struct fuse_file_info *fi)
+{
+	struct fs_fh *fh = calloc(1, sizeof(*fh));
+	int ret;
+
+	if (!fh)
+		return -ENOMEM;
+	ret = cache_file_get(fs->cache, in->fd, &fh->cf);
+	if (ret) {
+		free(fh);
+		return ret;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY && cache_file_readonly(fh->cf)) {
+		cache_file_put(fs->cache, fh->cf);
+		free(fh);
+		return -EROFS;
+	}
+	if (fi->flags & O_TRUNC) {
+		ret = cache_truncate(fs->cache, fh->cf, 0);
+		if (ret) {
+			cache_file_put(fs->cache, fh->cf);
+			free(fh);
+			return ret;
+		}
+	}
+	fh->flags = fi->flags;
+	fi->fh = (uintptr_t)fh;
+	/* the mount owns the data, so the kernel may keep its page cache */
+	fi->keep_cache = 1;
+	return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	int ret = open_fh(fs, inode_of(fs, ino), fi);
+
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_open(req, fi);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *p = inode_of(fs, parent);
+	struct fuse_entry_param e;
+	int fd, ret, created = 1;
+
+	fd = openat(p->fd, name, O_CREAT | O_EXCL | O_RDONLY | O_NOFOLLOW |
+				       O_CLOEXEC, mode);
+	if (fd < 0 && errno == EEXIST && !(fi->flags & O_EXCL)) {
+		created = 0;
+		fd = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	}
+	if (fd < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	close(fd);
+	ret = created ? own_new(fs, req, p->fd, name, mode) : 0;
+	if (!ret)
+		ret = do_lookup(fs, parent, name, &e);
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (!S_ISREG(e.attr.st_mode)) {
+		inode_forget(fs, inode_of(fs, e.ino), 1);
+		fuse_reply_err(req, S_ISDIR(e.attr.st_mode) ? EISDIR : EINVAL);
+		return;
+	}
+	ret = open_fh(fs, inode_of(fs, e.ino), fi);
+	if (ret) {
+		inode_forget(fs, inode_of(fs, e.ino), 1);
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (fi->flags & O_TRUNC)
+		e.attr.st_size = 0;
+	fuse_reply_create(req, &e, fi);
+}
+
+#define READ_BUF (2u * 1024 * 1024 + 2 * 4096)
+static __thread void *read_buf;
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	char *data;
+	size_t n;
+	int ret;
+
+	if (!read_buf)
+		read_buf = dev_alloc_buf(READ_BUF);
+	if (!read_buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (size > READ_BUF - 2 * 4096 - 1024 * 1024)
+		size = READ_BUF - 2 * 4096 - 1024 * 1024;
+	ret = cache_read(fs_of(req)->cache, fh->cf, read_buf, size, off, &data, &n);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_buf(req, data, n);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+		     size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	int ret = cache_write(fs->cache, fh->cf, buf, size, off);
+
+	if (!ret && (fh->flags & (O_SYNC | O_DSYNC)))
+		ret = cache_fsync(fs->cache, fh->cf);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_write(req, size);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+
+	cache_file_put(fs_of(req)->cache, fh->cf);
+	free(fh);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		     struct fuse_file_info *fi)
+{
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	int ret = cache_fsync(fs_of(req)->cache, fh->cf);
+
+	fuse_reply_err(req, -ret);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
+			 off_t len, struct fuse_file_info *fi)
+{
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+
+	fuse_reply_err(req, -cache_fallocate(fs_of(req)->cache, fh->cf, mode,
+					     off, len));
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs_dir *d = calloc(1, sizeof(*d));
+	int fd;
+
+	if (!d) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fd = openat(inode_of(fs_of(req), ino)->fd, ".", O_RDONLY | O_DIRECTORY |
+							       O_CLOEXEC);
+	if (fd < 0 || !(d->dp = fdopendir(fd))) {
+		int e = errno;
+
+		if (fd >= 0)
+			close(fd);
+		free(d);
+		fuse_reply_err(req, e);
+		return;
+	}
+	fi->fh = (uintptr_t)d;
+	fuse_reply_open(req, fi);
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi, int plus)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_dir *d = (struct fs_dir *)(uintptr_t)fi->fh;
+	char *buf = calloc(1, size), *p = buf;
+	size_t rem = size;
+	int err = 0;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (off != d->offset) {
+		seekdir(d->dp, off);
+		d->entry = NULL;
+		d->offset = off;
+	}
+	for (;;) {
+		struct fuse_entry_param e;
+		size_t n;
+
+		if (!d->entry) {
+			errno = 0;
+			d->entry = readdir(d->dp);
+			if (!d->entry) {
+				err = errno;
+				break;
+			}
+		}
+		if (plus) {
+			const char *nm = d->entry->d_name;
+
+			if (!strcmp(nm, ".") || !strcmp(nm, "..")) {
+				memset(&e, 0, sizeof(e));
+				e.attr.st_ino = d->entry->d_ino;
+				e.attr.st_mode = d->entry->d_type << 12;
+			} else {
+				int r = do_lookup(fs, ino, nm, &e);
+
+				if (r) {
+					err = -r;
+					break;
+				}
+			}
+			n = fuse_add_direntry_plus(req, p, rem, nm, &e,
+						   telldir(d->dp));
+			if (n > rem) {
+				if (e.ino)
+					inode_forget(fs, inode_of(fs, e.ino), 1);
+				break;
+			}
+		} else {
+			struct stat st = { .st_ino = d->entry->d_ino,
+					   .st_mode = d->entry->d_type << 12 };
+
+			n = fuse_add_direntry(req, p, rem, d->entry->d_name, &st,
+					      telldir(d->dp));
+			if (n > rem)
+				break;
+		}
+		p += n;
+		rem -= n;
+		d->entry = NULL;
+		d->offset = telldir(d->dp);
+	}
+	if (err && rem == size)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_buf(req, buf, size - rem);
+	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, 0);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, 1);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	struct fs_dir *d = (struct fs_dir *)(uintptr_t)fi->fh;
+
+	closedir(d->dp);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+			struct fuse_file_info *fi)
+{
+	struct fs_dir *d = (struct fs_dir *)(uintptr_t)fi->fh;
+	int fd = dirfd(d->dp);
+
+	fuse_reply_err(req, (datasync ? fdatasync(fd) : fsync(fd)) ? errno : 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+
+	if (fstatvfs(fs_of(req)->root.fd, &sv))
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_statfs(req, &sv);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	char path[64];
+
+	proc_path(inode_of(fs_of(req), ino)->fd, path, sizeof(path));
+	fuse_reply_err(req, setxattr(path, name, value, size, flags) ? errno : 0);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	char path[64], *buf = NULL;
+	ssize_t n;
+
+	proc_path(inode_of(fs_of(req), ino)->fd, path, sizeof(path));
+	if (size) {
+		buf = malloc(size);
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+	}
+	n = getxattr(path, name, buf, size);
+	if (n < 0)
+		fuse_reply_err(req, errno);
+	else if (size)
+		fuse_reply_buf(req, buf, n);
+	else
+		fuse_reply_xattr(req, n);
+	free(buf);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	char path[64], *buf = NULL;
+	ssize_t n;
+
+	proc_path(inode_of(fs_of(req), ino)->fd, path, sizeof(path));
+	if (size) {
+		buf = malloc(size);
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+	}
+	n = listxattr(path, buf, size);
+	if (n < 0)
+		fuse_reply_err(req, errno);
+	else if (size)
+		fuse_reply_buf(req, buf, n);
+	else
+		fuse_reply_xattr(req, n);
+	free(buf);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	char path[64];
+
+	proc_path(inode_of(fs_of(req), ino)->fd, path, sizeof(path));
+	fuse_reply_err(req, removexattr(path, name) ? errno : 0);
+}
+
+const struct fuse_lowlevel_ops fs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.symlink = op_symlink,
+	.link = op_link,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.rename = op_rename,
+	.open = op_open,
+	.create = op_create,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.fallocate = op_fallocate,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+};

@@ -1,0 +1,318 @@
+/* fs: the nvcachefs daemon — options, configuration, cache, mount, the FUSE loop, orderly exit. */
+#define _GNU_SOURCE
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#define DEFAULT_CONFIG "/etc/nvcachefs.conf"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: nvcachefs [-f] [-c FILE] [-o KEY=VALUE]... [CONFIG] MOUNTPOINT\n"
+		"\n"
+		"A write-back cache on fast block devices in front of a backing directory.\n"
+		"\n"
+		"  -f               stay in the foreground, log to stderr\n"
+		"  -c FILE          configuration file (default " DEFAULT_CONFIG ";\n"
+		"                   a CONFIG argument before MOUNTPOINT does the same,\n"
+		"                   for /etc/fstab entries of type fuse.nvcachefs)\n"
+		"  -o section.key=value   override a configuration key\n"
+		"  -o OPTION        a FUSE mount option (allow_other, ...)\n"
+		"  -h, --help       this help\n"
+		"  -V, --version    the version\n"
+		"\n");
+	cfg_help(f);
+}
+
+static int is_config_key(const char *opt)
+{
+	const char *dot = strchr(opt, '.'), *eq = strchr(opt, '=');
+
+	return dot && eq && dot < eq;
+}
+
+static int load_config(struct cache_config *cfg, const char *file,
+		       char **ov, int nov, char *err, size_t len)
+{
+	int i, ret;
+
+	cfg_defaults(cfg);
+	ret = cfg_load(cfg, file, err, len);
+	for (i = 0; !ret && i < nov; i++)
+		ret = cfg_override(cfg, ov[i], err, len);
+	if (!ret)
+		ret = cfg_validate(cfg, err, len);
+	return ret;
+}
+
+/* SIGHUP: re-read the tunables that may change while mounted. */
+static int hup_pipe[2] = { -1, -1 };
+
+static void on_hup(int sig)
+{
+	(void)sig;
+	(void)!write(hup_pipe[1], "h", 1);
+}
+
+static void *reload_main(void *arg)
+{
+	struct fs *fs = arg;
+	char ch, err[CFG_ERRLEN];
+
+	while (read(hup_pipe[0], &ch, 1) == 1) {
+		struct cache_config next;
+
+		if (ch != 'h')
+			break;
+		log_msg(LOG_NOTICE, "SIGHUP: re-reading %s", fs->config_file);
+		if (load_config(&next, fs->config_file, fs->overrides,
+				fs->noverrides, err, sizeof(err))) {
+			log_msg(LOG_ERR, "reload refused: %s", err);
+		} else if (cfg_reload_into(fs->cfg, &next)) {
+			cache_kick(fs->cache);
+		}
+		cfg_free(&next);
+	}
+	return NULL;
+}
+
+/* Daemonising: the parent waits for the child to mount, and exits with its status. */
+static int status_pipe[2] = { -1, -1 };
+
+static int daemon_begin(void)
+{
+	pid_t pid;
+	char st = 1;
+
+	if (pipe2(status_pipe, O_CLOEXEC))
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0) {
+		close(status_pipe[1]);
+		if (read(status_pipe[0], &st, 1) != 1)
+			st = 1;
+		_exit(st);
+	}
+	close(status_pipe[0]);
+	setsid();
+	return 0;
+}
+
+static void daemon_end(int ok)
+{
+	char st = ok ? 0 : 1;
+	int fd;
+
+	if (status_pipe[1] < 0)
+		return;
+	if (ok) {
+		fd = open("/dev/null", O_RDWR);
+		if (fd >= 0) {
+			dup2(fd, 0);
+			dup2(fd, 1);
+			dup2(fd, 2);
+			if (fd > 2)
+				close(fd);
+		}
+		log_setup(LOG_TO_SYSLOG);
+		(void)!chdir("/");
+	}
+	(void)!write(status_pipe[1], &st, 1);
+	close(status_pipe[1]);
+	status_pipe[1] = -1;
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("nvcachefs: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	daemon_end(0);
+	exit(1);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct cache_config cfg;
+	struct fuse_session *se;
+	struct fuse_loop_config *lc;
+	struct fs fs;
+	char err[CFG_ERRLEN], mnt[PATH_MAX], fsname[PATH_MAX + 32];
+	const char *config = NULL, *mountpoint;
+	char **ov = calloc(argc, sizeof(char *));
+	int nov = 0, foreground = 0, debug = 0, opt, ret, flush;
+	pthread_t reload_thread;
+	struct sigaction sa;
+	struct stat st;
+
+	memset(&fs, 0, sizeof(fs));
+	if (!ov)
+		die("out of memory");
+	fuse_opt_add_arg(&args, argv[0]);
+	while ((opt = getopt_long(argc, argv, "hVfdc:o:", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("nvcachefs %s (libfuse %s)\n", NVC_VERSION,
+			       fuse_pkgversion());
+			return 0;
+		case 'f':
+			foreground = 1;
+			break;
+		case 'd':
+			debug = 1;
+			foreground = 1;
+			break;
+		case 'c':
+			config = optarg;
+			break;
+		case 'o': {
+			char *s = strdup(optarg), *save, *tok;
+
+			for (tok = strtok_r(s, ",", &save); tok;
+			     tok = strtok_r(NULL, ",", &save)) {
+				if (is_config_key(tok)) {
+					ov[nov++] = strdup(tok);
+				} else if (strcmp(tok, "defaults")) {
+					fuse_opt_add_arg(&args, "-o");
+					fuse_opt_add_arg(&args, tok);
+				}
+			}
+			free(s);
+			break;
+		}
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind == argc - 2 && !config)
+		config = argv[optind++];
+	if (optind != argc - 1) {
+		fprintf(stderr, "nvcachefs: expected one MOUNTPOINT (see --help)\n");
+		return 2;
+	}
+	if (!config)
+		config = DEFAULT_CONFIG;
+	mountpoint = argv[optind];
+	if (!realpath(mountpoint, mnt) || stat(mnt, &st) || !S_ISDIR(st.st_mode))
+		die("%s: not a directory to mount on", mountpoint);
+
+	if (load_config(&cfg, config, ov, nov, err, sizeof(err)))
+		die("%s", err);
+	fs.cfg = &cfg;
+	fs.config_file = config;
+	fs.overrides = ov;
+	fs.noverrides = nov;
+	fs.mountpoint = mnt;
+	fs.timeout = cfg.attr_timeout_ms / 1000.0;
+
+	fs.backing_fd = open(cfg.backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fs.backing_fd < 0)
+		die("backing.path %s: %s", cfg.backing_path, strerror(errno));
+	fs.root.fd = open(cfg.backing_path, O_PATH | O_CLOEXEC);
+	if (fs.root.fd < 0 || fstat(fs.root.fd, &st))
+		die("backing.path %s: %s", cfg.backing_path, strerror(errno));
+	fs.root.dev = st.st_dev;
+	fs.root.ino = st.st_ino;
+	fs.root.nlookup = 2;
+	if (!strcmp(mnt, cfg.backing_path))
+		die("the mount point cannot be the backing directory");
+
+	if (!foreground && daemon_begin())
+		die("cannot daemonise: %s", strerror(errno));
+	umask(0);
+	log_setup(LOG_TO_STDERR);
+	if (fs_init_table(&fs))
+		die("out of memory");
+	ret = cache_open(&cfg, fs.backing_fd, &fs.cache, err, sizeof(err));
+	if (ret)
+		die("%s", err);
+
+	snprintf(fsname, sizeof(fsname), "-ofsname=nvcachefs:%s,subtype=nvcachefs,default_permissions",
+		 cfg.backing_path);
+	fuse_opt_add_arg(&args, fsname);
+	if (debug)
+		fuse_opt_add_arg(&args, "-d");
+	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
+	if (!se) {
+		cache_close(fs.cache, 0);
+		die("bad FUSE options (see --help)");
+	}
+	if (fuse_set_signal_handlers(se)) {
+		cache_close(fs.cache, 0);
+		die("cannot set signal handlers");
+	}
+	if (pipe2(hup_pipe, O_CLOEXEC) ||
+	    pthread_create(&reload_thread, NULL, reload_main, &fs)) {
+		cache_close(fs.cache, 0);
+		die("cannot start the reload thread");
+	}
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_hup;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGHUP, &sa, NULL);
+	if (fuse_session_mount(se, mnt)) {
+		cache_close(fs.cache, 0);
+		die("cannot mount on %s", mnt);
+	}
+	ret = fs_ctl_start(&fs, mnt);
+	if (ret)
+		log_msg(LOG_WARNING, "control socket unavailable: %s (nvcachectl stats/flush will not work)",
+			strerror(-ret));
+	log_msg(LOG_NOTICE, "mounted %s on %s", cfg.backing_path, mnt);
+	daemon_end(1);
+
+	lc = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(lc, cfg.fuse_threads);
+	fuse_loop_cfg_set_idle_threads(lc, cfg.fuse_threads / 2 > 1 ? cfg.fuse_threads / 2 : 1);
+	ret = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+
+	fuse_session_unmount(se);
+	flush = cfg.on_unmount == UNMOUNT_FLUSH;
+	log_msg(LOG_NOTICE, "unmounted %s; %s", mnt,
+		flush ? "destaging all dirty data" : "keeping dirty data in the cache");
+	fs_ctl_stop();
+	ret = cache_close(fs.cache, flush);
+	if (ret)
+		log_msg(LOG_ERR, "closing the cache: %s; dirty data stays in the cache and is destaged after the next mount",
+			strerror(-ret));
+	(void)!write(hup_pipe[1], "q", 1);
+	pthread_join(reload_thread, NULL);
+	fuse_remove_signal_handlers(se);
+	fuse_session_destroy(se);
+	fuse_opt_free_args(&args);
+	fs_free_table(&fs);
+	log_msg(LOG_NOTICE, "exit");
+	cfg_free(&cfg);
+	return 0;
+}
