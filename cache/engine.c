@@ -927,11 +927,40 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 		return -ENOMEM;
 	for (i = 0; i < nsp; i++)
 		pthread_rwlock_wrlock(&sp[i].s->rw);
+	/*
+	 * A clean page is overwritten in place only after its entry says dirty
+	 * on the media: were the daemon killed between the device write and the
+	 * entry update, a page still marked clean would hold data that the
+	 * backing file does not, and the file would change when it is evicted.
+	 */
 	pthread_mutex_lock(&c->lock);
-	for (i = 0; i < nsp; i++)
-		sp[i].s->gen++;
+	for (i = 0; i < nsp; i++) {
+		struct cslot *s = sp[i].s;
+		int was_dirty = bm_any(s->dirty);
+
+		s->gen++;
+		sp[i].miss = 0;
+		memset(sp[i].valid, 0, sizeof(sp[i].valid));
+		for (p = sp[i].p0; p < sp[i].p1; p++) {
+			if (!bm_test(s->valid, p) || bm_test(s->dirty, p))
+				continue;
+			bm_set(sp[i].valid, p); /* the intent: pages to re-clean */
+			bm_set(s->dirty, p);
+			c->dirty_pages++;
+			sp[i].miss = 1;
+		}
+		if (!was_dirty && bm_any(s->dirty)) {
+			file_mark_dirty(c, f, s);
+			slot_settle(c, s);
+		}
+	}
 	f->wgen++;
 	pthread_mutex_unlock(&c->lock);
+	for (i = 0; i < nsp && !ret; i++)
+		if (sp[i].miss)
+			ret = slot_persist(c, sp[i].s);
+	if (ret)
+		goto out_unlock;
 
 	/* partial first and last pages keep their old bytes */
 	head = lo % NVC_PAGE != 0;
@@ -981,6 +1010,17 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 				c->dirty_pages++;
 			}
 		}
+		if (mode != MODE_WRITEBACK && sp[i].miss) {
+			/* writethrough: the backing file has it, clean again */
+			for (p = sp[i].p0; p < sp[i].p1; p++) {
+				if (!bm_test(sp[i].valid, p))
+					continue;
+				bm_clear(s->dirty, p);
+				c->dirty_pages--;
+			}
+			if (was_dirty && !bm_any(s->dirty))
+				file_mark_clean(c, f, s);
+		}
 		if (!was_dirty && bm_any(s->dirty))
 			file_mark_dirty(c, f, s);
 		slot_settle(c, s);
@@ -992,6 +1032,10 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 	if (mode != MODE_WRITEBACK && hi > f->bsize)
 		f->bsize = hi;
 	newsize = f->size;
+	/* crossing the high watermark wakes the destager at once */
+	if (!c->draining &&
+	    c->ndirty_slots * 100 >= c->cfg->high_wm * c->nslots)
+		pthread_cond_signal(&c->destage_cond);
 	clock_gettime(CLOCK_REALTIME, &f->mtime);
 	f->mtime_set = mode == MODE_WRITEBACK;
 	pthread_mutex_unlock(&c->lock);
@@ -1187,7 +1231,14 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 		int was_dirty;
 
 		pthread_rwlock_wrlock(&edge->rw);
-		if (size % NVC_PAGE && bm_test(edge->valid, tail_page)) {
+		if (size % NVC_PAGE && bm_test(edge->valid, tail_page) &&
+		    !bm_test(edge->dirty, tail_page)) {
+			/* clean: forget it rather than make it differ from backing */
+			pthread_mutex_lock(&c->lock);
+			bm_clear(edge->valid, tail_page);
+			c->valid_pages--;
+			pthread_mutex_unlock(&c->lock);
+		} else if (size % NVC_PAGE && bm_test(edge->valid, tail_page)) {
 			char *pg = dev_alloc_buf(NVC_PAGE);
 			uint64_t at = slot_off(c, slot_idx(c, edge)) +
 				      tail_page * NVC_PAGE;

@@ -210,6 +210,11 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		if (!f)
 			continue;
 		recover_file_open(c, f);
+		log_msg(LOG_DEBUG,
+			"recovery: record %u inode %llu size %llu backing %llu slots %llu dirty %llu%s",
+			r, (unsigned long long)f->ino, (unsigned long long)f->size,
+			(unsigned long long)f->bsize, (unsigned long long)f->nslots,
+			(unsigned long long)f->ndirty, f->unlinked ? " dropped" : "");
 		if (f->unlinked == 2) {
 			/* changed behind our back, nothing dirty: forget it */
 			f->unlinked = 1;

@@ -1,0 +1,167 @@
+"""Integration fixtures: real loop-device DIMMs, pmem-file mirrors, a backing directory on disk, the real daemon."""
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("NVC_BUILD", os.path.join(ROOT, "build"))
+DAEMON = os.path.join(BUILD, "fs", "nvcachefs")
+CTL = os.path.join(BUILD, "tools", "nvcachectl")
+MiB = 1 << 20
+
+
+def sh(*args, check=True, **kw):
+    return subprocess.run(list(args), check=check, capture_output=True, text=True, **kw)
+
+
+def mounted(path):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+class Cache:
+    """One cache: loop devices over /dev/shm files, two mirror files, a backing dir, a mount point."""
+
+    def __init__(self, tmp, ndevs=2, dev_size=128 * MiB, extra=None, mode=None):
+        self.tmp = str(tmp)
+        self.tag = "nvc-test-" + uuid.uuid4().hex[:8]
+        self.backing = os.path.join(self.tmp, "backing")
+        self.mnt = os.path.join(self.tmp, "mnt")
+        os.makedirs(self.backing, exist_ok=True)
+        os.makedirs(self.mnt, exist_ok=True)
+        self.images, self.loops = [], []
+        self.meta = [f"/dev/shm/{self.tag}-meta{i}" for i in range(2)]
+        self.proc = None
+        self.log = os.path.join(self.tmp, "daemon.log")
+        for i in range(ndevs):
+            img = f"/dev/shm/{self.tag}-dimm{i}.img"
+            with open(img, "wb") as f:
+                f.truncate(dev_size)
+            self.images.append(img)
+            self.loops.append(sh("losetup", "--find", "--show", "--direct-io=on", img).stdout.strip())
+        self.keys = {
+            "cache.devices": ", ".join(self.loops),
+            "cache.metadata": ", ".join(self.meta),
+            "backing.path": self.backing,
+            "destage.idle_after": "0",
+            "destage.max_dirty_age": "0",
+        }
+        self.keys.update(extra or {})
+        self.conf = os.path.join(self.tmp, "nvcachefs.conf")
+        self.write_conf()
+
+    def write_conf(self, keys=None):
+        keys = keys or self.keys
+        sections = {}
+        for k, v in keys.items():
+            s, name = k.split(".", 1)
+            sections.setdefault(s, []).append(f"{name} = {v}")
+        with open(self.conf, "w") as f:
+            for s, lines in sections.items():
+                f.write(f"[{s}]\n" + "\n".join(lines) + "\n")
+
+    def format(self, *extra, check=True):
+        r = sh(CTL, "format", "-c", self.conf, *extra, check=False)
+        if check:
+            assert r.returncode == 0, r.stderr
+        return r
+
+    def mount(self, *opts, check=True):
+        cmd = [DAEMON, "-f", "-c", self.conf, "-o", "allow_other"]
+        for o in opts:
+            cmd += ["-o", o]
+        cmd.append(self.mnt)
+        logf = open(self.log, "a")
+        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=logf)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if mounted(self.mnt):
+                return self.proc
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        if check:
+            raise AssertionError("mount failed: " + open(self.log).read())
+        return self.proc
+
+    def unmount(self, timeout=120):
+        if mounted(self.mnt):
+            sh("fusermount3", "-u", self.mnt)
+        if self.proc:
+            rc = self.proc.wait(timeout=timeout)
+            self.proc = None
+            return rc
+        return None
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.proc = None
+        sh("fusermount3", "-uz", self.mnt, check=False)
+        deadline = time.time() + 10
+        while mounted(self.mnt) and time.time() < deadline:
+            time.sleep(0.05)
+
+    def ctl(self, *args, check=True):
+        r = sh(CTL, *args, check=False)
+        if check:
+            assert r.returncode == 0, r.stderr
+        return r
+
+    def stats(self):
+        import json
+        return json.loads(self.ctl("stats", self.mnt, "--json").stdout)
+
+    def flush(self):
+        return self.ctl("flush", self.mnt)
+
+    def path(self, *p):
+        return os.path.join(self.mnt, *p)
+
+    def log_text(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def cleanup(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if mounted(self.mnt):
+            sh("fusermount3", "-uz", self.mnt, check=False)
+        if os.environ.get("NVC_KEEP"):
+            return
+        for lo in self.loops:
+            sh("losetup", "-d", lo, check=False)
+        for f in self.images + self.meta:
+            try:
+                os.unlink(f)
+            except FileNotFoundError:
+                pass
+
+
+@pytest.fixture
+def make_cache(tmp_path):
+    made = []
+
+    def make(**kw):
+        c = Cache(tmp_path / f"c{len(made)}", **kw)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.cleanup()
+
+
+@pytest.fixture
+def cache(make_cache):
+    c = make_cache()
+    c.format()
+    c.mount()
+    yield c
+    if c.proc:
+        c.unmount()

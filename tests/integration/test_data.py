@@ -1,0 +1,158 @@
+"""The data path through the real mount, compared byte for byte with a plain directory."""
+import mmap
+import os
+import threading
+
+from workload import MiB, assert_same_tree, run_workload
+
+
+def test_random_workload_then_flush_and_unmount(cache, tmp_path):
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    ops = run_workload(cache.mnt, str(ref), nthreads=4, steps=250)
+    assert ops == 1000
+    assert_same_tree(cache.mnt, ref)
+    st = cache.stats()
+    assert st["write_ops"] > 0 and st["read_ops"] > 0
+    cache.flush()
+    assert cache.stats()["dirty_bytes"] == 0
+    assert_same_tree(cache.backing, ref)
+    assert cache.unmount() == 0
+    assert_same_tree(cache.backing, ref)
+    cache.mount()
+    assert_same_tree(cache.mnt, ref)
+
+
+def test_unaligned_small_writes_do_not_lose_neighbours(cache):
+    p = cache.path("f")
+    base = os.urandom(3 * 65536 + 100)
+    with open(p, "wb") as f:
+        f.write(base)
+    cache.flush()
+    cache.unmount()
+    cache.mount()  # nothing cached now: every small write lands in an uncached block
+    exp = bytearray(base)
+    fd = os.open(p, os.O_RDWR)
+    for off, data in [(5, b"abc"), (4095, b"xy"), (65536 * 2 + 7, b"z" * 9000), (len(base) - 1, b"END")]:
+        os.pwrite(fd, data, off)
+        exp[off:off + len(data)] = data
+    os.close(fd)
+    with open(p, "rb") as f:
+        assert f.read() == bytes(exp)
+    cache.flush()
+    with open(os.path.join(cache.backing, "f"), "rb") as f:
+        assert f.read() == bytes(exp)
+
+
+def test_sparse_holes_and_truncate(cache):
+    p = cache.path("sparse")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    os.pwrite(fd, b"tail", 10 * MiB + 3)
+    assert os.fstat(fd).st_size == 10 * MiB + 7
+    assert os.pread(fd, 4096, 5 * MiB) == b"\0" * 4096
+    os.pwrite(fd, b"A" * 10000, 100)
+    os.ftruncate(fd, 5000)          # down into the dirty block
+    os.ftruncate(fd, 3 * MiB)       # and up again: the cut bytes must read as zeros
+    data = os.pread(fd, 3 * MiB, 0)
+    assert data[:100] == b"\0" * 100
+    assert data[100:5000] == b"A" * 4900
+    assert data[5000:] == b"\0" * (3 * MiB - 5000)
+    os.close(fd)
+    cache.flush()
+    with open(os.path.join(cache.backing, "sparse"), "rb") as f:
+        assert f.read() == data
+
+
+def test_unlink_open_file_and_hard_links(cache):
+    a, b = cache.path("a"), cache.path("b")
+    with open(a, "wb") as f:
+        f.write(b"1" * 100000)
+    os.link(a, b)
+    with open(b, "r+b") as f:
+        f.write(b"2" * 10)
+    with open(a, "rb") as f:
+        assert f.read(12) == b"2" * 10 + b"11"
+    fd = os.open(a, os.O_RDWR)
+    os.unlink(a)
+    os.unlink(b)
+    os.pwrite(fd, b"still here", 0)
+    assert os.pread(fd, 10, 0) == b"still here"
+    os.close(fd)
+    assert os.listdir(cache.mnt) == []
+    cache.flush()
+    assert cache.stats()["dirty_bytes"] == 0
+    assert os.listdir(cache.backing) == []
+
+
+def test_rename_with_dirty_data(cache):
+    d = os.urandom(300000)
+    with open(cache.path("x"), "wb") as f:
+        f.write(d)
+    os.mkdir(cache.path("dir"))
+    os.rename(cache.path("x"), cache.path("dir", "y"))
+    with open(cache.path("dir", "y"), "rb") as f:
+        assert f.read() == d
+    cache.flush()
+    with open(os.path.join(cache.backing, "dir", "y"), "rb") as f:
+        assert f.read() == d
+
+
+def test_shared_writable_mmap(cache):
+    p = cache.path("m")
+    with open(p, "wb") as f:
+        f.truncate(1 * MiB)
+    with open(p, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 1 * MiB)
+        m[4096:8192] = b"m" * 4096
+        m[-3:] = b"end"
+        m.flush()
+        m.close()
+    cache.unmount()   # the kernel page cache is gone; data must come from the cache
+    cache.mount()
+    with open(p, "rb") as f:
+        data = f.read()
+    assert data[4096:8192] == b"m" * 4096 and data[-3:] == b"end" and data[:4096] == b"\0" * 4096
+
+
+def test_many_threads_one_file(cache):
+    p = cache.path("shared")
+    chunk = 192 * 1024
+    n = 16
+    with open(p, "wb"):
+        pass
+    blobs = [os.urandom(chunk) for _ in range(n)]
+
+    def writer(i):
+        fd = os.open(p, os.O_WRONLY)
+        for k in range(0, chunk, 12288):
+            os.pwrite(fd, blobs[i][k:k + 12288], i * chunk + k)
+        os.close(fd)
+
+    ts = [threading.Thread(target=writer, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    with open(p, "rb") as f:
+        assert f.read() == b"".join(blobs)
+
+
+def test_cache_much_smaller_than_data(make_cache, tmp_path):
+    c = make_cache(dev_size=12 * MiB, extra={"destage.high_watermark": "60", "destage.low_watermark": "20"})
+    c.format()
+    c.mount()
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    # about 20 MiB of cache, far more data written through it
+    for i in range(6):
+        blob = os.urandom(16 * MiB)
+        for root in (c.mnt, str(ref)):
+            with open(os.path.join(root, f"big{i}"), "wb") as f:
+                for k in range(0, len(blob), MiB):
+                    f.write(blob[k:k + MiB])
+    run_workload(c.mnt, str(ref), nthreads=3, steps=150, max_size=8 * MiB)
+    assert_same_tree(c.mnt, ref)
+    st = c.stats()
+    assert st["evictions"] > 0 and st["destaged_bytes"] > 0
+    assert c.unmount() == 0
+    assert_same_tree(c.backing, ref)
