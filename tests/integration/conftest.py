@@ -26,9 +26,15 @@ def mounted(path):
 class Cache:
     """One cache: loop devices over /dev/shm files, two mirror files, a backing dir, a mount point."""
 
-    def __init__(self, tmp, ndevs=2, dev_size=128 * MiB, extra=None, mode=None):
+    def __init__(self, tmp, ndevs=2, dev_size=128 * MiB, extra=None, public=False):
         self.tmp = str(tmp)
         self.tag = "nvc-test-" + uuid.uuid4().hex[:8]
+        if public:
+            # other users must reach the mount and the backing store
+            self.tmp = os.path.join("/tmp", self.tag)
+            os.makedirs(self.tmp, mode=0o755)
+            os.chmod(self.tmp, 0o755)
+        self.public = public
         self.backing = os.path.join(self.tmp, "backing")
         self.mnt = os.path.join(self.tmp, "mnt")
         os.makedirs(self.backing, exist_ok=True)
@@ -141,6 +147,9 @@ class Cache:
                 os.unlink(f)
             except FileNotFoundError:
                 pass
+        if self.public:
+            import shutil
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 @pytest.fixture

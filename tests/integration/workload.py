@@ -2,6 +2,7 @@
 import mmap
 import os
 import random
+import stat
 import threading
 
 KiB = 1024
@@ -20,6 +21,8 @@ def tree(root):
                 out[rel] = ("link", os.readlink(p))
             elif os.path.isdir(p):
                 out[rel] = ("dir", None)
+            elif not stat.S_ISREG(st.st_mode):
+                out[rel] = ("special", stat.S_IFMT(st.st_mode))
             else:
                 with open(p, "rb") as f:
                     out[rel] = ("file", f.read(), st.st_size)
