@@ -1,0 +1,388 @@
+/* tests: the cache engine on in-memory devices — map, hits and misses, eviction, destage, recovery. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../cache/cache.h"
+#include "../../cache/meta.h"
+#include "check.h"
+
+#define KiB 1024u
+#define MiB (1024u * 1024)
+
+struct env {
+	struct cache_config cfg;
+	struct dev *devs[2];
+	struct pm_region mirrors[2];
+	int backing_fd;
+	char dir[64];
+	struct cache *c;
+	uint64_t mlen;
+};
+
+static char *rbuf;
+
+static void env_open(struct env *e)
+{
+	char err[CFG_ERRLEN] = "";
+	int ret = cache_open_devs(&e->cfg, e->devs, 2, e->mirrors, e->backing_fd,
+				  &e->c, err, sizeof(err));
+
+	if (ret) {
+		fprintf(stderr, "cache_open_devs: %s\n", err);
+		exit(1);
+	}
+}
+
+static void env_init(struct env *e, uint64_t slots_per_dev, uint32_t bs)
+{
+	char err[CFG_ERRLEN];
+	int i;
+
+	memset(e, 0, sizeof(*e));
+	cfg_defaults(&e->cfg);
+	e->cfg.block_size = bs;
+	e->cfg.ndevs = 2;
+	e->cfg.dev_paths[0] = strdup("mem0");
+	e->cfg.dev_paths[1] = strdup("mem1");
+	e->cfg.meta_paths[0] = strdup("m0");
+	e->cfg.meta_paths[1] = strdup("m1");
+	e->cfg.idle_ms = 0;
+	e->cfg.max_dirty_age_ms = 0;
+	for (i = 0; i < 2; i++)
+		if (dev_mem_create(SB_DATA_OFF + slots_per_dev * bs, &e->devs[i]))
+			exit(1);
+	e->mlen = fmt_meta_len(&e->cfg, e->devs, 2);
+	for (i = 0; i < 2; i++)
+		if (pm_mem_create(e->mlen, &e->mirrors[i]))
+			exit(1);
+	if (fmt_format_open(&e->cfg, e->devs, 2, e->mirrors, err, sizeof(err))) {
+		fprintf(stderr, "format: %s\n", err);
+		exit(1);
+	}
+	strcpy(e->dir, "/tmp/nvc-unit-XXXXXX");
+	if (!mkdtemp(e->dir))
+		exit(1);
+	e->backing_fd = open(e->dir, O_RDONLY | O_DIRECTORY);
+	env_open(e);
+}
+
+static void env_fini(struct env *e)
+{
+	char cmd[128];
+	int i;
+
+	if (e->c)
+		cache_close(e->c, 0);
+	for (i = 0; i < 2; i++) {
+		dev_close(e->devs[i]);
+		pm_unmap(&e->mirrors[i]);
+	}
+	close(e->backing_fd);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", e->dir);
+	(void)!system(cmd);
+	cfg_free(&e->cfg);
+}
+
+static struct cfile *file_open(struct env *e, const char *name, int *fd)
+{
+	struct cfile *f;
+
+	*fd = openat(e->backing_fd, name, O_RDWR | O_CREAT, 0644);
+	if (*fd < 0 || cache_file_get(e->c, *fd, &f)) {
+		perror(name);
+		exit(1);
+	}
+	return f;
+}
+
+static void fill(char *p, size_t n, unsigned seed)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		seed = seed * 1103515245 + 12345;
+		p[i] = seed >> 16;
+	}
+}
+
+/* read len at off through the cache and compare with want */
+static int same(struct env *e, struct cfile *f, const char *want, size_t len,
+		uint64_t off)
+{
+	char *data;
+	size_t n, done = 0;
+
+	while (done < len) {
+		size_t part = len - done > MiB ? MiB : len - done;
+
+		if (cache_read(e->c, f, rbuf, part, off + done, &data, &n) || n != part)
+			return 0;
+		if (memcmp(data, want + done, n))
+			return 0;
+		done += n;
+	}
+	return 1;
+}
+
+static int backing_same(int fd, const char *want, size_t len)
+{
+	char *b = malloc(len + 1);
+	ssize_t n = pread(fd, b, len + 1, 0);
+	int ok = n == (ssize_t)len && !memcmp(b, want, len);
+
+	free(b);
+	return ok;
+}
+
+static void test_write_read_unaligned(void)
+{
+	struct env e;
+	struct cache_stats s;
+	size_t size = 3 * MiB;
+	char *ref = calloc(1, size), *src = malloc(300 * KiB);
+	uint64_t offs[] = { 0, 1, 4095, 4096, 65535, 70000, 1 * MiB - 3, 2 * MiB + 12345 };
+	size_t lens[] = { 1, 7, 4096, 5000, 65536, 131072 + 9, 300 * KiB, 12 };
+	struct cfile *f;
+	int fd, i;
+
+	env_init(&e, 64, 64 * KiB);
+	f = file_open(&e, "a", &fd);
+	for (i = 0; i < 8; i++) {
+		fill(src, lens[i], i + 1);
+		CHECK_EQ(cache_write(e.c, f, src, lens[i], offs[i]), 0);
+		memcpy(ref + offs[i], src, lens[i]);
+	}
+	CHECK(same(&e, f, ref, 2 * MiB + 12345 + 12, 0));
+	cache_stats(e.c, &s);
+	CHECK(s.read_hit_bytes > 0);
+	CHECK_EQ(s.read_miss_ops, 0);
+	CHECK(s.dirty_slots > 0);
+	CHECK_EQ(s.destaged_bytes, 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(backing_same(fd, ref, 2 * MiB + 12345 + 12));
+	cache_stats(e.c, &s);
+	CHECK_EQ(s.dirty_slots, 0);
+	CHECK_EQ(s.dirty_bytes, 0);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+	free(src);
+}
+
+static void test_miss_then_hit(void)
+{
+	struct env e;
+	struct cache_stats s;
+	char *src = malloc(MiB);
+	struct cfile *f;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	fd = openat(e.backing_fd, "b", O_RDWR | O_CREAT, 0644);
+	fill(src, MiB, 9);
+	CHECK_EQ(pwrite(fd, src, MiB, 0), MiB);
+	close(fd);
+	f = file_open(&e, "b", &fd);
+	CHECK(same(&e, f, src, MiB, 0));
+	cache_stats(e.c, &s);
+	CHECK_EQ(s.read_miss_ops, 1);
+	CHECK_EQ(s.read_hit_ops, 0);
+	CHECK_EQ(s.fill_bytes, MiB);
+	CHECK(same(&e, f, src, MiB, 0));
+	cache_stats(e.c, &s);
+	CHECK_EQ(s.read_hit_ops, 1);
+	CHECK_EQ(s.read_hit_bytes, MiB);
+	CHECK_EQ(s.read_miss_bytes, MiB);
+	/* a partial write into a cached clean page keeps the rest of it */
+	CHECK_EQ(cache_write(e.c, f, "XY", 2, 10), 0);
+	memcpy(src + 10, "XY", 2);
+	CHECK(same(&e, f, src, 8192, 0));
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(src);
+}
+
+/* Eight slots: reading a block makes it the last one evicted. */
+static void test_lru_eviction(void)
+{
+	struct env e;
+	struct cache_stats s;
+	char *src = malloc(8 * 64 * KiB), *other = malloc(64 * KiB);
+	struct cfile *a, *b;
+	int fa, fb;
+	uint64_t hits;
+
+	env_init(&e, 4, 64 * KiB);
+	a = file_open(&e, "a", &fa);
+	b = file_open(&e, "b", &fb);
+	fill(src, 8 * 64 * KiB, 3);
+	CHECK_EQ(cache_write(e.c, a, src, 8 * 64 * KiB, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0); /* all clean, LRU = blocks 0..7 */
+	CHECK(same(&e, a, src, 64 * KiB, 0));      /* block 0 becomes most recent */
+	fill(other, 64 * KiB, 4);
+	CHECK_EQ(cache_write(e.c, b, other, 64 * KiB, 0), 0); /* evicts block 1 */
+	cache_stats(e.c, &s);
+	CHECK_EQ(s.evictions, 1);
+	hits = s.read_hit_ops;
+	CHECK(same(&e, a, src, 64 * KiB, 0));
+	cache_stats(e.c, &s);
+	CHECK_EQ(s.read_hit_ops, hits + 1);
+	CHECK(same(&e, a, src + 64 * KiB, 64 * KiB, 64 * KiB));
+	cache_stats(e.c, &s);
+	CHECK_EQ(s.read_miss_ops, 1);
+	CHECK(same(&e, b, other, 64 * KiB, 0));
+	cache_file_put(e.c, a);
+	cache_file_put(e.c, b);
+	close(fa);
+	close(fb);
+	env_fini(&e);
+	free(src);
+	free(other);
+}
+
+/* Far more data than slots: writers wait for destage, nothing fails. */
+static void test_backpressure(void)
+{
+	struct env e;
+	struct cache_stats s;
+	size_t size = 6 * MiB;
+	char *src = malloc(size);
+	struct cfile *f;
+	int fd;
+	size_t off;
+
+	env_init(&e, 4, 64 * KiB);
+	f = file_open(&e, "big", &fd);
+	fill(src, size, 5);
+	for (off = 0; off < size; off += 96 * KiB) {
+		size_t n = size - off < 96 * KiB ? size - off : 96 * KiB;
+
+		CHECK_EQ(cache_write(e.c, f, src + off, n, off), 0);
+	}
+	CHECK(same(&e, f, src, size, 0));
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(backing_same(fd, src, size));
+	cache_stats(e.c, &s);
+	CHECK(s.evictions > 0);
+	CHECK(s.destaged_bytes >= size);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(src);
+}
+
+static void test_truncate(void)
+{
+	struct env e;
+	size_t size = 300 * KiB;
+	char *src = malloc(size), *ref = calloc(1, size);
+	struct cfile *f;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	f = file_open(&e, "t", &fd);
+	fill(src, 200 * KiB, 6);
+	CHECK_EQ(cache_write(e.c, f, src, 200 * KiB, 0), 0);
+	CHECK_EQ(cache_truncate(e.c, f, 5000), 0);
+	CHECK_EQ(cache_truncate(e.c, f, size), 0);
+	memcpy(ref, src, 5000);
+	CHECK(same(&e, f, ref, size, 0));
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(backing_same(fd, ref, size));
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(src);
+	free(ref);
+}
+
+/* Dirty data survives a crash; a damaged mirror is repaired from the other. */
+static void test_recovery_and_torn_mirror(void)
+{
+	struct env e;
+	struct cache_stats s;
+	size_t size = 700 * KiB + 3;
+	char *src = malloc(size);
+	struct cfile *f;
+	uint64_t dirty;
+	int fd, i;
+
+	env_init(&e, 64, 64 * KiB);
+	f = file_open(&e, "r", &fd);
+	fill(src, size, 8);
+	CHECK_EQ(cache_write(e.c, f, src, size, 0), 0);
+	cache_stats(e.c, &s);
+	dirty = s.dirty_slots;
+	cache_file_put(e.c, f);
+	cache_abandon(e.c); /* the daemon dies */
+	e.c = NULL;
+
+	/* damage: flip a byte of every used slot entry in mirror 1, zero a file record in mirror 0 */
+	{
+		const struct meta_hdr *h = e.mirrors[1].addr;
+		uint8_t *slots = (uint8_t *)e.mirrors[1].addr + h->slots_off;
+
+		for (i = 0; i < (int)h->nslots; i++)
+			if (slots[i * h->slot_size + 8])
+				slots[i * h->slot_size + 20] ^= 0x40;
+		memset((uint8_t *)e.mirrors[0].addr + h->files_off, 0x5a, 64);
+	}
+	env_open(&e);
+	cache_stats(e.c, &s);
+	CHECK_EQ(s.dirty_slots, dirty);
+	CHECK(!memcmp((char *)e.mirrors[0].addr + META_HDR_SIZE,
+		      (char *)e.mirrors[1].addr + META_HDR_SIZE, e.mlen - META_HDR_SIZE));
+	close(fd);
+	f = file_open(&e, "r", &fd);
+	CHECK(same(&e, f, src, size, 0));
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(backing_same(fd, src, size));
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(src);
+}
+
+/* A file deleted while the daemon was down loses its cached data at mount. */
+static void test_recovery_drops_deleted_file(void)
+{
+	struct env e;
+	struct cache_stats s;
+	char buf[8192];
+	struct cfile *f;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	f = file_open(&e, "gone", &fd);
+	fill(buf, sizeof(buf), 2);
+	CHECK_EQ(cache_write(e.c, f, buf, sizeof(buf), 0), 0);
+	cache_file_put(e.c, f);
+	close(fd);
+	cache_abandon(e.c);
+	CHECK_EQ(unlinkat(e.backing_fd, "gone", 0), 0);
+	env_open(&e);
+	cache_stats(e.c, &s);
+	CHECK_EQ(s.dirty_slots, 0);
+	CHECK_EQ(s.used_slots, 0);
+	env_fini(&e);
+}
+
+int main(void)
+{
+	log_setup(LOG_TO_STDERR);
+	rbuf = dev_alloc_buf(2 * MiB + 8192);
+	RUN(test_write_read_unaligned);
+	RUN(test_miss_then_hit);
+	RUN(test_lru_eviction);
+	RUN(test_backpressure);
+	RUN(test_truncate);
+	RUN(test_recovery_and_torn_mirror);
+	RUN(test_recovery_drops_deleted_file);
+	free(rbuf);
+	return CHECK_DONE();
+}
