@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# tools/quickstart.sh: install what is missing, build, then run the demo ("demo") or the whole test suite ("test").
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+
+# Every Debian package the project needs, and why, is listed in README.md.
+PKGS="gcc meson ninja-build pkg-config libfuse3-dev fuse3 liburing-dev libpmem-dev
+libinih-dev libblkid-dev libjson-c-dev libxxhash-dev python3-pytest fio strace
+util-linux e2fsprogs"
+
+install() {
+	if [ "$(id -u)" != 0 ]; then
+		echo "quickstart: run as root (loop devices, FUSE mounts, apt-get)" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	# shellcheck disable=SC2086
+	apt-get install -y -qq --no-install-recommends $PKGS >/dev/null
+	modprobe fuse 2>/dev/null || true
+	modprobe loop 2>/dev/null || true
+}
+
+build() {
+	[ -f build/build.ninja ] || meson setup build >/dev/null
+	ninja -C build
+}
+
+demo() {
+	tag=nvc-demo-$$
+	dir=/var/tmp/nvcachefs-demo-$$
+	mnt=$dir/mnt
+	loops=()
+	cleanup() {
+		set +e
+		mountpoint -q "$mnt" && fusermount3 -u "$mnt"
+		for _ in $(seq 100); do pgrep -f "nvcachefs -c $dir/" >/dev/null || break; sleep 0.1; done
+		pkill -9 -f "nvcachefs -c $dir/" 2>/dev/null
+		mountpoint -q "$mnt" && fusermount3 -uz "$mnt"
+		for l in "${loops[@]}"; do losetup -d "$l"; done
+		rm -f /dev/shm/$tag-*
+		rm -rf "$dir"
+	}
+	trap cleanup EXIT
+	mkdir -p "$dir/backing" "$mnt"
+	for i in 0 1; do
+		truncate -s 1G /dev/shm/$tag-dimm$i.img
+		loops+=("$(losetup --find --show --direct-io=on /dev/shm/$tag-dimm$i.img)")
+	done
+	cat >"$dir/nvcachefs.conf" <<CONF
+# two emulated DIMMs, metadata mirrored on two emulated pmem files
+[cache]
+devices = ${loops[0]}, ${loops[1]}
+metadata = /dev/shm/$tag-meta0, /dev/shm/$tag-meta1
+block_size = 64K
+[backing]
+path = $dir/backing
+[destage]
+high_watermark = 60
+low_watermark = 30
+max_dirty_age = 30s
+CONF
+	echo "== format"
+	build/tools/nvcachectl format -c "$dir/nvcachefs.conf"
+	echo "== mount $mnt"
+	build/fs/nvcachefs -c "$dir/nvcachefs.conf" "$mnt"
+	echo "== write 256 MiB through the cache, read it back"
+	head -c 256M /dev/urandom >"$dir/ref"
+	dd if="$dir/ref" of="$mnt/data" bs=1M status=none
+	cmp "$dir/ref" "$mnt/data" && echo "data read back equal"
+	mkdir -p "$mnt/dir" && echo hello >"$mnt/dir/small"
+	echo "== stats"
+	build/tools/nvcachectl stats "$mnt"
+	echo "== flush"
+	build/tools/nvcachectl flush "$mnt"
+	cmp "$dir/ref" "$dir/backing/data" && echo "backing store holds every byte"
+	build/tools/nvcachectl stats "$mnt"
+	echo "== unmount"
+	fusermount3 -u "$mnt"
+}
+
+run_tests() {
+	local rc=0
+	[ -f build-asan/build.ninja ] ||
+		meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+	ninja -C build-asan
+	echo "== unit tests (address and undefined-behaviour sanitizers)"
+	meson test -C build-asan --print-errorlogs
+	echo "== unit tests"
+	meson test -C build --print-errorlogs
+	echo "== integration tests (real daemon, loop devices, pmem files)"
+	NVC_BUILD="$here/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration || rc=$?
+	[ "$rc" = 5 ] && { echo "no integration test ran" >&2; exit 1; }
+	return "$rc"
+}
+
+case "${1:-demo}" in
+demo) install; build; demo ;;
+test) install; build; run_tests ;;
+build) install; build ;;
+*) echo "usage: tools/quickstart.sh [demo|test|build]" >&2; exit 2 ;;
+esac
