@@ -39,6 +39,7 @@ struct cache_config {
 	int on_unmount;
 	uint64_t fuse_threads;
 	uint64_t attr_timeout_ms;
+	uint64_t read_ahead;
 	/* where each key was set, for FILE:LINE messages */
 	const char *file;
 	int line[32];

@@ -66,6 +66,8 @@ static const struct cfg_key keys[] = {
 	  unmount_names, "flush: destage all before exit; keep: leave dirty" },
 	{ "fuse", "threads", T_UINT, OFF(fuse_threads), 1, 256, "16", 0, NULL,
 	  "FUSE worker threads at most" },
+	{ "fuse", "read_ahead", T_SIZE, OFF(read_ahead), 0, 64 * MIB, "1M", 0,
+	  NULL, "kernel read-ahead of the mount (its bdi read_ahead_kb)" },
 	{ "fuse", "attr_timeout", T_TIME, OFF(attr_timeout_ms), 0, 3600000,
 	  "1s", 0, NULL, "how long the kernel may cache attributes" },
 };

@@ -1069,7 +1069,7 @@ int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
 		return -EBADF;
 	if (!len)
 		return 0;
-	if (end < off)
+	if (end < off || end > c->max_file_size)
 		return -EFBIG;
 	if (mode == MODE_WRITEAROUND)
 		return write_around(c, f, src, len, off);
@@ -1195,6 +1195,8 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 
 	if (f->ro)
 		return -EBADF;
+	if (size > c->max_file_size)
+		return -EFBIG;
 	pthread_rwlock_wrlock(&f->rw);
 	pthread_mutex_lock(&c->lock);
 	if (size < f->size) {

@@ -118,6 +118,7 @@ struct cache {
 	int own_devs;
 	struct meta meta;
 	int backing_fd;
+	uint64_t max_file_size; /* of the backing file system */
 	uint32_t bs, ppb; /* block size, pages per block */
 	uint64_t nslots;
 	struct cslot *slots;

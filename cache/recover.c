@@ -226,6 +226,30 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * The largest file the backing file system can hold, found once on an unnamed
+ * temporary file, so that a write the backing store could never take is
+ * refused at once instead of staying dirty in the cache for ever.
+ */
+static uint64_t probe_max_file_size(int dirfd)
+{
+	uint64_t lo = 0, hi = INT64_MAX;
+	int fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return INT64_MAX; /* no O_TMPFILE: the backing store will say */
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo + 1) / 2;
+
+		if (ftruncate(fd, mid))
+			hi = mid - 1;
+		else
+			lo = mid;
+	}
+	close(fd);
+	return lo;
+}
+
 static int cache_alloc(struct cache *c)
 {
 	uint64_t i, hsize = 1;
@@ -383,6 +407,7 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	ret = cache_alloc(c);
 	if (ret)
 		goto err_free;
+	c->max_file_size = probe_max_file_size(backing_fd);
 	ret = recover_load(c, err, errlen);
 	if (ret)
 		goto err_free;

@@ -156,3 +156,54 @@ def test_cache_much_smaller_than_data(make_cache, tmp_path):
     assert st["evictions"] > 0 and st["destaged_bytes"] > 0
     assert c.unmount() == 0
     assert_same_tree(c.backing, ref)
+
+
+def test_hostile_offsets_refused_and_nothing_stuck(cache):
+    import errno
+    p = cache.path("h")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    os.pwrite(fd, b"keep", 0)
+    for off in (1 << 50, (1 << 62) + 5):
+        try:
+            os.pwrite(fd, b"x" * 4096, off)
+            raise AssertionError(f"write at {off} accepted")
+        except OSError as e:
+            assert e.errno == errno.EFBIG, e
+    try:
+        os.ftruncate(fd, 1 << 50)
+        raise AssertionError("truncate accepted")
+    except OSError as e:
+        assert e.errno == errno.EFBIG
+    assert os.pread(fd, 100, 1 << 40) == b""
+    assert os.fstat(fd).st_size == 4
+    os.close(fd)
+    cache.flush()   # nothing un-destageable is left dirty
+    assert cache.stats()["dirty_bytes"] == 0
+    with open(os.path.join(cache.backing, "h"), "rb") as f:
+        assert f.read() == b"keep"
+
+
+def test_writethrough_and_writearound(make_cache):
+    for mode in ("writethrough", "writearound"):
+        c = make_cache(extra={"cache.mode": mode})
+        c.format()
+        c.mount()
+        d = os.urandom(3 * MiB + 77)
+        with open(c.path("f"), "wb") as f:
+            f.write(d)
+        st = c.stats()
+        assert st["dirty_bytes"] == 0
+        with open(os.path.join(c.backing, "f"), "rb") as f:
+            assert f.read() == d        # the backing store has it before any destage
+        fd = os.open(c.path("f"), os.O_RDONLY | os.O_DIRECT)
+        os.close(fd)
+        with open(c.path("f"), "rb") as f:
+            assert f.read() == d
+        st = c.stats()
+        if mode == "writearound":
+            assert st["bypass_ops"] > 0
+        else:
+            assert st["read_hit_bytes"] > 0 and st["bypass_ops"] == 0
+        assert c.unmount() == 0
+        with open(os.path.join(c.backing, "f"), "rb") as f:
+            assert f.read() == d

@@ -36,6 +36,8 @@ static void env_open(struct env *e)
 	}
 }
 
+static uint64_t max_files = 65536;
+
 static void env_init(struct env *e, uint64_t slots_per_dev, uint32_t bs)
 {
 	char err[CFG_ERRLEN];
@@ -51,6 +53,7 @@ static void env_init(struct env *e, uint64_t slots_per_dev, uint32_t bs)
 	e->cfg.meta_paths[1] = strdup("m1");
 	e->cfg.idle_ms = 0;
 	e->cfg.max_dirty_age_ms = 0;
+	e->cfg.max_files = max_files;
 	for (i = 0; i < 2; i++)
 		if (dev_mem_create(SB_DATA_OFF + slots_per_dev * bs, &e->devs[i]))
 			exit(1);
@@ -372,6 +375,39 @@ static void test_recovery_drops_deleted_file(void)
 	env_fini(&e);
 }
 
+/* More files than file records: records of files with only clean data are reclaimed. */
+static void test_more_files_than_records(void)
+{
+	struct env e;
+	char buf[4096], name[32], *data;
+	struct cfile *f;
+	size_t n;
+	int fd, i;
+
+	max_files = 64;
+	env_init(&e, 64, 64 * KiB);
+	for (i = 0; i < 150; i++) {
+		snprintf(name, sizeof(name), "m%d", i);
+		f = file_open(&e, name, &fd);
+		memset(buf, i, sizeof(buf));
+		CHECK_EQ(cache_write(e.c, f, buf, sizeof(buf), 0), 0);
+		cache_file_put(e.c, f);
+		close(fd);
+	}
+	for (i = 0; i < 150; i++) {
+		snprintf(name, sizeof(name), "m%d", i);
+		f = file_open(&e, name, &fd);
+		CHECK_EQ(cache_read(e.c, f, rbuf, 4096, 0, &data, &n), 0);
+		memset(buf, i, sizeof(buf));
+		CHECK(n == 4096 && !memcmp(data, buf, 4096));
+		cache_file_put(e.c, f);
+		close(fd);
+	}
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	env_fini(&e);
+	max_files = 65536;
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -383,6 +419,7 @@ int main(void)
 	RUN(test_truncate);
 	RUN(test_recovery_and_torn_mirror);
 	RUN(test_recovery_drops_deleted_file);
+	RUN(test_more_files_than_records);
 	free(rbuf);
 	return CHECK_DONE();
 }
