@@ -19,6 +19,10 @@ static int ctl_fd = -1;
 static char ctl_path[108];
 static pthread_t ctl_thread;
 static int ctl_pipe[2] = { -1, -1 };
+/* clients run in their own threads; stop waits for them before the cache goes */
+static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t clients_cond = PTHREAD_COND_INITIALIZER;
+static int nclients;
 
 struct client {
 	struct fs *fs;
@@ -115,6 +119,10 @@ static void *client_main(void *arg)
 	}
 	close(cl->fd);
 	free(cl);
+	pthread_mutex_lock(&clients_lock);
+	if (!--nclients)
+		pthread_cond_broadcast(&clients_cond);
+	pthread_mutex_unlock(&clients_lock);
 	return NULL;
 }
 
@@ -151,9 +159,15 @@ static void *ctl_main(void *arg)
 		}
 		cl->fs = fs;
 		cl->fd = fd;
+		pthread_mutex_lock(&clients_lock);
+		nclients++;
+		pthread_mutex_unlock(&clients_lock);
 		if (pthread_create(&t, NULL, client_main, cl)) {
 			close(fd);
 			free(cl);
+			pthread_mutex_lock(&clients_lock);
+			nclients--;
+			pthread_mutex_unlock(&clients_lock);
 			continue;
 		}
 		pthread_detach(t);
@@ -198,6 +212,10 @@ void fs_ctl_stop(void)
 		return;
 	(void)!write(ctl_pipe[1], "x", 1);
 	pthread_join(ctl_thread, NULL);
+	pthread_mutex_lock(&clients_lock);
+	while (nclients)
+		pthread_cond_wait(&clients_cond, &clients_lock);
+	pthread_mutex_unlock(&clients_lock);
 	close(ctl_fd);
 	close(ctl_pipe[0]);
 	close(ctl_pipe[1]);

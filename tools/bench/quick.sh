@@ -44,11 +44,11 @@ j=json.load(sys.stdin)["jobs"][0]
 k="read" if j["read"]["io_bytes"] else "write"
 x=j[k]; lat=x["clat_ns"]
 p=lat.get("percentile",{})
-print("%.0f %.1f %.1f %.0f" % (x["iops"], lat["mean"]/1000, p.get("99.000000",0)/1000, x["bw_bytes"]/1e6))'
+print("%.0f %.1f %.1f %.1f %.0f" % (x["iops"], lat["mean"]/1000, p.get("50.000000",0)/1000, p.get("99.000000",0)/1000, x["bw_bytes"]/1e6))'
 }
 common="--ioengine=psync --time_based --runtime=$secs --group_reporting --name=j"
-printf "%-44s %10s %10s %10s %10s\n" target iops "mean us" "p99 us" "MB/s"
-row() { printf "%-44s %10s %10s %10s %10s\n" "$1" $2; }
+printf "%-48s %8s %8s %8s %8s %8s\n" target iops "mean us" "p50 us" "p99 us" "MB/s"
+row() { printf "%-48s %8s %8s %8s %8s %8s\n" "$1" $2; }
 
 # 4 KiB random read at queue depth 1 on cached data
 dd if=/dev/urandom of="$dir/backing/rr" bs=1M count=${size%M} status=none
