@@ -473,9 +473,19 @@ int cache_close(struct cache *c, int flush)
 {
 	int ret = 0, d;
 
+	uint64_t i;
+
 	if (flush)
 		ret = cache_flush(c, NULL, NULL);
 	destage_stop(c);
+	/* remember how every backing file looked, for the check at the next mount */
+	for (i = 0; i <= c->fmask; i++) {
+		struct cfile *f;
+
+		for (f = c->fhash[i]; f; f = f->hnext)
+			if (f->rec && f->fd >= 0)
+				file_note_backing(c, f);
+	}
 	for (d = 0; d < c->ndevs; d++)
 		if (dev_flush(c->devs[d]))
 			ret = -EIO;
