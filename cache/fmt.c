@@ -219,7 +219,8 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 		ret = dev_open(p, &devs[i]);
 		if (ret) {
 			snprintf(o->err, sizeof(o->err), "%s: cannot open: %s", p,
-				 strerror(-ret));
+				 ret == -EBUSY ? "in use (mounted, or by a running nvcachefs)" :
+						 strerror(-ret));
 			goto out_devs;
 		}
 		if (!o->force && !sb_read(devs[i], &sb)) {
@@ -243,7 +244,7 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 			snprintf(o->err, sizeof(o->err),
 				 "%s: cannot create metadata mirror of %llu bytes: %s",
 				 cfg->meta_paths[i], (unsigned long long)len,
-				 strerror(-ret));
+				 ret == -EBUSY ? "in use by a running nvcachefs" : strerror(-ret));
 			goto out_mirrors;
 		}
 	}

@@ -441,7 +441,9 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		ret = dev_open(cfg->dev_paths[i], &devs[i]);
 		if (ret) {
 			snprintf(err, errlen, "%s: cannot open cache device: %s",
-				 cfg->dev_paths[i], strerror(-ret));
+				 cfg->dev_paths[i],
+				 ret == -EBUSY ? "in use (mounted, or by another nvcachefs)" :
+						 strerror(-ret));
 			goto err_close;
 		}
 	}
@@ -450,7 +452,8 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		if (ret) {
 			snprintf(err, errlen,
 				 "%s: cannot map metadata mirror: %s%s",
-				 cfg->meta_paths[i], strerror(-ret),
+				 cfg->meta_paths[i],
+				 ret == -EBUSY ? "in use by another nvcachefs" : strerror(-ret),
 				 ret == -ENOENT ? " (run nvcachectl format)" : "");
 			goto err_close;
 		}

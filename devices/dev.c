@@ -91,7 +91,13 @@ int dev_open(const char *path, struct dev **out)
 		ret = -ENOMEM;
 		goto err_free;
 	}
-	d->fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+	if (stat(path, &st)) {
+		ret = -errno;
+		goto err_path;
+	}
+	/* a block device is ours alone: not mounted, not in another cache */
+	d->fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC |
+				   (S_ISBLK(st.st_mode) ? O_EXCL : 0));
 	if (d->fd < 0) {
 		ret = -errno;
 		goto err_path;

@@ -67,6 +67,7 @@ struct pm_region {
 	size_t len;
 	int is_pmem; /* pmem_is_pmem(): flushes instead of msync */
 	int is_mem;  /* plain memory, unit tests only */
+	int lock_fd; /* holds an exclusive flock while mapped */
 };
 
 int pm_map(const char *path, size_t len, int create, struct pm_region *out);

@@ -6,7 +6,10 @@
 #include <libpmem.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int pm_map(const char *path, size_t len, int create, struct pm_region *out)
 {
@@ -15,6 +18,7 @@ int pm_map(const char *path, size_t len, int create, struct pm_region *out)
 	void *addr;
 
 	memset(out, 0, sizeof(*out));
+	out->lock_fd = -1;
 	if (!create) {
 		if (stat(path, &st))
 			return -errno;
@@ -23,13 +27,27 @@ int pm_map(const char *path, size_t len, int create, struct pm_region *out)
 		if ((size_t)st.st_size < len)
 			return -ENOSPC;
 	}
+	/* one process at a time may use a mirror */
+	out->lock_fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+	if (out->lock_fd < 0)
+		return -errno;
+	if (flock(out->lock_fd, LOCK_EX | LOCK_NB)) {
+		int e = errno == EWOULDBLOCK ? -EBUSY : -errno;
+
+		close(out->lock_fd);
+		out->lock_fd = -1;
+		return e;
+	}
 	addr = pmem_map_file(path, create ? len : 0, create ? PMEM_FILE_CREATE : 0,
 			     0600, &mapped, &out->is_pmem);
-	if (!addr)
-		return errno ? -errno : -EIO;
-	if (mapped < len) {
-		pmem_unmap(addr, mapped);
-		return -ENOSPC;
+	if (!addr || mapped < len) {
+		int e = !addr ? (errno ? -errno : -EIO) : -ENOSPC;
+
+		if (addr)
+			pmem_unmap(addr, mapped);
+		close(out->lock_fd);
+		out->lock_fd = -1;
+		return e;
 	}
 	out->addr = addr;
 	out->len = mapped;
@@ -44,6 +62,7 @@ int pm_mem_create(size_t len, struct pm_region *out)
 		return -ENOMEM;
 	out->len = len;
 	out->is_mem = 1;
+	out->lock_fd = -1;
 	return 0;
 }
 
@@ -60,6 +79,10 @@ int pm_persist(const struct pm_region *r, const void *addr, size_t len)
 
 void pm_unmap(struct pm_region *r)
 {
+	if (r->lock_fd >= 0) {
+		close(r->lock_fd);
+		r->lock_fd = -1;
+	}
 	if (!r->addr)
 		return;
 	if (r->is_mem)

@@ -755,7 +755,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	fuse_reply_err(req, setxattr(path, name, value, size, flags) ? errno : 0);
 }
 
-static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+/* getxattr and listxattr: size 0 asks for the length, else for the bytes. */
+static void xattr_reply(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
 	char path[64], *buf = NULL;
@@ -769,7 +770,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			return;
 		}
 	}
-	n = getxattr(path, name, buf, size);
+	n = name ? getxattr(path, name, buf, size) : listxattr(path, buf, size);
 	if (n < 0)
 		fuse_reply_err(req, errno);
 	else if (size)
@@ -779,27 +780,15 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	free(buf);
 }
 
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	xattr_reply(req, ino, name, size);
+}
+
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	char path[64], *buf = NULL;
-	ssize_t n;
-
-	proc_path(inode_of(fs_of(req), ino)->fd, path, sizeof(path));
-	if (size) {
-		buf = malloc(size);
-		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-	}
-	n = listxattr(path, buf, size);
-	if (n < 0)
-		fuse_reply_err(req, errno);
-	else if (size)
-		fuse_reply_buf(req, buf, n);
-	else
-		fuse_reply_xattr(req, n);
-	free(buf);
+	xattr_reply(req, ino, NULL, size);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)

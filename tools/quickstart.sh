@@ -29,43 +29,16 @@ build() {
 }
 
 demo() {
-	tag=nvc-demo-$$
-	dir=/var/tmp/nvcachefs-demo-$$
-	mnt=$dir/mnt
-	loops=()
-	cleanup() {
-		set +e
-		mountpoint -q "$mnt" && fusermount3 -u "$mnt"
-		for _ in $(seq 100); do pgrep -f "nvcachefs -c $dir/" >/dev/null || break; sleep 0.1; done
-		pkill -9 -f "nvcachefs -c $dir/" 2>/dev/null
-		mountpoint -q "$mnt" && fusermount3 -uz "$mnt"
-		for l in "${loops[@]}"; do losetup -d "$l"; done
-		rm -f /dev/shm/$tag-*
-		rm -rf "$dir"
-	}
-	trap cleanup EXIT
-	mkdir -p "$dir/backing" "$mnt"
-	for i in 0 1; do
-		truncate -s 1G /dev/shm/$tag-dimm$i.img
-		loops+=("$(losetup --find --show --direct-io=on /dev/shm/$tag-dimm$i.img)")
-	done
-	cat >"$dir/nvcachefs.conf" <<CONF
-# two emulated DIMMs, metadata mirrored on two emulated pmem files
-[cache]
-devices = ${loops[0]}, ${loops[1]}
-metadata = /dev/shm/$tag-meta0, /dev/shm/$tag-meta1
-block_size = 64K
-[backing]
-path = $dir/backing
-[destage]
+	# shellcheck source=tools/lib.sh
+	. tools/lib.sh
+	nvc_setup 1G "[destage]
 high_watermark = 60
 low_watermark = 30
-max_dirty_age = 30s
-CONF
+max_dirty_age = 30s"
 	echo "== format"
-	build/tools/nvcachectl format -c "$dir/nvcachefs.conf"
+	build/tools/nvcachectl format -c "$conf"
 	echo "== mount $mnt"
-	build/fs/nvcachefs -c "$dir/nvcachefs.conf" "$mnt"
+	build/fs/nvcachefs -c "$conf" "$mnt"
 	echo "== write 256 MiB through the cache, read it back"
 	head -c 256M /dev/urandom >"$dir/ref"
 	dd if="$dir/ref" of="$mnt/data" bs=1M status=none

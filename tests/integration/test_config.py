@@ -169,3 +169,16 @@ def test_help_and_version():
         assert r.returncode == 0 and "0.1.0" in r.stdout
     r = subprocess.run([DAEMON, "--help"], capture_output=True, text=True)
     assert "destage.high_watermark" in r.stdout and "[default: 80]" in r.stdout
+
+
+def test_one_daemon_per_cache(make_cache):
+    c = make_cache()
+    c.format()
+    c.mount()
+    other = os.path.join(c.tmp, "mnt2")
+    os.mkdir(other)
+    r = subprocess.run([DAEMON, "-f", "-c", c.conf, other], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "in use (mounted, or by another nvcachefs)" in r.stderr, r.stderr
+    r = c.format("--force", check=False)
+    assert r.returncode != 0 and "in use" in r.stderr, r.stderr
+    assert c.unmount() == 0

@@ -5,36 +5,12 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 B=${NVC_BUILD:-$here/build}
 secs=${SECS:-10}
 size=${SIZE:-512M}
-tag=nvc-bench-$$
-dir=/var/tmp/$tag
-mnt=$dir/mnt
-loops=()
-cleanup() {
-	set +e
-	mountpoint -q "$mnt" && fusermount3 -u "$mnt"
-	for _ in $(seq 300); do pgrep -f "nvcachefs -c $dir/" >/dev/null || break; sleep 0.1; done
-	mountpoint -q "$mnt" && fusermount3 -uz "$mnt"
-	for l in "${loops[@]}"; do losetup -d "$l"; done
-	rm -f /dev/shm/$tag-*
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-mkdir -p "$dir/backing" "$mnt"
-for i in 0 1; do
-	truncate -s 2G /dev/shm/$tag-dimm$i.img
-	loops+=("$(losetup --find --show --direct-io=on /dev/shm/$tag-dimm$i.img)")
-done
-cat >"$dir/c.conf" <<CONF
-[cache]
-devices = ${loops[0]}, ${loops[1]}
-metadata = /dev/shm/$tag-meta0, /dev/shm/$tag-meta1
-[backing]
-path = $dir/backing
-[destage]
-idle_after = ${IDLE:-2s}
-CONF
-"$B/tools/nvcachectl" format -c "$dir/c.conf" >/dev/null
-"$B/fs/nvcachefs" -c "$dir/c.conf" "$mnt" 2>/dev/null
+# shellcheck source=tools/lib.sh
+. "$here/tools/lib.sh"
+nvc_setup 2G "[destage]
+idle_after = ${IDLE:-2s}"
+"$B/tools/nvcachectl" format -c "$conf" >/dev/null
+"$B/fs/nvcachefs" -c "$conf" "$mnt" 2>/dev/null
 
 # fio JSON -> "iops lat_mean_us p99_us MB/s"
 run() {
@@ -57,6 +33,7 @@ cat "$mnt/rr" >/dev/null
 row "raw DIMM  4K randread QD1 O_DIRECT" "$(run $common --filename=${loops[0]} --rw=randread --bs=4k --direct=1 --size=$size)"
 row "backing   4K randread QD1 O_DIRECT" "$(run $common --filename=$dir/backing/rr --rw=randread --bs=4k --direct=1 --size=$size)"
 row "mount     4K randread QD1 O_DIRECT (cache hits)" "$(run $common --filename=$mnt/rr --rw=randread --bs=4k --direct=1 --size=$size)"
+cat "$mnt/rr" >/dev/null
 row "mount     4K randread QD1 buffered (page cache)" "$(run $common --filename=$mnt/rr --rw=randread --bs=4k --invalidate=0 --size=$size)"
 # 1 MiB sequential write
 row "raw DIMM  1M seqwrite O_DIRECT" "$(run $common --filename=${loops[1]} --rw=write --bs=1M --direct=1 --size=$size)"
