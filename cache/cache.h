@@ -29,6 +29,7 @@ struct cache_config {
 	int mode;
 	uint64_t dirty_copies;
 	uint64_t max_files;
+	uint64_t io_poll_us;
 	char *backing_path;
 	uint64_t high_wm;
 	uint64_t low_wm;

@@ -47,6 +47,8 @@ static const struct cfg_key keys[] = {
 	  NULL, "copies of each dirty block on different devices" },
 	{ "cache", "max_files", T_UINT, OFF(max_files), 64, 1u << 24, "65536",
 	  0, NULL, "files that can have data in the cache at once" },
+	{ "cache", "io_poll_us", T_UINT, OFF(io_poll_us), 0, 1000000, "30", 0,
+	  NULL, "spin this many microseconds for a device completion before sleeping" },
 	{ "backing", "path", T_STR, OFF(backing_path), 0, 0, NULL, 0, NULL,
 	  "the backing directory" },
 	{ "destage", "high_watermark", T_UINT, OFF(high_wm), 1, 100, "80", 1,
@@ -73,6 +75,8 @@ static const struct cfg_key keys[] = {
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
+_Static_assert(NKEYS <= sizeof(((struct cache_config *)0)->line) / sizeof(int),
+	       "cache_config.line needs a slot per key");
 
 static const struct cfg_key *key_find(const char *section, const char *name)
 {

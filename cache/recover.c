@@ -397,6 +397,7 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	c->backing_fd = backing_fd;
 	c->bs = cfg->block_size;
 	c->ppb = c->bs / NVC_PAGE;
+	dev_set_poll(cfg->io_poll_us * 1000);
 	ret = meta_attach(&c->meta, mirrors, err, errlen);
 	if (ret)
 		goto err_free;
