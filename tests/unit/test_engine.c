@@ -408,6 +408,34 @@ static void test_more_files_than_records(void)
 	max_files = 65536;
 }
 
+/* Age destage takes the oldest dirty file first and leaves younger ones alone. */
+static void test_destage_oldest_first(void)
+{
+	struct env e;
+	char buf[8192];
+	struct cfile *a, *b;
+	struct stat st;
+	int fa, fb;
+
+	env_init(&e, 64, 64 * KiB);
+	e.cfg.max_dirty_age_ms = 1000;
+	cache_kick(e.c);
+	a = file_open(&e, "old", &fa);
+	b = file_open(&e, "young", &fb);
+	fill(buf, sizeof(buf), 1);
+	CHECK_EQ(cache_write(e.c, a, buf, sizeof(buf), 0), 0);
+	usleep(1500 * 1000);
+	CHECK_EQ(cache_write(e.c, b, buf, sizeof(buf), 0), 0);
+	usleep(500 * 1000); /* old is 2 s old, young 0.5 s */
+	CHECK(!fstat(fa, &st) && st.st_size == sizeof(buf));
+	CHECK(!fstat(fb, &st) && st.st_size == 0);
+	cache_file_put(e.c, a);
+	cache_file_put(e.c, b);
+	close(fa);
+	close(fb);
+	env_fini(&e);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -420,6 +448,7 @@ int main(void)
 	RUN(test_recovery_and_torn_mirror);
 	RUN(test_recovery_drops_deleted_file);
 	RUN(test_more_files_than_records);
+	RUN(test_destage_oldest_first);
 	free(rbuf);
 	return CHECK_DONE();
 }
