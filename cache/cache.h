@@ -100,6 +100,9 @@ struct cache_stats {
 	int destaging;
 	uint64_t dev_errors[NVC_MAX_DEVS];
 	int ndevs;
+	/* 0: in sync; 1: was damaged or lost at mount and rebuilt from the other */
+	int mirror_rebuilt[2];
+	uint64_t meta_repaired; /* records repaired at mount */
 };
 
 /*

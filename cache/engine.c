@@ -1408,6 +1408,9 @@ void cache_stats(struct cache *c, struct cache_stats *s)
 		s->dev_errors[d] = LD(dev_errors[d]);
 #undef LD
 	s->ndevs = c->ndevs;
+	s->mirror_rebuilt[0] = c->meta.rebuilt[0];
+	s->mirror_rebuilt[1] = c->meta.rebuilt[1];
+	s->meta_repaired = c->meta_repaired;
 	pthread_mutex_lock(&c->lock);
 	s->nslots = c->nslots;
 	s->used_slots = c->nslots - c->nfree;

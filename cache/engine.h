@@ -143,6 +143,7 @@ struct cache {
 	pthread_mutex_t rate_lock;
 	uint64_t rate_next_ns;
 	struct cache_counters st;
+	uint64_t meta_repaired;
 };
 
 #define CNT_ADD(c, field, v) \

@@ -191,7 +191,7 @@ static int check_mirror_file(const char *path, int force, char *err,
 int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 {
 	struct dev *devs[NVC_MAX_DEVS] = { 0 };
-	struct pm_region mirrors[2] = { 0 };
+	struct pm_region mirrors[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	struct sb_disk sb;
 	struct stat st;
 	uint64_t len;

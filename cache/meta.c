@@ -124,6 +124,31 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen)
 	return 0;
 }
 
+int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len)
+{
+	const struct meta_hdr *h = addr;
+	int ret;
+
+	if (!addr || len < META_HDR_SIZE)
+		return -ENODATA;
+	ret = hdr_ok(h, len);
+	if (!ret && total_len)
+		*total_len = h->total_len;
+	return ret;
+}
+
+static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
+{
+	struct meta_hdr *h = m->r[bad].addr;
+
+	memcpy(m->r[bad].addr, m->r[good].addr, total);
+	h->mirror = bad;
+	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+	m->have[bad] = 1;
+	m->rebuilt[bad] = 1;
+	return pm_persist(&m->r[bad], m->r[bad].addr, total);
+}
+
 int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len)
 {
 	const struct meta_hdr *h[2];
@@ -156,15 +181,25 @@ int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len)
 			 "the two metadata mirrors belong to different caches");
 		return -EINVAL;
 	}
+	memcpy(m->set_uuid, h[good]->set_uuid, 16);
 	for (i = 0; i < 2; i++) {
 		if (m->have[i])
 			continue;
-		/* A lost mirror is rebuilt from the good one (issue 3 logs it). */
-		snprintf(err, len, "metadata mirror %d is not valid (%s)", i,
-			 strerror(-ret[i]));
-		return -EUCLEAN;
+		/* the damaged or lost mirror becomes a copy of the good one */
+		if (!r[i].addr || r[i].len < h[good]->total_len) {
+			snprintf(err, len,
+				 "metadata mirror %d is not valid (%s) and too small to rebuild",
+				 i, strerror(-ret[i]));
+			return -EUCLEAN;
+		}
+		m->bad_reason[i] = ret[i];
+		ret[i] = meta_rebuild(m, i, good, h[good]->total_len);
+		if (ret[i]) {
+			snprintf(err, len, "cannot rebuild metadata mirror %d: %s", i,
+				 strerror(-ret[i]));
+			return ret[i];
+		}
 	}
-	memcpy(m->set_uuid, h[good]->set_uuid, 16);
 	m->nslots = h[good]->nslots;
 	m->nfiles = h[good]->nfiles;
 	m->words = meta_words(h[good]->block_size);

@@ -106,6 +106,8 @@ struct meta_slot {
 struct meta {
 	struct pm_region r[2];
 	int have[2]; /* mirror usable */
+	int rebuilt[2]; /* was damaged or lost at mount, rebuilt from the other */
+	int bad_reason[2];
 	uint32_t words; /* bitmap words per slot entry */
 	uint32_t slot_size;
 	uint64_t nslots;
@@ -123,7 +125,10 @@ uint64_t meta_total_len(uint64_t nslots, uint32_t nfiles, uint32_t block_size);
 int sb_read(struct dev *d, struct sb_disk *out);
 int sb_write(struct dev *d, const struct sb_disk *sb);
 
-/* Attach to two mapped mirrors; checks headers against each other. */
+/* 0 if addr holds a valid mirror header; *total_len is the mirror's size. */
+int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len);
+/* Attach to two mapped mirrors; checks headers against each other and
+ * rebuilds a damaged mirror from the good one. */
 int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len);
 void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
 		   uint32_t block_size, uint64_t nslots, uint32_t nfiles,

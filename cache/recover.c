@@ -199,6 +199,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		slot_settle(c, s);
 	}
 	m->seq = maxseq;
+	c->meta_repaired = fixed;
 	if (fixed)
 		log_msg(LOG_NOTICE,
 			"recovery: %llu metadata records differed between the mirrors (%llu damaged copies); both mirrors rewritten to agree",
@@ -402,6 +403,11 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	if (ret)
 		goto err_free;
 	c->nslots = c->meta.nslots;
+	for (d = 0; d < 2; d++)
+		if (c->meta.rebuilt[d])
+			log_msg(LOG_WARNING,
+				"metadata mirror %d was not valid (%s); rebuilt from mirror %d",
+				d, strerror(-c->meta.bad_reason[d]), !d);
 	ret = check_superblocks(c, err, errlen);
 	if (ret)
 		goto err_free;
@@ -435,8 +441,9 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	       char *err, size_t errlen)
 {
 	struct dev *devs[NVC_MAX_DEVS] = { 0 };
-	struct pm_region mirrors[2] = { 0 };
-	int i, ret;
+	struct pm_region mirrors[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
+	uint64_t total[2] = { 0, 0 };
+	int i, ret, mret[2];
 
 	for (i = 0; i < cfg->ndevs; i++) {
 		ret = dev_open(cfg->dev_paths[i], &devs[i]);
@@ -448,16 +455,45 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 			goto err_close;
 		}
 	}
+	/*
+	 * A mirror that is missing, truncated or damaged is recreated at the
+	 * good one's size here and rebuilt from it by meta_attach.
+	 */
 	for (i = 0; i < 2; i++) {
-		ret = pm_map(cfg->meta_paths[i], META_HDR_SIZE, 0, &mirrors[i]);
-		if (ret) {
-			snprintf(err, errlen,
-				 "%s: cannot map metadata mirror: %s%s",
-				 cfg->meta_paths[i],
-				 ret == -EBUSY ? "in use by another nvcachefs" : strerror(-ret),
-				 ret == -ENOENT ? " (run nvcachectl format)" : "");
+		mret[i] = pm_map(cfg->meta_paths[i], 0, 0, &mirrors[i]);
+		if (mret[i] == -EBUSY) {
+			snprintf(err, errlen, "%s: cannot map metadata mirror: in use by another nvcachefs",
+				 cfg->meta_paths[i]);
+			ret = -EBUSY;
 			goto err_close;
 		}
+		if (!mret[i])
+			mret[i] = meta_hdr_check(mirrors[i].addr, mirrors[i].len,
+						 &total[i]);
+	}
+	if (mret[0] && mret[1]) {
+		snprintf(err, errlen,
+			 "neither metadata mirror (%s, %s) holds a valid nvcachefs header (%s / %s); run nvcachectl format",
+			 cfg->meta_paths[0], cfg->meta_paths[1], strerror(-mret[0]),
+			 strerror(-mret[1]));
+		ret = -ENODATA;
+		goto err_close;
+	}
+	for (i = 0; i < 2; i++) {
+		if (!mret[i])
+			continue;
+		log_msg(LOG_WARNING,
+			"metadata mirror %s is damaged or lost (%s); rebuilding it from %s",
+			cfg->meta_paths[i], strerror(-mret[i]), cfg->meta_paths[!i]);
+		pm_unmap(&mirrors[i]);
+		ret = pm_map(cfg->meta_paths[i], total[!i], 1, &mirrors[i]);
+		if (ret) {
+			snprintf(err, errlen, "%s: cannot recreate metadata mirror: %s",
+				 cfg->meta_paths[i], strerror(-ret));
+			goto err_close;
+		}
+		/* whatever is left of it is not trusted: meta_attach copies it whole */
+		memset(mirrors[i].addr, 0, META_HDR_SIZE);
 	}
 	ret = cache_open_devs(cfg, devs, cfg->ndevs, mirrors, backing_fd, out,
 			      err, errlen);

@@ -155,8 +155,8 @@ static int cmd_stats(int argc, char **argv)
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
 	struct kv kv[64];
-	char line[512], devs[16][512];
-	int nkv = 0, ndev = 0, json = 0, opt, proto = 0, i;
+	char line[512], devs[16][512], mirrors[2][512];
+	int nkv = 0, ndev = 0, nmir = 0, json = 0, opt, proto = 0, i;
 	FILE *f;
 
 	while ((opt = getopt_long(argc, argv, "jh", lo, NULL)) != -1) {
@@ -185,6 +185,11 @@ static int cmd_stats(int argc, char **argv)
 				snprintf(devs[ndev++], sizeof(devs[0]), "%.500s", line + 4);
 			continue;
 		}
+		if (!strncmp(line, "mirror ", 7)) {
+			if (nmir < 2)
+				snprintf(mirrors[nmir++], sizeof(mirrors[0]), "%.500s", line + 7);
+			continue;
+		}
 		if (nkv < 64 && sscanf(line, "%63s %llu", kv[nkv].key, &kv[nkv].v) == 2)
 			nkv++;
 	}
@@ -201,6 +206,10 @@ static int cmd_stats(int argc, char **argv)
 		for (i = 0; i < ndev; i++)
 			json_object_array_add(d, json_object_new_string(devs[i]));
 		json_object_object_add(o, "devices", d);
+		d = json_object_new_array();
+		for (i = 0; i < nmir; i++)
+			json_object_array_add(d, json_object_new_string(mirrors[i]));
+		json_object_object_add(o, "mirrors", d);
 		puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
 		json_object_put(o);
 		return 0;
@@ -232,6 +241,10 @@ static int cmd_stats(int argc, char **argv)
 		       GET("destage_errors"), GET("evictions"));
 		for (i = 0; i < ndev; i++)
 			printf("device      %s\n", devs[i]);
+		for (i = 0; i < nmir; i++)
+			printf("mirror      %s\n", mirrors[i]);
+		if (GET("meta_repaired"))
+			printf("metadata    %llu records repaired at mount\n", GET("meta_repaired"));
 	}
 	return 0;
 }

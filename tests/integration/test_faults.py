@@ -1,0 +1,126 @@
+"""Faults through the real mount: damaged or lost metadata mirrors, a backing store that fills up."""
+import os
+import random
+import subprocess
+
+import pytest
+
+from conftest import MiB, sh
+
+
+def dirty_cache(make_cache, **kw):
+    c = make_cache(extra={"destage.on_unmount": "keep"}, **kw)
+    c.format()
+    c.mount()
+    blobs = {}
+    for i in range(4):
+        blobs[f"f{i}"] = os.urandom(random.randrange(1, 3 * MiB))
+        with open(c.path(f"f{i}"), "wb") as f:
+            f.write(blobs[f"f{i}"])
+    assert c.unmount() == 0
+    for n in blobs:
+        assert os.path.getsize(os.path.join(c.backing, n)) == 0   # all of it only in the cache
+    return c, blobs
+
+
+def damage(path, kind):
+    size = os.path.getsize(path)
+    if kind == "zeroed":
+        with open(path, "r+b") as f:
+            f.write(b"\0" * size)
+    elif kind == "truncated":
+        os.truncate(path, size // 3)
+    elif kind == "emptied":
+        os.truncate(path, 0)
+    elif kind == "deleted":
+        os.unlink(path)
+    elif kind == "bitflips":
+        rng = random.Random(5)
+        with open(path, "r+b") as f:
+            for _ in range(200):
+                off = rng.randrange(4096, size)
+                f.seek(off)
+                b = f.read(1)
+                f.seek(off)
+                f.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
+    elif kind == "header":
+        with open(path, "r+b") as f:
+            f.seek(40)
+            f.write(b"\xff\xff")
+
+
+@pytest.mark.parametrize("mirror", [0, 1])
+@pytest.mark.parametrize("kind", ["zeroed", "truncated", "emptied", "deleted", "bitflips", "header"])
+def test_lost_or_damaged_mirror_loses_nothing(make_cache, kind, mirror):
+    c, blobs = dirty_cache(make_cache)
+    damage(c.meta[mirror], kind)
+    c.mount()
+    for n, b in blobs.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b, n
+    st = c.stats()
+    log = c.log_text()
+    if kind == "bitflips":
+        assert st["meta_repaired"] > 0 and "differed between the mirrors" in log
+    else:
+        assert f"{c.meta[mirror]} rebuilt-at-mount" in " ".join(st["mirrors"]), st["mirrors"]
+        assert "rebuilding it from" in log
+    c.flush()
+    for n, b in blobs.items():
+        with open(os.path.join(c.backing, n), "rb") as f:
+            assert f.read() == b
+    assert c.unmount() == 0
+    # the mirrors agree again, record for record
+    a, b = (open(p, "rb").read() for p in c.meta)
+    assert len(a) == len(b) and a[4096:] == b[4096:]
+
+
+def test_both_mirrors_lost_is_refused(make_cache):
+    c, _ = dirty_cache(make_cache)
+    for p in c.meta:
+        damage(p, "zeroed")
+    c.mount(check=False)
+    assert c.proc.wait(timeout=30) != 0
+    assert "neither metadata mirror" in c.log_text()
+
+
+@pytest.fixture
+def small_backing(tmp_path):
+    """A 24 MiB ext4 file system as the backing store, to run out of space."""
+    img = tmp_path / "backing.img"
+    with open(img, "wb") as f:
+        f.truncate(24 * MiB)
+    sh("mkfs.ext4", "-q", "-F", str(img))
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    sh("mount", "-o", "loop", str(img), str(mnt))
+    yield str(mnt)
+    subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_backing_store_full_keeps_data_dirty_and_retries(make_cache, small_backing):
+    c = make_cache(extra={"backing.path": small_backing})
+    c.format()
+    c.mount()
+    big = os.urandom(30 * MiB)
+    with open(c.path("big"), "wb") as f:
+        f.write(big)
+    small = os.urandom(MiB)
+    with open(c.path("small"), "wb") as f:
+        f.write(small)
+    r = c.ctl("flush", c.mnt, check=False)
+    assert r.returncode != 0 and "No space left on device" in r.stderr, r.stderr
+    st = c.stats()
+    assert st["destage_errors"] > 0 and st["dirty_bytes"] > 0
+    assert "destage of inode" in c.log_text() and "stays dirty" in c.log_text()
+    with open(c.path("big"), "rb") as f:       # nothing lost, nothing stale
+        assert f.read() == big
+    # make room: the dirty data goes out on the next try
+    os.truncate(c.path("big"), 10 * MiB)
+    c.flush()
+    assert c.stats()["dirty_bytes"] == 0
+    with open(os.path.join(small_backing, "big"), "rb") as f:
+        assert f.read() == big[:10 * MiB]
+    with open(os.path.join(small_backing, "small"), "rb") as f:
+        assert f.read() == small
+    assert c.unmount() == 0
