@@ -85,6 +85,9 @@ uint64_t fmt_meta_len(const struct cache_config *cfg, struct dev **devs,
 int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		    struct pm_region mirrors[2], char *err, size_t errlen);
 
+/* Offline check: a report to out; 0 clean, 1 problems found, <0 cannot check (err). */
+int fmt_check(const struct cache_config *cfg, FILE *out, char *err, size_t errlen);
+
 /* ----------------------------------------------------------------- cache */
 
 struct cache;

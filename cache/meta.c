@@ -149,6 +149,39 @@ static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 	return pm_persist(&m->r[bad], m->r[bad].addr, total);
 }
 
+/* Attach without repairing anything: the offline check only reads. */
+int meta_attach_ro(struct meta *m, struct pm_region r[2], char *err, size_t len)
+{
+	const struct meta_hdr *h = NULL;
+	int i;
+
+	memset(m, 0, sizeof(*m));
+	for (i = 0; i < 2; i++) {
+		m->r[i] = r[i];
+		if (!meta_hdr_check(r[i].addr, r[i].len, NULL)) {
+			m->have[i] = 1;
+			if (!h)
+				h = r[i].addr;
+		}
+	}
+	if (!h) {
+		snprintf(err, len, "no valid metadata mirror");
+		return -ENODATA;
+	}
+	if (m->have[0] && m->have[1] &&
+	    memcmp(((const struct meta_hdr *)r[0].addr)->set_uuid,
+		   ((const struct meta_hdr *)r[1].addr)->set_uuid, 16))
+		m->have[1] = 0;
+	memcpy(m->set_uuid, h->set_uuid, 16);
+	m->nslots = h->nslots;
+	m->nfiles = h->nfiles;
+	m->words = meta_words(h->block_size);
+	m->slot_size = h->slot_size;
+	m->files_off = h->files_off;
+	m->slots_off = h->slots_off;
+	return 0;
+}
+
 int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len)
 {
 	const struct meta_hdr *h[2];

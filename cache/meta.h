@@ -130,6 +130,7 @@ int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len);
 /* Attach to two mapped mirrors; checks headers against each other and
  * rebuilds a damaged mirror from the good one. */
 int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len);
+int meta_attach_ro(struct meta *m, struct pm_region r[2], char *err, size_t len);
 void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
 		   uint32_t block_size, uint64_t nslots, uint32_t nfiles,
 		   uint32_t ndevs);

@@ -23,6 +23,8 @@ static void usage(FILE *f)
 		"        write fresh superblocks and metadata to the configured devices\n"
 		"  stats MOUNTPOINT [--json]\n"
 		"        show the cache's statistics\n"
+		"  check -c FILE\n"
+		"        offline consistency check of an unmounted cache; non-zero on any problem\n"
 		"  flush MOUNTPOINT\n"
 		"        destage all dirty data now; returns when the backing store holds it\n"
 		"  --help, --version\n");
@@ -42,6 +44,22 @@ static int fail(const char *fmt, ...)
 	return 1;
 }
 
+static int load_cfg(struct cache_config *cfg, const char *file, char **ov, int nov)
+{
+	char err[CFG_ERRLEN];
+	int i, ret;
+
+	cfg_defaults(cfg);
+	ret = cfg_load(cfg, file, err, sizeof(err));
+	for (i = 0; !ret && i < nov; i++)
+		ret = cfg_override(cfg, ov[i], err, sizeof(err));
+	if (!ret)
+		ret = cfg_validate(cfg, err, sizeof(err));
+	if (ret)
+		fail("%s", err);
+	return ret;
+}
+
 static int cmd_format(int argc, char **argv)
 {
 	static const struct option lo[] = { { "force", no_argument, NULL, 'F' },
@@ -50,9 +68,8 @@ static int cmd_format(int argc, char **argv)
 	struct cache_config cfg;
 	struct fmt_opts o = { 0 };
 	const char *file = NULL;
-	char err[CFG_ERRLEN];
 	char *ov[64];
-	int nov = 0, opt, i, ret;
+	int nov = 0, opt, ret;
 
 	while ((opt = getopt_long(argc, argv, "c:o:h", lo, NULL)) != -1) {
 		switch (opt) {
@@ -68,15 +85,9 @@ static int cmd_format(int argc, char **argv)
 	}
 	if (!file)
 		return fail("format needs -c FILE");
-	cfg_defaults(&cfg);
-	ret = cfg_load(&cfg, file, err, sizeof(err));
-	for (i = 0; !ret && i < nov; i++)
-		ret = cfg_override(&cfg, ov[i], err, sizeof(err));
-	if (!ret)
-		ret = cfg_validate(&cfg, err, sizeof(err));
-	if (ret) {
+	if (load_cfg(&cfg, file, ov, nov)) {
 		cfg_free(&cfg);
-		return fail("%s", err);
+		return 1;
 	}
 	ret = fmt_format(&cfg, &o);
 	if (ret) {
@@ -89,6 +100,40 @@ static int cmd_format(int argc, char **argv)
 	       cfg.meta_paths[1]);
 	cfg_free(&cfg);
 	return 0;
+}
+
+static int cmd_check(int argc, char **argv)
+{
+	struct cache_config cfg;
+	const char *file = NULL;
+	char err[CFG_ERRLEN] = "";
+	char *ov[64];
+	int nov = 0, opt, ret;
+
+	while ((opt = getopt(argc, argv, "c:o:h")) != -1) {
+		switch (opt) {
+		case 'c': file = optarg; break;
+		case 'o':
+			if (nov < 64)
+				ov[nov++] = optarg;
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!file)
+		return fail("check needs -c FILE");
+	if (load_cfg(&cfg, file, ov, nov)) {
+		cfg_free(&cfg);
+		return 1;
+	}
+	ret = fmt_check(&cfg, stdout, err, sizeof(err));
+	cfg_free(&cfg);
+	if (ret < 0)
+		return fail("%s", err);
+	if (ret)
+		fprintf(stderr, "nvcachectl: the cache is not consistent (see the report above)\n");
+	return ret ? 1 : 0;
 }
 
 static int ctl_connect(const char *mountpoint, const char *cmd, FILE **out)
@@ -312,7 +357,7 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "flush"))
 		return cmd_flush(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))
-		return fail("check is not implemented in this version");
+		return cmd_check(argc - 1, argv + 1);
 	fprintf(stderr, "nvcachectl: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import MiB, sh
+from conftest import CTL, MiB, sh
 
 
 def dirty_cache(make_cache, **kw):
@@ -124,3 +124,40 @@ def test_backing_store_full_keeps_data_dirty_and_retries(make_cache, small_backi
     with open(os.path.join(small_backing, "small"), "rb") as f:
         assert f.read() == small
     assert c.unmount() == 0
+
+
+def check(c):
+    return subprocess.run([CTL, "check", "-c", c.conf], capture_output=True, text=True, timeout=120)
+
+
+def test_check_reports_and_mount_repairs(make_cache):
+    c, blobs = dirty_cache(make_cache)
+    r = check(c)
+    assert r.returncode == 0 and "no problems found" in r.stdout, r.stdout + r.stderr
+    assert "4 files" in r.stdout and "dirty" in r.stdout
+    damage(c.meta[1], "bitflips")
+    r = check(c)
+    assert r.returncode == 1, r.stdout
+    assert "mirror 1: slot" in r.stdout and "checksum mismatch" in r.stdout
+    assert "the cache is not consistent" in r.stderr
+    c.mount()
+    r = check(c)
+    assert r.returncode != 0 and "in use: unmount the cache first" in r.stderr
+    for n, b in blobs.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b
+    assert c.unmount() == 0
+    r = check(c)
+    assert r.returncode == 0 and "no problems found" in r.stdout, r.stdout
+    # a superblock copy overwritten
+    with open(c.loops[0], "r+b") as f:
+        f.seek(4096 + 100)
+        f.write(b"garbage")
+    r = check(c)
+    assert r.returncode == 1 and f"{c.loops[0]}: superblock copy 1 checksum mismatch" in r.stdout
+    assert f"{c.loops[0]}: 1 of 2 copies good" in r.stdout
+    c.mount()   # the second copy still identifies the device
+    for n, b in blobs.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b
+    c.unmount()
