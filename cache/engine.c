@@ -76,7 +76,20 @@ static void slot_hash_del(struct cache *c, struct cslot *s)
 int slot_persist(struct cache *c, struct cslot *s)
 {
 	struct meta_slot m;
+	int w, need = 0, ret;
 
+	for (w = 0; w < META_MAX_WORDS; w++)
+		need |= (s->valid[w] & ~s->pvalid[w] & s->unsynced[w]) != 0;
+	if (s->file && need) {
+		ret = dev_flush(slot_dev(c, slot_idx(c, s)));
+		if (ret)
+			return ret;
+		memset(s->unsynced, 0, sizeof(s->unsynced));
+	}
+	if (s->file)
+		memcpy(s->pvalid, s->valid, sizeof(s->pvalid));
+	else
+		memset(s->pvalid, 0, sizeof(s->pvalid));
 	memset(&m, 0, sizeof(m));
 	m.file = s->file;
 	m.blk = s->blk;
@@ -519,6 +532,7 @@ static struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 	s->gen++;
 	memset(s->valid, 0, sizeof(s->valid));
 	memset(s->dirty, 0, sizeof(s->dirty));
+	memset(s->unsynced, 0, sizeof(s->unsynced));
 	slot_hash_add(c, s);
 	list_add_tail(&f->slots, &s->flink);
 	f->nslots++;
@@ -687,18 +701,18 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 				CNT_ADD(c, fill_bytes, io.len);
 			}
 		}
+		/* clean data is not persisted: a crash just forgets it */
 		pthread_mutex_lock(&c->lock);
 		if (bm_any(want)) {
 			for (p = x->p0; p < x->p1; p++)
 				if (bm_test(want, p)) {
 					bm_set(s->valid, p);
+					bm_set(s->unsynced, p);
 					c->valid_pages++;
 				}
 			slot_settle(c, s);
 		}
 		pthread_mutex_unlock(&c->lock);
-		if (bm_any(want) && slot_persist(c, s))
-			log_msg(LOG_ERR, "cannot persist a slot entry");
 		pthread_rwlock_unlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
 		slot_unpin_locked(c, f, s);
@@ -986,6 +1000,9 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 		ios[i].off = slot_off(c, slot_idx(c, s)) + sp[i].p0 * NVC_PAGE;
 		ios[i].len = (sp[i].p1 - sp[i].p0) * NVC_PAGE;
 		ios[i].buf = buf + (sp[i].blk * c->bs + sp[i].p0 * NVC_PAGE - s0);
+		ios[i].fua = 0;
+		for (p = sp[i].p0; p < sp[i].p1; p++)
+			ios[i].fua |= !bm_test(s->pvalid, p);
 	}
 	ret = dev_io_run(ios, nsp);
 	if (ret) {
@@ -1001,6 +1018,8 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 
 		c->dev_dirty[slot_idx(c, s) % c->ndevs] = 1;
 		for (p = sp[i].p0; p < sp[i].p1; p++) {
+			if (ios[i].fua)
+				bm_clear(s->unsynced, p);
 			if (!bm_test(s->valid, p)) {
 				bm_set(s->valid, p);
 				c->valid_pages++;

@@ -59,12 +59,27 @@ static inline void list_add_tail(struct list *head, struct list *e)
  */
 enum slot_state { SLOT_FREE, SLOT_FRESH, SLOT_CLEAN, SLOT_DIRTY };
 
+/*
+ * Power loss.  A device may keep a completed write in a volatile cache, while
+ * a persisted map entry is durable at once.  So an entry may claim a page valid
+ * only once the page's data is durable, or the page would show, after a power
+ * loss, whatever the slot held before: another file's data.  A write of pages
+ * that the persisted entry does not yet claim (pvalid) is therefore a FUA
+ * write; data kept after a read miss is written normally and not persisted at
+ * all (clean data need not survive a crash), and should a later entry come to
+ * claim such pages (unsynced), the device is flushed before that entry is
+ * persisted.  Overwrites of pages the entry already claims need neither: a
+ * power loss leaves the old or the new bytes of the same file.
+ */
+
 struct cslot {
 	uint32_t file; /* record index + 1; 0: free */
 	uint32_t pins;
 	uint64_t blk;
 	uint64_t valid[META_MAX_WORDS];
 	uint64_t dirty[META_MAX_WORDS];
+	uint64_t pvalid[META_MAX_WORDS];   /* valid in the persisted entry */
+	uint64_t unsynced[META_MAX_WORDS]; /* written, maybe only in a device cache */
 	uint64_t gen; /* bumped by every write, checked by destage */
 	uint64_t dirty_since;
 	uint32_t hnext; /* hash chain: slot index + 1 */

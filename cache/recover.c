@@ -180,6 +180,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		for (r = 0; r < META_MAX_WORDS; r++)
 			s->valid[r] |= s->dirty[r];
 		s->persisted = 1;
+		memcpy(s->pvalid, s->valid, sizeof(s->pvalid));
 		if (slot_find(c, s->file, s->blk)) {
 			/* two slots for one block cannot come from our writes */
 			snprintf(err, errlen,

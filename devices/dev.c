@@ -300,6 +300,8 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 		else
 			io_uring_prep_write(sqe, io->dev->fd, io->buf, io->len,
 					    io->off);
+		if (io->op == DEV_WRITE && io->fua)
+			sqe->rw_flags = RWF_DSYNC;
 		io_uring_sqe_set_data(sqe, io);
 		queued++;
 	}

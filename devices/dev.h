@@ -30,6 +30,7 @@ struct dev_io {
 	void *buf;
 	uint64_t off;
 	uint32_t len;
+	int fua; /* a write that is durable when it completes */
 	int res; /* 0 or -errno, filled in by dev_io_run */
 };
 
