@@ -87,6 +87,9 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 
 /* Offline check: a report to out; 0 clean, 1 problems found, <0 cannot check (err). */
 int fmt_check(const struct cache_config *cfg, FILE *out, char *err, size_t errlen);
+/* The same on open devices and regions; returns the number of problems. */
+int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
+		   struct pm_region r[2], FILE *out, int problems);
 
 /* ----------------------------------------------------------------- cache */
 
@@ -159,6 +162,16 @@ void cache_stats(struct cache *c, struct cache_stats *s);
 struct cache_config *cache_config(struct cache *c);
 /* Wake the destager after a tunable changed. */
 void cache_kick(struct cache *c);
+
+/* Told of every change made to a backing file (crash-state tests record them). */
+struct cache_bk_hooks {
+	void (*write)(void *arg, ino_t ino, const void *buf, size_t len,
+		      uint64_t off);
+	void (*truncate)(void *arg, ino_t ino, uint64_t size);
+	void (*sync)(void *arg, ino_t ino);
+	void *arg;
+};
+void cache_set_bk_hooks(struct cache *c, const struct cache_bk_hooks *h);
 
 /* ------------------------------------------------------------------- ctl */
 

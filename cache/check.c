@@ -241,11 +241,32 @@ static void check_map(struct chk *k, struct pm_region r[2], const struct meta_hd
 		(unsigned long long)h->nslots, (unsigned long long)dirty_slots);
 }
 
+int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
+		   struct pm_region r[2], FILE *out, int problems)
+{
+	struct chk k = { .out = out, .problems = problems };
+	const struct meta_hdr *h = NULL;
+	int i;
+
+	for (i = 0; i < 2 && !h; i++)
+		if (!meta_hdr_check(r[i].addr, r[i].len, NULL))
+			h = r[i].addr;
+	check_superblocks(&k, cfg, devs, h);
+	if (h)
+		check_map(&k, r, h);
+	else
+		problem(&k, "neither metadata mirror has a valid header");
+	if (k.problems)
+		fprintf(out, "%d problem%s found\n", k.problems, k.problems > 1 ? "s" : "");
+	else
+		fprintf(out, "no problems found\n");
+	return k.problems;
+}
+
 int fmt_check(const struct cache_config *cfg, FILE *out, char *err, size_t errlen)
 {
 	struct dev *devs[NVC_MAX_DEVS] = { 0 };
 	struct pm_region r[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
-	const struct meta_hdr *h = NULL;
 	struct chk k = { .out = out };
 	int i, ret = 0;
 
@@ -267,20 +288,8 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err, size_t errle
 		if (ret)
 			problem(&k, "mirror %d (%s): cannot map: %s", i, cfg->meta_paths[i],
 				strerror(-ret));
-		else if (!meta_hdr_check(r[i].addr, r[i].len, NULL) && !h)
-			h = r[i].addr;
 	}
-	ret = 0;
-	check_superblocks(&k, cfg, devs, h);
-	if (h)
-		check_map(&k, r, h);
-	else
-		problem(&k, "neither metadata mirror has a valid header");
-	if (k.problems)
-		fprintf(out, "%d problem%s found\n", k.problems, k.problems > 1 ? "s" : "");
-	else
-		fprintf(out, "no problems found\n");
-	ret = k.problems ? 1 : 0;
+	ret = fmt_check_open(cfg, devs, r, out, k.problems) ? 1 : 0;
 out:
 	for (i = 0; i < 2; i++)
 		pm_unmap(&r[i]);

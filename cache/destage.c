@@ -86,6 +86,7 @@ static int run_flush(struct cache *c, struct cfile *f, char *buf,
 				continue;
 			return -errno;
 		}
+		BK_HOOK(c, write, f->ino, buf + done, n, r->off + done);
 		done += n;
 	}
 	CNT_ADD(c, destaged_bytes, len);
@@ -201,9 +202,12 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		ret = -errno;
 		goto out_error;
 	}
-	if ((uint64_t)st.st_size < size && ftruncate(f->fd, size)) {
-		ret = -errno;
-		goto out_error;
+	if ((uint64_t)st.st_size < size) {
+		if (ftruncate(f->fd, size)) {
+			ret = -errno;
+			goto out_error;
+		}
+		BK_HOOK(c, truncate, f->ino, size);
 	}
 	if (f->mtime_set) {
 		struct timespec ts[2] = { { 0, UTIME_OMIT }, f->mtime };
@@ -214,6 +218,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		ret = -errno;
 		goto out_error;
 	}
+	BK_HOOK(c, sync, f->ino);
 	f->bk_durable = 1;
 	if (!fstat(f->fd, &st)) {
 		pthread_mutex_lock(&c->lock);

@@ -587,8 +587,8 @@ static int backing_read(struct cfile *f, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-static int backing_write(struct cfile *f, const void *buf, size_t len,
-			 uint64_t off)
+static int backing_write(struct cache *c, struct cfile *f, const void *buf,
+			 size_t len, uint64_t off)
 {
 	size_t done = 0;
 
@@ -988,7 +988,7 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 	memcpy(buf + (lo - s0), src + (lo - off), hi - lo);
 
 	if (mode != MODE_WRITEBACK) {
-		ret = backing_write(f, src + (lo - off), hi - lo, lo);
+		ret = backing_write(c, f, src + (lo - off), hi - lo, lo);
 		if (ret)
 			goto out_unlock;
 	}
@@ -1179,7 +1179,7 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
-	ret = backing_write(f, src, len, off);
+	ret = backing_write(c, f, src, len, off);
 	pthread_mutex_lock(&c->lock);
 	if (!ret) {
 		for (blk = off / c->bs; blk * c->bs < end; blk++) {
@@ -1324,8 +1324,10 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 	}
 	if (!ret && ftruncate(f->fd, size))
 		ret = -errno;
-	if (!ret)
+	if (!ret) {
+		BK_HOOK(c, truncate, f->ino, size);
 		ret = file_note_backing(c, f);
+	}
 out_unlock:
 	pthread_rwlock_unlock(&f->rw);
 	return ret;
@@ -1393,10 +1395,15 @@ int cache_fsync(struct cache *c, struct cfile *f)
 	if (!ret && f && !f->bk_durable) {
 		if (fsync(f->fd))
 			return -errno;
+		BK_HOOK(c, sync, f->ino);
 		f->bk_durable = 1;
 	}
-	if (!ret && c->cfg->mode != MODE_WRITEBACK && f && fdatasync(f->fd))
-		ret = -errno;
+	if (!ret && c->cfg->mode != MODE_WRITEBACK && f) {
+		if (fdatasync(f->fd))
+			ret = -errno;
+		else
+			BK_HOOK(c, sync, f->ino);
+	}
 	return ret;
 }
 
@@ -1444,6 +1451,11 @@ void cache_stats(struct cache *c, struct cache_stats *s)
 struct cache_config *cache_config(struct cache *c)
 {
 	return c->cfg;
+}
+
+void cache_set_bk_hooks(struct cache *c, const struct cache_bk_hooks *h)
+{
+	c->bk = h;
 }
 
 void cache_kick(struct cache *c)

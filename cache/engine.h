@@ -159,7 +159,14 @@ struct cache {
 	uint64_t rate_next_ns;
 	struct cache_counters st;
 	uint64_t meta_repaired;
+	const struct cache_bk_hooks *bk;
 };
+
+#define BK_HOOK(c, fn, ...)                                   \
+	do {                                                  \
+		if ((c)->bk && (c)->bk->fn)                   \
+			(c)->bk->fn((c)->bk->arg, __VA_ARGS__); \
+	} while (0)
 
 #define CNT_ADD(c, field, v) \
 	__atomic_fetch_add(&(c)->st.field, (v), __ATOMIC_RELAXED)

@@ -16,8 +16,16 @@
 
 enum dev_kind { DEV_KIND_URING, DEV_KIND_MEM };
 
+struct rec_log {
+	pthread_mutex_t lock;
+	struct rec_event *ev;
+	size_t n, cap;
+};
+
 struct dev {
 	enum dev_kind kind;
+	struct rec_log *rec;
+	int rec_id;
 	int fd;
 	uint64_t size;
 	char *path;
@@ -187,12 +195,121 @@ static int io_check(const struct dev_io *io)
 	return 0;
 }
 
+static size_t rec_add_locked(struct rec_log *l, enum rec_kind kind, int target,
+			     uint64_t off, const void *data, uint32_t len, int fua)
+{
+	struct rec_event *e;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 1024;
+		struct rec_event *ev = realloc(l->ev, cap * sizeof(*ev));
+
+		if (!ev)
+			abort(); /* a test harness: running out is fatal */
+		l->ev = ev;
+		l->cap = cap;
+	}
+	e = &l->ev[l->n];
+	e->kind = kind;
+	e->target = target;
+	e->off = off;
+	e->len = len;
+	e->fua = fua;
+	e->data = NULL;
+	if (data && len) {
+		e->data = malloc(len);
+		if (!e->data)
+			abort();
+		memcpy(e->data, data, len);
+	}
+	return l->n++;
+}
+
+size_t rec_log_add(struct rec_log *l, enum rec_kind kind, int target,
+		   uint64_t off, const void *data, uint32_t len, int fua)
+{
+	size_t i;
+
+	pthread_mutex_lock(&l->lock);
+	i = rec_add_locked(l, kind, target, off, data, len, fua);
+	pthread_mutex_unlock(&l->lock);
+	return i;
+}
+
+int rec_log_new(struct rec_log **out)
+{
+	struct rec_log *l = calloc(1, sizeof(*l));
+
+	if (!l)
+		return -ENOMEM;
+	pthread_mutex_init(&l->lock, NULL);
+	*out = l;
+	return 0;
+}
+
+void rec_log_free(struct rec_log *l)
+{
+	size_t i;
+
+	for (i = 0; i < l->n; i++)
+		free(l->ev[i].data);
+	free(l->ev);
+	free(l);
+}
+
+size_t rec_log_count(struct rec_log *l)
+{
+	size_t n;
+
+	pthread_mutex_lock(&l->lock);
+	n = l->n;
+	pthread_mutex_unlock(&l->lock);
+	return n;
+}
+
+const struct rec_event *rec_log_get(struct rec_log *l, size_t i)
+{
+	return &l->ev[i];
+}
+
+int dev_rec_create(struct rec_log *l, int target, uint64_t size,
+		   struct dev **out)
+{
+	int ret = dev_mem_create(size, out);
+
+	if (!ret) {
+		(*out)->rec = l;
+		(*out)->rec_id = target;
+	}
+	return ret;
+}
+
+int pm_rec_create(struct rec_log *l, int target, size_t len,
+		  struct pm_region *out)
+{
+	int ret = pm_mem_create(len, out);
+
+	if (!ret) {
+		out->rec = l;
+		out->rec_id = target;
+	}
+	return ret;
+}
+
 static void io_mem(struct dev_io *io)
 {
-	if (io->op == DEV_READ)
+	if (io->op == DEV_READ) {
 		memcpy(io->buf, io->dev->mem + io->off, io->len);
-	else
+	} else if (io->dev->rec) {
+		/* applied and logged under one lock: the log order is the real one */
+		pthread_mutex_lock(&io->dev->rec->lock);
 		memcpy(io->dev->mem + io->off, io->buf, io->len);
+		rec_add_locked(io->dev->rec, REC_DEV_WRITE, io->dev->rec_id,
+			       io->off, io->buf, io->len, io->fua);
+		pthread_mutex_unlock(&io->dev->rec->lock);
+	} else {
+		memcpy(io->dev->mem + io->off, io->buf, io->len);
+	}
 	io->res = 0;
 }
 
@@ -354,8 +471,11 @@ int dev_flush(struct dev *d)
 	struct io_uring_cqe *cqe;
 	int ret;
 
-	if (d->kind == DEV_KIND_MEM)
+	if (d->kind == DEV_KIND_MEM) {
+		if (d->rec && !d->faults.fail_writes)
+			rec_log_add(d->rec, REC_DEV_FLUSH, d->rec_id, 0, NULL, 0, 0);
 		return d->faults.fail_writes;
+	}
 	if (d->faults.fail_writes)
 		return d->faults.fail_writes;
 	ret = ring_get(&ring);

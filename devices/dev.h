@@ -65,17 +65,57 @@ void *dev_alloc_buf(size_t len);
  * memory for unit tests.  pm_persist() makes a range durable: cache-line
  * flushes on real persistent memory, msync elsewhere.
  */
+struct rec_log;
+
 struct pm_region {
 	void *addr;
 	size_t len;
 	int is_pmem; /* pmem_is_pmem(): flushes instead of msync */
 	int is_mem;  /* plain memory, unit tests only */
 	int lock_fd; /* holds an exclusive flock while mapped */
+	struct rec_log *rec; /* recording region (crash tests) */
+	int rec_id;
 };
 
 int pm_map(const char *path, size_t len, int create, struct pm_region *out);
 int pm_mem_create(size_t len, struct pm_region *out);
 int pm_persist(const struct pm_region *r, const void *addr, size_t len);
 void pm_unmap(struct pm_region *r);
+
+/*
+ * Recording, for the crash-state tests: in-memory devices and regions that log
+ * every write, flush and persist, in the order they happened, so that a test
+ * can later build any state a power loss could have left.
+ */
+enum rec_kind {
+	REC_DEV_WRITE, /* data: the bytes written */
+	REC_DEV_FLUSH,
+	REC_PM_PERSIST, /* data: the persisted bytes */
+	REC_MARK,	/* the test's own events */
+	REC_BK_WRITE,
+	REC_BK_TRUNC,
+	REC_BK_SYNC,
+};
+
+struct rec_event {
+	enum rec_kind kind;
+	int target;
+	uint64_t off;
+	uint32_t len;
+	int fua;
+	uint8_t *data;
+};
+
+int rec_log_new(struct rec_log **out);
+void rec_log_free(struct rec_log *l);
+size_t rec_log_count(struct rec_log *l);
+const struct rec_event *rec_log_get(struct rec_log *l, size_t i);
+/* Append an event; returns its index. */
+size_t rec_log_add(struct rec_log *l, enum rec_kind kind, int target,
+		   uint64_t off, const void *data, uint32_t len, int fua);
+int dev_rec_create(struct rec_log *l, int target, uint64_t size,
+		   struct dev **out);
+int pm_rec_create(struct rec_log *l, int target, size_t len,
+		  struct pm_region *out);
 
 #endif

@@ -68,8 +68,13 @@ int pm_mem_create(size_t len, struct pm_region *out)
 
 int pm_persist(const struct pm_region *r, const void *addr, size_t len)
 {
-	if (r->is_mem)
+	if (r->is_mem) {
+		if (r->rec)
+			rec_log_add(r->rec, REC_PM_PERSIST, r->rec_id,
+				    (const char *)addr - (const char *)r->addr,
+				    addr, len, 0);
 		return 0;
+	}
 	if (r->is_pmem) {
 		pmem_persist(addr, len);
 		return 0;
