@@ -1204,7 +1204,13 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 
 /* ------------------------------------------------------------- truncate */
 
-int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
+/*
+ * Forget everything cached past size: blocks wholly past it are dropped, the
+ * edge block loses its pages past it, and the bytes past size in the edge page
+ * are zeroed on the device, so that a later extension reads zeros there.  The
+ * caller holds f->rw for writing and has persisted the new size already.
+ */
+int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 {
 	struct list *l;
 	uint64_t keep_blk = (size + c->bs - 1) / c->bs;
@@ -1212,35 +1218,28 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 	struct cslot *edge = NULL;
 	int ret = 0;
 
-	if (f->ro)
-		return -EBADF;
-	if (size > c->max_file_size)
-		return -EFBIG;
-	pthread_rwlock_wrlock(&f->rw);
 	pthread_mutex_lock(&c->lock);
-	if (size < f->size) {
-		/* blocks wholly past the end go; the edge block is trimmed */
-		for (l = f->slots.next; l != &f->slots;) {
-			struct cslot *s = list_entry(l, struct cslot, flink);
+	/* blocks wholly past the end go; the edge block is trimmed */
+	for (l = f->slots.next; l != &f->slots;) {
+		struct cslot *s = list_entry(l, struct cslot, flink);
 
-			l = l->next;
-			if (s->blk >= keep_blk && !s->pins) {
-				slot_drop_locked(c, s);
-			} else if (s->blk >= keep_blk || (size % c->bs &&
-				   s->blk == keep_blk - 1)) {
-				edge = s->blk == keep_blk - 1 ? s : edge;
-				s->pins++;
-				if (s->blk >= keep_blk) {
-					/* pinned by a fill: clear it in place */
-					c->valid_pages -= bm_count(s->valid);
-					c->dirty_pages -= bm_count(s->dirty);
-					if (bm_any(s->dirty))
-						file_mark_clean(c, f, s);
-					memset(s->valid, 0, sizeof(s->valid));
-					memset(s->dirty, 0, sizeof(s->dirty));
-					slot_settle(c, s);
-					slot_unpin_locked(c, f, s);
-				}
+		l = l->next;
+		if (s->blk >= keep_blk && !s->pins) {
+			slot_drop_locked(c, s);
+		} else if (s->blk >= keep_blk || (size % c->bs &&
+			   s->blk == keep_blk - 1)) {
+			edge = s->blk == keep_blk - 1 ? s : edge;
+			s->pins++;
+			if (s->blk >= keep_blk) {
+				/* pinned by a fill: clear it in place */
+				c->valid_pages -= bm_count(s->valid);
+				c->dirty_pages -= bm_count(s->dirty);
+				if (bm_any(s->dirty))
+					file_mark_clean(c, f, s);
+				memset(s->valid, 0, sizeof(s->valid));
+				memset(s->dirty, 0, sizeof(s->dirty));
+				slot_settle(c, s);
+				slot_unpin_locked(c, f, s);
 			}
 		}
 	}
@@ -1308,12 +1307,28 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 		slot_unpin_locked(c, f, edge);
 		pthread_mutex_unlock(&c->lock);
 	}
-	if (ret)
-		goto out_unlock;
+	return ret;
+}
 
-	/* the map says the new size before the backing file does */
+int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
+{
+	int ret = 0, shrink;
+
+	if (f->ro)
+		return -EBADF;
+	if (size > c->max_file_size)
+		return -EFBIG;
+	pthread_rwlock_wrlock(&f->rw);
+	/*
+	 * The new size is persisted first: a crash after it can only lose the
+	 * cut bytes (recovery trims what is past the recorded size and cuts
+	 * the backing file to it), never bring back older bytes from the
+	 * backing file in place of dirty ones that were dropped.
+	 */
 	pthread_mutex_lock(&c->lock);
+	shrink = size < f->size;
 	f->size = size;
+	f->wgen++;
 	clock_gettime(CLOCK_REALTIME, &f->mtime);
 	f->mtime_set = 0;
 	pthread_mutex_unlock(&c->lock);
@@ -1322,13 +1337,14 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 		ret = file_persist_record(c, f);
 		pthread_mutex_unlock(&f->rec_lock);
 	}
+	if (!ret && shrink)
+		ret = file_trim(c, f, size);
 	if (!ret && ftruncate(f->fd, size))
 		ret = -errno;
 	if (!ret) {
 		BK_HOOK(c, truncate, f->ino, size);
 		ret = file_note_backing(c, f);
 	}
-out_unlock:
 	pthread_rwlock_unlock(&f->rw);
 	return ret;
 }

@@ -235,6 +235,7 @@ struct cfile *file_new(void);
 void file_put_locked(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
 int file_note_backing(struct cache *c, struct cfile *f);
+int file_trim(struct cache *c, struct cfile *f, uint64_t size);
 void file_mark_dirty(struct cache *c, struct cfile *f, struct cslot *s);
 void file_mark_clean(struct cache *c, struct cfile *f, struct cslot *s);
 

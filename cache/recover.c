@@ -61,16 +61,27 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 	f->dev = st.st_dev;
 	f->bsize = st.st_size;
 	mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
-	if (!f->ndirty) {
-		/* clean file: the backing copy is the truth */
-		if (mt != f->bk_mtime_ns || (uint64_t)st.st_size != f->size) {
-			log_msg(LOG_NOTICE,
-				"recovery: backing file (inode %llu) changed while unmounted; dropping its clean cached data",
-				(unsigned long long)f->ino);
-			f->unlinked = 2;
+	if (mt == f->bk_mtime_ns) {
+		/*
+		 * Nobody touched the backing file since the cache last saw it:
+		 * the record is the truth.  A truncate cut short by the crash
+		 * (size recorded, backing file not yet cut) is finished.
+		 */
+		if ((uint64_t)st.st_size > f->size) {
+			if (ftruncate(f->fd, f->size))
+				log_msg(LOG_ERR, "recovery: cannot truncate backing file (inode %llu): %s",
+					(unsigned long long)f->ino, strerror(errno));
+			else
+				f->bsize = f->size;
 		}
+	} else if (!f->ndirty) {
+		/* changed behind our back, nothing dirty: the backing copy wins */
+		log_msg(LOG_NOTICE,
+			"recovery: backing file (inode %llu) changed while unmounted; dropping its clean cached data",
+			(unsigned long long)f->ino);
+		f->unlinked = 2;
 		f->size = st.st_size;
-	} else if (mt != f->bk_mtime_ns) {
+	} else {
 		struct list *l;
 
 		log_msg(LOG_WARNING,
@@ -84,6 +95,8 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 				slot_drop_locked(c, s);
 		}
 	}
+	if (!fstat(f->fd, &st))
+		mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
 	f->bk_mtime_ns = mt;
 }
 
@@ -221,6 +234,9 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			/* changed behind our back, nothing dirty: forget it */
 			f->unlinked = 1;
 		}
+		/* nothing cached past the recorded size may come back later */
+		if (f->fd >= 0 && !f->unlinked && f->nslots)
+			file_trim(c, f, f->size);
 		file_hash_add(c, f);
 		f->refs = 1;
 		file_put_locked(c, f);

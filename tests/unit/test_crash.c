@@ -48,6 +48,7 @@ struct mfile {
 	ino_t ino;
 	dev_t dev;
 	struct cfile *cf;
+	struct timespec mtime0;
 	uint32_t cur[WORDS];
 	int cur_trunc[WORDS];
 	uint64_t size;
@@ -76,19 +77,38 @@ static uint64_t token(int file, uint32_t ver, uint64_t word)
 	return ((uint64_t)(file + 1) << 56) | ((uint64_t)ver << 24) | word;
 }
 
+/* The backing file's mtime after each change, so that crash states carry it too. */
+#define MTIME_MARK(f) (-100 - (f))
+
+static void note_mtime(ino_t ino)
+{
+	struct stat st;
+	int f;
+
+	for (f = 0; f < NFILES; f++)
+		if (files[f].ino == ino && !files[f].unlinked_at &&
+		    !fstat(files[f].fd, &st))
+			rec_log_add(L, REC_MARK, MTIME_MARK(f),
+				    st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec,
+				    NULL, 0, 0);
+}
+
 static void bk_write(void *arg, ino_t ino, const void *buf, size_t len, uint64_t off)
 {
 	rec_log_add(L, REC_BK_WRITE, (int)ino, off, buf, len, 0);
+	note_mtime(ino);
 }
 
 static void bk_trunc(void *arg, ino_t ino, uint64_t size)
 {
 	rec_log_add(L, REC_BK_TRUNC, (int)ino, size, NULL, 0, 0);
+	note_mtime(ino);
 }
 
 static void bk_sync(void *arg, ino_t ino)
 {
 	rec_log_add(L, REC_BK_SYNC, (int)ino, 0, NULL, 0, 0);
+	note_mtime(ino);
 }
 
 static const struct cache_bk_hooks hooks = { bk_write, bk_trunc, bk_sync, NULL };
@@ -245,6 +265,24 @@ static int word_ok(int f, uint64_t w, uint64_t got, size_t k)
 static void explain(int f, uint64_t w, size_t k)
 {
 	int i;
+	size_t j;
+
+	for (j = k > 200 ? k - 200 : 0; j < k + 5 && j < rec_log_count(L); j++) {
+		const struct rec_event *e = rec_log_get(L, j);
+		static const char *const kn[] = { "devw", "flush", "persist", "mark", "bkw", "bktrunc", "bksync" };
+
+		if (e->kind == REC_PM_PERSIST && e->target == 1)
+			continue;
+		if ((e->kind == REC_BK_WRITE || e->kind == REC_BK_TRUNC || e->kind == REC_BK_SYNC) &&
+		    e->target != (int)files[f].ino)
+			continue;
+		if (e->kind == REC_BK_WRITE && !(e->off <= w * 8 && w * 8 < e->off + e->len))
+			continue;
+		if (e->kind == REC_DEV_WRITE && e->len < 4096)
+			continue;
+		fprintf(stderr, "    %zu %s t%d off %llu len %u%s\n", j, kn[e->kind], e->target,
+			(unsigned long long)e->off, e->len, e->fua ? " fua" : "");
+	}
 
 	for (i = files[f].nsnaps - 1; i >= 0; i--)
 		if (files[f].snaps[i].end < k) {
@@ -303,14 +341,21 @@ static void materialize_and_check(struct cache_config *cfg, size_t k,
 			break;
 		}
 	}
-	/* backing files, rewritten in place so that their handles stay valid */
+	/* backing files, rewritten in place so that their handles stay valid,
+	 * with the contents and mtime they had at the crash */
 	for (f = 0; f < NFILES; f++) {
+		struct timespec ts[2] = { { 0, UTIME_OMIT }, files[f].mtime0 };
+
 		if (files[f].unlinked_at)
 			continue;
 		CHECK_EQ(ftruncate(files[f].fd, 0), 0);
 		for (j = 0; j < k; j++) {
 			const struct rec_event *e = rec_log_get(L, j);
 
+			if (e->kind == REC_MARK && e->target == MTIME_MARK(f)) {
+				ts[1].tv_sec = e->off / 1000000000ull;
+				ts[1].tv_nsec = e->off % 1000000000ull;
+			}
 			if (e->target != (int)files[f].ino)
 				continue;
 			if (e->kind == REC_BK_WRITE)
@@ -318,6 +363,7 @@ static void materialize_and_check(struct cache_config *cfg, size_t k,
 			else if (e->kind == REC_BK_TRUNC)
 				CHECK_EQ(ftruncate(files[f].fd, e->off), 0);
 		}
+		CHECK_EQ(futimens(files[f].fd, ts), 0);
 	}
 
 	if (cache_open_devs(cfg, devs, 2, r, backing_fd, &c, err, sizeof(err))) {
@@ -416,6 +462,7 @@ int main(void)
 		fstat(files[f].fd, &st);
 		files[f].ino = st.st_ino;
 		files[f].dev = st.st_dev;
+		files[f].mtime0 = st.st_mtim;
 		CHECK_EQ(cache_file_get(c, files[f].fd, &files[f].cf), 0);
 	}
 	run_workload(c);
