@@ -105,6 +105,7 @@ struct cache_stats {
 	uint64_t nslots, used_slots, dirty_slots;
 	int destaging;
 	uint64_t dev_errors[NVC_MAX_DEVS];
+	int dev_failed[NVC_MAX_DEVS];
 	int ndevs;
 	/* 0: in sync; 1: was damaged or lost at mount and rebuilt from the other */
 	int mirror_rebuilt[2];

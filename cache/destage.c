@@ -406,6 +406,29 @@ void destage_stop(struct cache *c)
 	c->ndestagers = 0;
 }
 
+/* Dirty slots that a working device holds (c->lock held). */
+static uint64_t dirty_on_working_devices(struct cache *c)
+{
+	struct list *l, *m;
+	uint64_t n = 0;
+	int d, any = 0;
+
+	for (d = 0; d < c->ndevs; d++)
+		any |= c->dev_failed[d];
+	if (!any)
+		return c->ndirty_slots;
+	for (l = c->dirty_files.next; l != &c->dirty_files; l = l->next) {
+		struct cfile *f = list_entry(l, struct cfile, dlink);
+
+		for (m = f->slots.next; m != &f->slots; m = m->next) {
+			struct cslot *s = list_entry(m, struct cslot, flink);
+
+			n += s->state == SLOT_DIRTY && !slot_failed(c, s);
+		}
+	}
+	return n;
+}
+
 int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 {
 	uint64_t stuck_since = 0, last_dirty = UINT64_MAX;
@@ -423,6 +446,14 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 			fn(arg, dirty, __atomic_load_n(&c->st.destaged_bytes,
 						       __ATOMIC_RELAXED));
 			pthread_mutex_lock(&c->lock);
+		}
+		/* what only a failed device holds can never be destaged */
+		if (!dirty_on_working_devices(c)) {
+			log_msg(LOG_ERR,
+				"flush: %llu dirty blocks are on a failed cache device and cannot be destaged",
+				(unsigned long long)c->ndirty_slots);
+			ret = -EIO;
+			break;
 		}
 		/* give up when destage keeps failing without progress */
 		if (dirty < last_dirty) {

@@ -499,14 +499,24 @@ static struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 	struct cslot *s = NULL;
 	struct list *l;
 
-	if (!list_empty(&c->free_slots)) {
-		s = list_entry(c->free_slots.next, struct cslot, link);
-		list_del(&s->link);
-		c->nfree--;
-	} else {
-		for (l = c->lru.next; l != &c->lru; l = l->next) {
+	for (;;) {
+		/* a free slot on a device that works */
+		for (l = c->free_slots.next; l != &c->free_slots; l = l->next) {
 			struct cslot *v = list_entry(l, struct cslot, link);
 
+			if (!slot_failed(c, v)) {
+				s = v;
+				break;
+			}
+		}
+		if (s) {
+			list_del(&s->link);
+			c->nfree--;
+			break;
+		}
+		/* else the least recently used clean slot goes free */
+		for (l = c->lru.next; l != &c->lru; l = l->next) {
+			struct cslot *v = list_entry(l, struct cslot, link);
 			struct cfile *o = c->recs[v->file - 1];
 
 			if (v->pins)
@@ -517,13 +527,9 @@ static struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 				o->refs++;
 				file_put_locked(c, o);
 			}
-			/* slot_settle put it on the free list */
-			list_del(&v->link);
-			c->nfree--;
-			s = v;
 			break;
 		}
-		if (!s)
+		if (l == &c->lru)
 			return NULL;
 	}
 	s->file = f->rec;
@@ -606,7 +612,7 @@ static int backing_write(struct cache *c, struct cfile *f, const void *buf,
 	return 0;
 }
 
-static void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
+void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 {
 	unsigned i;
 	int d;
@@ -614,9 +620,18 @@ static void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 	for (i = 0; i < n; i++) {
 		if (!ios[i].res)
 			continue;
-		for (d = 0; d < c->ndevs; d++)
-			if (c->devs[d] == ios[i].dev)
-				CNT_ADD(c, dev_errors[d], 1);
+		for (d = 0; d < c->ndevs; d++) {
+			if (c->devs[d] != ios[i].dev)
+				continue;
+			CNT_ADD(c, dev_errors[d], 1);
+			if (!__atomic_exchange_n(&c->dev_failed[d], 1, __ATOMIC_ACQ_REL))
+				log_msg(LOG_CRIT,
+					"cache device %s failed (%s at offset %llu: %s): no new data goes to it; its clean data is read from the backing store, its dirty data cannot be served",
+					dev_path(ios[i].dev),
+					ios[i].op == DEV_READ ? "read" : "write",
+					(unsigned long long)ios[i].off,
+					strerror(-ios[i].res));
+		}
 		log_msg(LOG_ERR, "%s: %s at offset %llu: %s",
 			dev_path(ios[i].dev),
 			ios[i].op == DEV_READ ? "read" : "write",
@@ -664,6 +679,10 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 			return;
 		}
 		s = slot_find(c, f->rec, x->blk);
+		if (s && slot_failed(c, s)) {
+			pthread_mutex_unlock(&c->lock);
+			continue;
+		}
 		if (!s)
 			s = slot_alloc_locked(c, f, x->blk);
 		if (!s) {
@@ -727,6 +746,8 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 {
 	struct span sp[SEG_MAX_BLOCKS + 2];
 	struct dev_io ios[SEG_MAX_BLOCKS * 4];
+	uint32_t io_p0[SEG_MAX_BLOCKS * 4], io_p1[SEG_MAX_BLOCKS * 4];
+	int io_span[SEG_MAX_BLOCKS * 4];
 	uint64_t pstart, pend, blk, hit = 0, miss = 0;
 	unsigned nio = 0;
 	int nsp = 0, i, ret = 0;
@@ -778,22 +799,48 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 			ios[nio].len = (p - run0) * NVC_PAGE;
 			ios[nio].buf = buf + (x->blk * c->bs + run0 * NVC_PAGE -
 					      pstart);
+			io_span[nio] = i;
+			io_p0[nio] = run0;
+			io_p1[nio] = p;
 			hit += (p - run0) * NVC_PAGE;
 			nio++;
 		}
 	}
-	if (nio) {
-		ret = dev_io_run(ios, nio);
-		if (ret)
-			note_dev_error(c, ios, nio);
+	if (nio && dev_io_run(ios, nio)) {
+		unsigned k;
+
+		/*
+		 * A device failed under us.  Clean pages are in the backing
+		 * file: forget them here and read them from there.  Dirty
+		 * pages exist nowhere else: the read fails.
+		 */
+		note_dev_error(c, ios, nio);
+		pthread_mutex_lock(&c->lock);
+		for (k = 0; k < nio; k++) {
+			struct span *x = &sp[io_span[k]];
+
+			if (!ios[k].res)
+				continue;
+			for (p = io_p0[k]; p < io_p1[k]; p++) {
+				if (bm_test(x->s->dirty, p)) {
+					ret = -EIO;
+					continue;
+				}
+				bm_clear(x->valid, p);
+				if (bm_test(x->s->valid, p)) {
+					bm_clear(x->s->valid, p);
+					c->valid_pages--;
+				}
+				hit -= NVC_PAGE;
+			}
+		}
+		pthread_mutex_unlock(&c->lock);
 	}
 	for (i = 0; i < nsp; i++)
 		if (sp[i].s)
 			pthread_rwlock_unlock(&sp[i].s->rw);
-	if (ret) {
-		ret = -EIO;
+	if (ret)
 		goto out_unpin;
-	}
 
 	/* misses: contiguous runs of pages not valid, from the backing file */
 	{
@@ -919,6 +966,64 @@ static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
 }
 
 /*
+ * A cache device failed while taking a write: the backing file takes it
+ * instead, and the cache forgets the pages the write covers (and the clean
+ * ones it touches).  Dirty bytes beside the write on the failed device are
+ * lost with it; their pages stay dirty, so reading them fails rather than
+ * showing older data.  The slots' locks are held.
+ */
+static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
+			  int nsp, const char *src, uint64_t lo, uint64_t hi)
+{
+	int i, ret = backing_write(c, f, src, hi - lo, lo);
+	uint32_t p;
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < nsp; i++) {
+		struct cslot *s = sp[i].s;
+		int was_dirty = bm_any(s->dirty);
+
+		for (p = sp[i].p0; p < sp[i].p1; p++) {
+			uint64_t a = sp[i].blk * c->bs + (uint64_t)p * NVC_PAGE;
+			int whole = a >= lo && a + NVC_PAGE <= hi;
+
+			/* sp[i].valid: pages that were clean before this write */
+			if (bm_test(s->dirty, p) && !whole && !bm_test(sp[i].valid, p))
+				continue;
+			if (bm_test(s->dirty, p)) {
+				bm_clear(s->dirty, p);
+				c->dirty_pages--;
+			}
+			if (bm_test(s->valid, p)) {
+				bm_clear(s->valid, p);
+				c->valid_pages--;
+			}
+		}
+		if (was_dirty && !bm_any(s->dirty))
+			file_mark_clean(c, f, s);
+		slot_settle(c, s);
+	}
+	if (hi > f->size)
+		f->size = hi;
+	if (hi > f->bsize)
+		f->bsize = hi;
+	f->bk_durable = 0; /* the next fsync must reach the backing file */
+	pthread_mutex_unlock(&c->lock);
+	for (i = 0; i < nsp && !ret; i++)
+		if (sp[i].s->persisted || bm_any(sp[i].s->valid))
+			ret = slot_persist(c, sp[i].s);
+	if (!ret) {
+		pthread_mutex_lock(&f->rec_lock);
+		ret = f->rec ? file_persist_record(c, f) : 0;
+		pthread_mutex_unlock(&f->rec_lock);
+	}
+	CNT_ADD(c, bypass_ops, 1);
+	return ret;
+}
+
+/*
  * Write one segment: blocks [b0, b1) of the request, their slots pinned.
  * Data goes to the devices first; only then are the map entries that find it
  * persisted (on both mirrors) and the write acknowledged.
@@ -1007,7 +1112,7 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 	ret = dev_io_run(ios, nsp);
 	if (ret) {
 		note_dev_error(c, ios, nsp);
-		ret = -EIO;
+		ret = write_fallback(c, f, sp, nsp, src + (lo - off), lo, hi);
 		goto out_unlock;
 	}
 
@@ -1397,7 +1502,24 @@ int cache_fsync(struct cache *c, struct cfile *f)
 {
 	int d, ret = 0, r;
 
+	if (f) {
+		struct list *l;
+
+		/* dirty data on a failed device cannot be made durable */
+		pthread_mutex_lock(&c->lock);
+		for (l = f->slots.next; l != &f->slots; l = l->next) {
+			struct cslot *s = list_entry(l, struct cslot, flink);
+
+			if (s->state == SLOT_DIRTY && slot_failed(c, s))
+				ret = -EIO;
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (ret)
+			return ret;
+	}
 	for (d = 0; d < c->ndevs; d++) {
+		if (c->dev_failed[d])
+			continue;
 		if (!__atomic_exchange_n(&c->dev_dirty[d], 0, __ATOMIC_ACQ_REL))
 			continue;
 		r = dev_flush(c->devs[d]);
@@ -1446,8 +1568,10 @@ void cache_stats(struct cache *c, struct cache_stats *s)
 	s->destage_errors = LD(destage_errors);
 	s->evictions = LD(evictions);
 	s->fill_bytes = LD(fill_bytes);
-	for (d = 0; d < c->ndevs; d++)
+	for (d = 0; d < c->ndevs; d++) {
 		s->dev_errors[d] = LD(dev_errors[d]);
+		s->dev_failed[d] = c->dev_failed[d];
+	}
 #undef LD
 	s->ndevs = c->ndevs;
 	s->mirror_rebuilt[0] = c->meta.rebuilt[0];

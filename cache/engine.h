@@ -147,6 +147,7 @@ struct cache {
 	struct list free_slots, lru, dirty_files;
 	uint64_t nfree, ndirty_slots, dirty_pages, valid_pages;
 	int dev_dirty[NVC_MAX_DEVS];
+	int dev_failed[NVC_MAX_DEVS]; /* no new data goes there */
 
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
@@ -177,6 +178,11 @@ uint64_t now_ns(void);
 static inline struct dev *slot_dev(struct cache *c, uint64_t s)
 {
 	return c->devs[s % c->ndevs];
+}
+
+static inline int slot_failed(struct cache *c, struct cslot *s)
+{
+	return c->dev_failed[(s - c->slots) % c->ndevs];
 }
 
 static inline uint64_t slot_off(struct cache *c, uint64_t s)
@@ -236,6 +242,7 @@ void file_put_locked(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
 int file_note_backing(struct cache *c, struct cfile *f);
 int file_trim(struct cache *c, struct cfile *f, uint64_t size);
+void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n);
 void file_mark_dirty(struct cache *c, struct cfile *f, struct cslot *s);
 void file_mark_clean(struct cache *c, struct cfile *f, struct cslot *s);
 

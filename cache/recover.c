@@ -173,7 +173,9 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			maxseq = ms.seq + 1;
 		f = ms.file && ms.file <= m->nfiles ? c->recs[ms.file - 1] : NULL;
 		if (ms.file && (!f || !bm_any(ms.valid))) {
+			/* no owner, or nothing valid: the slot is free */
 			memset(&ms, 0, sizeof(ms));
+			f = NULL;
 			bad = 1;
 		}
 		if (bad || mirrors_differ(m, m->slots_off + i * m->slot_size,

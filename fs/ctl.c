@@ -84,8 +84,9 @@ static void send_stats(struct fs *fs, int fd)
 	KV(meta_repaired);
 #undef KV
 	for (d = 0; d < s.ndevs; d++)
-		say(fd, "dev %d %s errors %llu\n", d, fs->cfg->dev_paths[d],
-		    (unsigned long long)s.dev_errors[d]);
+		say(fd, "dev %d %s errors %llu %s\n", d, fs->cfg->dev_paths[d],
+		    (unsigned long long)s.dev_errors[d],
+		    s.dev_failed[d] ? "FAILED" : "ok");
 	for (d = 0; d < 2; d++)
 		say(fd, "mirror %d %s %s\n", d, fs->cfg->meta_paths[d],
 		    s.mirror_rebuilt[d] ? "rebuilt-at-mount" : "ok");

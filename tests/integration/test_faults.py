@@ -161,3 +161,58 @@ def test_check_reports_and_mount_repairs(make_cache):
         with open(c.path(n), "rb") as f:
             assert f.read() == b
     c.unmount()
+
+
+def drop_page_cache():
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def test_cache_device_disappears_under_the_mount(make_cache):
+    import errno
+    c = make_cache(dev_size=64 * MiB)
+    c.format()
+    c.mount()
+    clean = os.urandom(4 * MiB)
+    with open(c.path("clean"), "wb") as f:
+        f.write(clean)
+    c.flush()
+    dirty = os.urandom(2 * MiB)
+    with open(c.path("dirty"), "wb") as f:
+        f.write(dirty)
+    # the second DIMM goes away: its device shrinks to nothing
+    os.truncate(c.images[1], 0)
+    sh("losetup", "-c", c.loops[1])
+    drop_page_cache()
+    with open(c.path("clean"), "rb") as f:     # clean data: from the backing store
+        assert f.read() == clean
+    good = bad = 0
+    fd = os.open(c.path("dirty"), os.O_RDONLY)
+    for off in range(0, len(dirty), 64 * 1024):
+        drop_page_cache()
+        try:
+            assert os.pread(fd, 64 * 1024, off) == dirty[off:off + 64 * 1024]
+            good += 1
+        except OSError as e:
+            assert e.errno == errno.EIO    # never older bytes in their place
+            bad += 1
+    os.close(fd)
+    assert good > 0 and bad > 0
+    after = os.urandom(3 * MiB)                  # writing goes on
+    with open(c.path("after"), "wb") as f:
+        f.write(after)
+    drop_page_cache()
+    with open(c.path("after"), "rb") as f:
+        assert f.read() == after
+    st = c.stats()
+    assert any(c.loops[1] in d and "FAILED" in d for d in st["devices"]), st["devices"]
+    assert any(c.loops[0] in d and d.endswith(" ok") for d in st["devices"]), st["devices"]
+    assert f"cache device {c.loops[1]} failed" in c.log_text()
+    r = c.ctl("flush", c.mnt, check=False)
+    assert r.returncode != 0 and "Input/output error" in r.stderr
+    assert c.unmount() == 0
+    assert "are on a failed cache device and cannot be destaged" in c.log_text()
+    with open(os.path.join(c.backing, "after"), "rb") as f:
+        assert f.read() == after
+    with open(os.path.join(c.backing, "clean"), "rb") as f:
+        assert f.read() == clean

@@ -1,5 +1,6 @@
 /* tests: the cache engine on in-memory devices — map, hits and misses, eviction, destage, recovery. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -436,6 +437,56 @@ static void test_destage_oldest_first(void)
 	env_fini(&e);
 }
 
+/* A cache device fails: clean data comes from the backing file, writes go on,
+ * dirty data that lived only there is reported, never replaced by older bytes. */
+static void test_failed_device(void)
+{
+	struct env e;
+	struct cache_stats st;
+	size_t size = 1 * MiB;
+	char *src = malloc(size), *more = malloc(size), *data;
+	struct cfile *a, *b;
+	int fa, fb, eio = 0;
+	size_t n, off;
+
+	env_init(&e, 64, 64 * KiB);
+	a = file_open(&e, "clean", &fa);
+	b = file_open(&e, "dirty", &fb);
+	fill(src, size, 11);
+	CHECK_EQ(cache_write(e.c, a, src, size, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0); /* a is clean, cached on both devices */
+	fill(more, size, 12);
+	CHECK_EQ(cache_write(e.c, b, more, size, 0), 0); /* b is dirty, on both devices */
+	dev_faults(e.devs[1])->fail_reads = -EIO;
+	dev_faults(e.devs[1])->fail_writes = -EIO;
+	CHECK(same(&e, a, src, size, 0));
+	for (off = 0; off < size; off += 64 * KiB)
+		if (cache_read(e.c, b, rbuf, 64 * KiB, off, &data, &n) == -EIO)
+			eio++;
+		else
+			CHECK(!memcmp(data, more + off, n));
+	CHECK(eio > 0 && eio < 16); /* the blocks on the failed device, no others */
+	/* writes still work, on the good device or through to the backing file */
+	fill(src, size, 13);
+	CHECK_EQ(cache_write(e.c, a, src, size, 0), 0);
+	CHECK_EQ(cache_write(e.c, a, "tail", 4, size + 10), 0);
+	CHECK(same(&e, a, src, size, 0));
+	CHECK(same(&e, a, "tail", 4, size + 10));
+	cache_stats(e.c, &st);
+	CHECK(st.dev_failed[1] && !st.dev_failed[0] && st.dev_errors[1] > 0);
+	CHECK_EQ(cache_fsync(e.c, b), -EIO);
+	CHECK_EQ(cache_fsync(e.c, a), 0);
+	cache_file_put(e.c, a);
+	cache_file_put(e.c, b);
+	close(fa);
+	close(fb);
+	dev_faults(e.devs[1])->fail_reads = 0;
+	dev_faults(e.devs[1])->fail_writes = 0;
+	env_fini(&e);
+	free(src);
+	free(more);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -449,6 +500,7 @@ int main(void)
 	RUN(test_recovery_drops_deleted_file);
 	RUN(test_more_files_than_records);
 	RUN(test_destage_oldest_first);
+	RUN(test_failed_device);
 	free(rbuf);
 	return CHECK_DONE();
 }
