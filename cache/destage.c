@@ -98,7 +98,9 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 {
 	struct cslot **v = NULL;
 	uint64_t *gens = NULL, (*snap)[META_MAX_WORDS] = NULL;
-	char *buf = NULL;
+	char *buf = NULL, *skip = NULL;
+	struct dev_io io;
+	int partial = 0;
 	struct run run = { 0, 0 };
 	struct list *l;
 	struct stat st;
@@ -114,7 +116,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	v = calloc(n ? n : 1, sizeof(*v));
 	gens = calloc(n ? n : 1, sizeof(*gens));
 	snap = calloc(n ? n : 1, sizeof(*snap));
-	if (!v || !gens || !snap) {
+	skip = calloc(n ? n : 1, 1);
+	if (!v || !gens || !snap || !skip) {
 		pthread_mutex_unlock(&c->lock);
 		ret = -ENOMEM;
 		goto out_free;
@@ -171,15 +174,23 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 				part = DESTAGE_BUF - run.len;
 				if (part > len)
 					part = len;
-				ret = dev_read(slot_dev(c, slot_idx(c, s)),
-					       buf + run.len, part,
-					       slot_off(c, slot_idx(c, s)) +
-						       (at - s->blk * c->bs));
-				if (ret) {
-					CNT_ADD(c, dev_errors[slot_idx(c, s) % c->ndevs], 1);
-					log_msg(LOG_ERR, "%s: destage read failed: %s",
-						dev_path(slot_dev(c, slot_idx(c, s))),
-						strerror(-ret));
+				io.dev = slot_dev(c, slot_idx(c, s));
+				io.op = DEV_READ;
+				io.buf = buf + run.len;
+				io.len = part;
+				io.off = slot_off(c, slot_idx(c, s)) + (at - s->blk * c->bs);
+				io.fua = 0;
+				if (dev_io_run(&io, 1)) {
+					/*
+					 * This slot's dirty pages exist only on a
+					 * device that fails: they stay dirty, the
+					 * others go out.
+					 */
+					note_dev_error(c, &io, 1);
+					skip[i] = 1;
+					partial = -EIO;
+					ret = run_flush(c, f, buf, &run);
+					p = c->ppb;
 					break;
 				}
 				run.len += part;
@@ -232,6 +243,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		struct cslot *s = v[i];
 		int w, changed = 0;
 
+		if (skip[i])
+			continue;
 		pthread_rwlock_wrlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
 		if (s->gen == gens[i] && s->state == SLOT_DIRTY) {
@@ -275,8 +288,9 @@ out_free:
 	free(v);
 	free(gens);
 	free(snap);
+	free(skip);
 	pthread_rwlock_unlock(&f->rw);
-	return ret;
+	return ret ? ret : partial;
 }
 
 /*
