@@ -1,4 +1,5 @@
-/* cache: the engine's one interface — configuration, on-media format, data path, destage, statistics. */
+/* cache: the engine's one interface — configuration, on-media format, data
+ * path, destage, statistics. */
 #ifndef NVC_CACHE_H
 #define NVC_CACHE_H
 
@@ -20,7 +21,7 @@ enum unmount_policy { UNMOUNT_FLUSH, UNMOUNT_KEEP };
 
 /* Every tunable is a row of the table in config.c; this struct holds values. */
 struct cache_config {
-	char *devices;  /* comma-separated, split into dev_paths */
+	char *devices; /* comma-separated, split into dev_paths */
 	char *metadata; /* exactly two, split into meta_paths */
 	char *dev_paths[NVC_MAX_DEVS];
 	int ndevs;
@@ -50,7 +51,8 @@ struct cache_config {
 
 void cfg_defaults(struct cache_config *c);
 /* Parse an INI file; on error fills err with "FILE:LINE: message". */
-int cfg_load(struct cache_config *c, const char *path, char *err, size_t errlen);
+int cfg_load(struct cache_config *c, const char *path, char *err,
+	     size_t errlen);
 /* Apply "section.key=value" (a -o override). */
 int cfg_override(struct cache_config *c, const char *kv, char *err,
 		 size_t errlen);
@@ -85,8 +87,10 @@ uint64_t fmt_meta_len(const struct cache_config *cfg, struct dev **devs,
 int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		    struct pm_region mirrors[2], char *err, size_t errlen);
 
-/* Offline check: a report to out; 0 clean, 1 problems found, <0 cannot check (err). */
-int fmt_check(const struct cache_config *cfg, FILE *out, char *err, size_t errlen);
+/* Offline check: a report to out; 0 clean, 1 problems found, <0 cannot check
+ * (err). */
+int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
+	      size_t errlen);
 /* The same on open devices and regions; returns the number of problems. */
 int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
 		   struct pm_region r[2], FILE *out, int problems);
@@ -107,7 +111,8 @@ struct cache_stats {
 	uint64_t dev_errors[NVC_MAX_DEVS];
 	int dev_failed[NVC_MAX_DEVS];
 	int ndevs;
-	/* 0: in sync; 1: was damaged or lost at mount and rebuilt from the other */
+	/* 0: in sync; 1: was damaged or lost at mount and rebuilt from the
+	 * other */
 	int mirror_rebuilt[2];
 	uint64_t meta_repaired; /* records repaired at mount */
 };
@@ -164,7 +169,8 @@ struct cache_config *cache_config(struct cache *c);
 /* Wake the destager after a tunable changed. */
 void cache_kick(struct cache *c);
 
-/* Told of every change made to a backing file (crash-state tests record them). */
+/* Told of every change made to a backing file (crash-state tests record them).
+ */
 struct cache_bk_hooks {
 	void (*write)(void *arg, ino_t ino, const void *buf, size_t len,
 		      uint64_t off);

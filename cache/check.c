@@ -1,4 +1,5 @@
-/* cache: nvcachectl check — an offline, read-only consistency check of superblocks, mirrors and the map. */
+/* cache: nvcachectl check — an offline, read-only consistency check of
+ * superblocks, mirrors and the map. */
 #define _GNU_SOURCE
 #include "meta.h"
 
@@ -42,43 +43,59 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 		int good = 0;
 
 		for (copy = 0; copy < SB_COPIES; copy++) {
-			int ret = dev_read(devs[d], buf, sizeof(*buf), 4096 * (copy + 1));
+			int ret = dev_read(devs[d], buf, sizeof(*buf),
+					   4096 * (copy + 1));
 
 			if (ret) {
-				problem(k, "%s: superblock copy %d unreadable: %s",
-					cfg->dev_paths[d], copy + 1, strerror(-ret));
+				problem(k,
+					"%s: superblock copy %d unreadable: %s",
+					cfg->dev_paths[d], copy + 1,
+					strerror(-ret));
 				continue;
 			}
 			if (buf->magic != SB_MAGIC) {
-				problem(k, "%s: superblock copy %d has no nvcachefs magic",
+				problem(k,
+					"%s: superblock copy %d has no "
+					"nvcachefs magic",
 					cfg->dev_paths[d], copy + 1);
 				continue;
 			}
-			if (buf->csum != meta_csum(buf, offsetof(struct sb_disk, csum))) {
-				problem(k, "%s: superblock copy %d checksum mismatch",
+			if (buf->csum !=
+			    meta_csum(buf, offsetof(struct sb_disk, csum))) {
+				problem(k,
+					"%s: superblock copy %d checksum "
+					"mismatch",
 					cfg->dev_paths[d], copy + 1);
 				continue;
 			}
 			good++;
 			if (h && memcmp(buf->set_uuid, h->set_uuid, 16))
-				problem(k, "%s: belongs to another cache than the metadata",
+				problem(k,
+					"%s: belongs to another cache than the "
+					"metadata",
 					cfg->dev_paths[d]);
-			if (buf->dev_index != (uint32_t)d || buf->ndevs != (uint32_t)cfg->ndevs)
-				problem(k, "%s: formatted as device %u of %u, configured as %d of %d",
-					cfg->dev_paths[d], buf->dev_index + 1, buf->ndevs,
-					d + 1, cfg->ndevs);
+			if (buf->dev_index != (uint32_t)d ||
+			    buf->ndevs != (uint32_t)cfg->ndevs)
+				problem(k,
+					"%s: formatted as device %u of %u, "
+					"configured as %d of %d",
+					cfg->dev_paths[d], buf->dev_index + 1,
+					buf->ndevs, d + 1, cfg->ndevs);
 			if (buf->block_size != cfg->block_size)
 				problem(k, "%s: block size %u, configured %llu",
 					cfg->dev_paths[d], buf->block_size,
 					(unsigned long long)cfg->block_size);
 			if (h && buf->slots_per_dev * cfg->ndevs != h->nslots)
-				problem(k, "%s: %llu slots, the metadata expects %llu",
+				problem(k,
+					"%s: %llu slots, the metadata expects "
+					"%llu",
 					cfg->dev_paths[d],
 					(unsigned long long)buf->slots_per_dev,
-					(unsigned long long)(h->nslots / cfg->ndevs));
+					(unsigned long long)(h->nslots /
+							     cfg->ndevs));
 		}
-		fprintf(k->out, "  %s: %d of %d copies good\n", cfg->dev_paths[d],
-			good, SB_COPIES);
+		fprintf(k->out, "  %s: %d of %d copies good\n",
+			cfg->dev_paths[d], good, SB_COPIES);
 	}
 	free(buf);
 	return 0;
@@ -94,9 +111,11 @@ static int is_zero(const void *p, size_t n)
 	return 1;
 }
 
-static void check_map(struct chk *k, struct pm_region r[2], const struct meta_hdr *h)
+static void check_map(struct chk *k, struct pm_region r[2],
+		      const struct meta_hdr *h)
 {
-	uint32_t words = meta_words(h->block_size), ppb = h->block_size / NVC_PAGE;
+	uint32_t words = meta_words(h->block_size),
+		 ppb = h->block_size / NVC_PAGE;
 	uint64_t i, used_files = 0, used_slots = 0, dirty_slots = 0, dup = 0;
 	uint64_t *seen;
 	struct meta m;
@@ -109,35 +128,48 @@ static void check_map(struct chk *k, struct pm_region r[2], const struct meta_hd
 		int ret = meta_hdr_check(r[mi].addr, r[mi].len, NULL);
 
 		if (ret)
-			problem(k, "mirror %d: header not valid: %s", mi, strerror(-ret));
-		else if (memcmp(x->set_uuid, h->set_uuid, 16) || x->nslots != h->nslots)
+			problem(k, "mirror %d: header not valid: %s", mi,
+				strerror(-ret));
+		else if (memcmp(x->set_uuid, h->set_uuid, 16) ||
+			 x->nslots != h->nslots)
 			problem(k, "mirror %d: belongs to another cache", mi);
 		else
-			fprintf(k->out, "  mirror %d: header good, %llu slots, %u file records\n",
+			fprintf(k->out,
+				"  mirror %d: header good, %llu slots, %u file "
+				"records\n",
 				mi, (unsigned long long)x->nslots, x->nfiles);
 	}
 	/* per-record checks on each mirror's own copy */
 	for (mi = 0; mi < 2; mi++) {
-		if (meta_hdr_check(r[mi].addr, r[mi].len, NULL) || r[mi].len < h->total_len)
+		if (meta_hdr_check(r[mi].addr, r[mi].len, NULL) ||
+		    r[mi].len < h->total_len)
 			continue;
 		for (i = 0; i < h->nfiles; i++) {
-			const struct meta_file *f = (const void *)((const char *)r[mi].addr +
-				h->files_off + i * META_FILE_SIZE);
+			const struct meta_file *f =
+				(const void *)((const char *)r[mi].addr +
+					       h->files_off +
+					       i * META_FILE_SIZE);
 
 			if (!is_zero(f, META_FILE_SIZE) &&
-			    f->csum != meta_csum(f, offsetof(struct meta_file, csum)))
-				problem(k, "mirror %d: file record %llu: checksum mismatch", mi,
-					(unsigned long long)i);
+			    f->csum != meta_csum(f, offsetof(struct meta_file,
+							     csum)))
+				problem(k,
+					"mirror %d: file record %llu: checksum "
+					"mismatch",
+					mi, (unsigned long long)i);
 		}
 		for (i = 0; i < h->nslots; i++) {
-			const uint8_t *s = (const uint8_t *)r[mi].addr + h->slots_off +
-					   i * h->slot_size;
+			const uint8_t *s = (const uint8_t *)r[mi].addr +
+					   h->slots_off + i * h->slot_size;
 			uint64_t c;
 
 			memcpy(&c, s + h->slot_size - 8, 8);
-			if (!is_zero(s, h->slot_size) && c != meta_csum(s, h->slot_size - 8))
-				problem(k, "mirror %d: slot %llu: checksum mismatch", mi,
-					(unsigned long long)i);
+			if (!is_zero(s, h->slot_size) &&
+			    c != meta_csum(s, h->slot_size - 8))
+				problem(k,
+					"mirror %d: slot %llu: checksum "
+					"mismatch",
+					mi, (unsigned long long)i);
 		}
 	}
 	if (!(r[0].len >= h->total_len && r[1].len >= h->total_len &&
@@ -148,15 +180,21 @@ static void check_map(struct chk *k, struct pm_region r[2], const struct meta_hd
 		uint64_t differ = 0;
 
 		for (i = 0; i < h->nfiles; i++)
-			differ += memcmp((char *)r[0].addr + h->files_off + i * META_FILE_SIZE,
-					 (char *)r[1].addr + h->files_off + i * META_FILE_SIZE,
+			differ += memcmp((char *)r[0].addr + h->files_off +
+						 i * META_FILE_SIZE,
+					 (char *)r[1].addr + h->files_off +
+						 i * META_FILE_SIZE,
 					 META_FILE_SIZE) != 0;
 		for (i = 0; i < h->nslots; i++)
-			differ += memcmp((char *)r[0].addr + h->slots_off + i * h->slot_size,
-					 (char *)r[1].addr + h->slots_off + i * h->slot_size,
+			differ += memcmp((char *)r[0].addr + h->slots_off +
+						 i * h->slot_size,
+					 (char *)r[1].addr + h->slots_off +
+						 i * h->slot_size,
 					 h->slot_size) != 0;
 		if (differ)
-			problem(k, "the mirrors differ in %llu records (the next mount repairs them from the newer valid copy)",
+			problem(k,
+				"the mirrors differ in %llu records (the next "
+				"mount repairs them from the newer valid copy)",
 				(unsigned long long)differ);
 	}
 
@@ -171,15 +209,16 @@ static void check_map(struct chk *k, struct pm_region r[2], const struct meta_hd
 		int bad;
 
 		if (!meta_get_file(&m, i, &f, &bad)) {
-			problem(k, "file record %llu: damaged in both mirrors", (unsigned long long)i);
+			problem(k, "file record %llu: damaged in both mirrors",
+				(unsigned long long)i);
 			continue;
 		}
 		if (!(f.flags & MF_USED))
 			continue;
 		used_files++;
 		if (f.handle_bytes == 0 || f.handle_bytes > META_HANDLE_MAX)
-			problem(k, "file record %llu: file handle of %u bytes", (unsigned long long)i,
-				f.handle_bytes);
+			problem(k, "file record %llu: file handle of %u bytes",
+				(unsigned long long)i, f.handle_bytes);
 	}
 	for (i = 0; i < h->nslots; i++) {
 		struct meta_slot s;
@@ -188,25 +227,34 @@ static void check_map(struct chk *k, struct pm_region r[2], const struct meta_hd
 		int bad;
 
 		if (!meta_get_slot(&m, i, &s, &bad)) {
-			problem(k, "slot %llu: damaged in both mirrors", (unsigned long long)i);
+			problem(k, "slot %llu: damaged in both mirrors",
+				(unsigned long long)i);
 			continue;
 		}
 		if (!s.file)
 			continue;
 		used_slots++;
-		if (s.file > h->nfiles || !meta_get_file(&m, s.file - 1, &f, &bad) ||
+		if (s.file > h->nfiles ||
+		    !meta_get_file(&m, s.file - 1, &f, &bad) ||
 		    !(f.flags & MF_USED)) {
-			problem(k, "slot %llu: maps block %llu of file record %u, which is not in use",
-				(unsigned long long)i, (unsigned long long)s.blk, s.file - 1);
+			problem(k,
+				"slot %llu: maps block %llu of file record %u, "
+				"which is not in use",
+				(unsigned long long)i,
+				(unsigned long long)s.blk, s.file - 1);
 			continue;
 		}
 		for (w = 0; w < words; w++)
 			if (s.dirty[w] & ~s.valid[w])
-				problem(k, "slot %llu: dirty pages that are not valid",
+				problem(k,
+					"slot %llu: dirty pages that are not "
+					"valid",
 					(unsigned long long)i);
 		for (p = ppb; p < words * 64; p++)
 			if ((s.valid[p / 64] >> (p % 64)) & 1) {
-				problem(k, "slot %llu: page %u beyond the block is valid",
+				problem(k,
+					"slot %llu: page %u beyond the block "
+					"is valid",
 					(unsigned long long)i, p);
 				break;
 			}
@@ -217,26 +265,33 @@ static void check_map(struct chk *k, struct pm_region r[2], const struct meta_hd
 			}
 		if ((s.blk + 1) * h->block_size > f.size + h->block_size &&
 		    !is_zero(s.dirty, sizeof(s.dirty)))
-			fprintf(k->out, "  note: slot %llu holds dirty data past the end of its file (an unacknowledged write)\n",
+			fprintf(k->out,
+				"  note: slot %llu holds dirty data past the "
+				"end of its file (an unacknowledged write)\n",
 				(unsigned long long)i);
 		/* one slot per (file, block) */
 		{
-			uint64_t key = XXH3_64bits(&s.blk, 8) ^ s.file, at = key % h->nslots;
+			uint64_t key = XXH3_64bits(&s.blk, 8) ^ s.file,
+				 at = key % h->nslots;
 
 			while (seen[2 * at] && !(seen[2 * at] == s.file &&
 						 seen[2 * at + 1] == s.blk))
 				at = (at + 1) % h->nslots;
 			if (seen[2 * at]) {
 				dup++;
-				problem(k, "slot %llu: block %llu of file record %u is mapped twice",
-					(unsigned long long)i, (unsigned long long)s.blk, s.file - 1);
+				problem(k,
+					"slot %llu: block %llu of file record "
+					"%u is mapped twice",
+					(unsigned long long)i,
+					(unsigned long long)s.blk, s.file - 1);
 			}
 			seen[2 * at] = s.file;
 			seen[2 * at + 1] = s.blk;
 		}
 	}
 	free(seen);
-	fprintf(k->out, "map: %llu files, %llu of %llu slots in use, %llu dirty\n",
+	fprintf(k->out,
+		"map: %llu files, %llu of %llu slots in use, %llu dirty\n",
 		(unsigned long long)used_files, (unsigned long long)used_slots,
 		(unsigned long long)h->nslots, (unsigned long long)dirty_slots);
 }
@@ -257,13 +312,15 @@ int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
 	else
 		problem(&k, "neither metadata mirror has a valid header");
 	if (k.problems)
-		fprintf(out, "%d problem%s found\n", k.problems, k.problems > 1 ? "s" : "");
+		fprintf(out, "%d problem%s found\n", k.problems,
+			k.problems > 1 ? "s" : "");
 	else
 		fprintf(out, "no problems found\n");
 	return k.problems;
 }
 
-int fmt_check(const struct cache_config *cfg, FILE *out, char *err, size_t errlen)
+int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
+	      size_t errlen)
 {
 	struct dev *devs[NVC_MAX_DEVS] = { 0 };
 	struct pm_region r[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
@@ -274,20 +331,23 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err, size_t errle
 		ret = dev_open(cfg->dev_paths[i], &devs[i]);
 		if (ret) {
 			snprintf(err, errlen, "%s: %s", cfg->dev_paths[i],
-				 ret == -EBUSY ? "in use: unmount the cache first" : strerror(-ret));
+				 ret == -EBUSY
+					 ? "in use: unmount the cache first"
+					 : strerror(-ret));
 			goto out;
 		}
 	}
 	for (i = 0; i < 2; i++) {
 		ret = pm_map(cfg->meta_paths[i], 0, 0, &r[i]);
 		if (ret == -EBUSY) {
-			snprintf(err, errlen, "%s: in use: unmount the cache first",
+			snprintf(err, errlen,
+				 "%s: in use: unmount the cache first",
 				 cfg->meta_paths[i]);
 			goto out;
 		}
 		if (ret)
-			problem(&k, "mirror %d (%s): cannot map: %s", i, cfg->meta_paths[i],
-				strerror(-ret));
+			problem(&k, "mirror %d (%s): cannot map: %s", i,
+				cfg->meta_paths[i], strerror(-ret));
 	}
 	ret = fmt_check_open(cfg, devs, r, out, k.problems) ? 1 : 0;
 out:

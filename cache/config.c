@@ -1,4 +1,5 @@
-/* cache: the table of tunables, and the INI file and -o overrides that set them. */
+/* cache: the table of tunables, and the INI file and -o overrides that set
+ * them. */
 #define _GNU_SOURCE
 #include "cache.h"
 
@@ -20,7 +21,7 @@ struct cfg_key {
 	size_t off;
 	uint64_t min, max;
 	const char *def; /* NULL: required */
-	int reload;	 /* may change on SIGHUP */
+	int reload; /* may change on SIGHUP */
 	const char *const *names;
 	const char *help;
 };
@@ -48,13 +49,15 @@ static const struct cfg_key keys[] = {
 	{ "cache", "max_files", T_UINT, OFF(max_files), 64, 1u << 24, "65536",
 	  0, NULL, "files that can have data in the cache at once" },
 	{ "cache", "io_poll_us", T_UINT, OFF(io_poll_us), 0, 1000000, "30", 0,
-	  NULL, "spin this many microseconds for a device completion before sleeping" },
+	  NULL,
+	  "spin this many microseconds for a device completion before "
+	  "sleeping" },
 	{ "backing", "path", T_STR, OFF(backing_path), 0, 0, NULL, 0, NULL,
 	  "the backing directory" },
 	{ "destage", "high_watermark", T_UINT, OFF(high_wm), 1, 100, "80", 1,
 	  NULL, "percent of cache blocks dirty at which destage starts" },
-	{ "destage", "low_watermark", T_UINT, OFF(low_wm), 0, 99, "50", 1,
-	  NULL, "percent at which watermark destage stops" },
+	{ "destage", "low_watermark", T_UINT, OFF(low_wm), 0, 99, "50", 1, NULL,
+	  "percent at which watermark destage stops" },
 	{ "destage", "max_dirty_age", T_TIME, OFF(max_dirty_age_ms), 0,
 	  86400000, "30s", 1, NULL,
 	  "dirty data older than this is destaged (0: never by age)" },
@@ -116,10 +119,22 @@ static int parse_size(const char *s, uint64_t *out)
 	if (ret)
 		return ret;
 	switch (toupper((unsigned char)*e)) {
-	case 'K': mul = KIB; e++; break;
-	case 'M': mul = MIB; e++; break;
-	case 'G': mul = 1024 * MIB; e++; break;
-	case 'T': mul = 1024 * 1024 * MIB; e++; break;
+	case 'K':
+		mul = KIB;
+		e++;
+		break;
+	case 'M':
+		mul = MIB;
+		e++;
+		break;
+	case 'G':
+		mul = 1024 * MIB;
+		e++;
+		break;
+	case 'T':
+		mul = 1024 * 1024 * MIB;
+		e++;
+		break;
 	}
 	if (mul > 1 && (*e == 'i' || *e == 'I'))
 		e++;
@@ -177,8 +192,8 @@ static int cfg_set_key(struct cache_config *c, const struct cfg_key *k,
 			*--end = 0;
 		if (!*dup) {
 			free(dup);
-			snprintf(msg, len, "%s.%s must not be empty", k->section,
-				 k->key);
+			snprintf(msg, len, "%s.%s must not be empty",
+				 k->section, k->key);
 			return -EINVAL;
 		}
 		free(*(char **)field);
@@ -203,7 +218,8 @@ static int cfg_set_key(struct cache_config *c, const struct cfg_key *k,
 		ret = parse_size(tmp, &v);
 		if (ret) {
 			snprintf(msg, len,
-				 "%s.%s: '%s' is not a rate (bytes per second, e.g. 100M)",
+				 "%s.%s: '%s' is not a rate (bytes per second, "
+				 "e.g. 100M)",
 				 k->section, k->key, value);
 			return ret;
 		}
@@ -285,7 +301,7 @@ static char *counting_reader(char *str, int num, void *stream)
 }
 
 static int cfg_ini_handler(void *user, const char *section, const char *name,
-		       const char *value)
+			   const char *value)
 {
 	struct parse_ctx *p = user;
 	const struct cfg_key *k = key_find(section, name);
@@ -327,7 +343,9 @@ int cfg_load(struct cache_config *c, const char *path, char *err, size_t errlen)
 	if (p.failed)
 		return -EINVAL;
 	if (ret > 0) {
-		snprintf(err, errlen, "%s:%d: syntax error (expected [section] or key = value)",
+		snprintf(err, errlen,
+			 "%s:%d: syntax error (expected [section] or key = "
+			 "value)",
 			 path, ret);
 		return -EINVAL;
 	}
@@ -367,7 +385,8 @@ int cfg_override(struct cache_config *c, const char *kv, char *err,
 	return 0;
 }
 
-/* "FILE:LINE: " for the key at index i, or "-o " when set on the command line. */
+/* "FILE:LINE: " for the key at index i, or "-o " when set on the command line.
+ */
 static void where(const struct cache_config *c, const char *section,
 		  const char *key, char *out, size_t len)
 {
@@ -424,14 +443,15 @@ int cfg_validate(struct cache_config *c, char *err, size_t errlen)
 	}
 	where(c, "cache", "block_size", w, sizeof(w));
 	if (c->block_size & (c->block_size - 1)) {
-		snprintf(err, errlen, "%scache.block_size must be a power of two",
-			 w);
+		snprintf(err, errlen,
+			 "%scache.block_size must be a power of two", w);
 		return -EINVAL;
 	}
 	where(c, "destage", "low_watermark", w, sizeof(w));
 	if (c->low_wm >= c->high_wm) {
 		snprintf(err, errlen,
-			 "%sdestage.low_watermark (%llu) must be below destage.high_watermark (%llu)",
+			 "%sdestage.low_watermark (%llu) must be below "
+			 "destage.high_watermark (%llu)",
 			 w, (unsigned long long)c->low_wm,
 			 (unsigned long long)c->high_wm);
 		return -EINVAL;
@@ -469,13 +489,15 @@ int cfg_validate(struct cache_config *c, char *err, size_t errlen)
 	where(c, "cache", "dirty_copies", w, sizeof(w));
 	if (c->dirty_copies == 2 && c->ndevs < 2) {
 		snprintf(err, errlen,
-			 "%scache.dirty_copies = 2 needs at least two cache.devices",
+			 "%scache.dirty_copies = 2 needs at least two "
+			 "cache.devices",
 			 w);
 		return -EINVAL;
 	}
 	if (c->dirty_copies == 2) {
 		snprintf(err, errlen,
-			 "%scache.dirty_copies = 2 is not supported by this version",
+			 "%scache.dirty_copies = 2 is not supported by this "
+			 "version",
 			 w);
 		return -ENOTSUP;
 	}
@@ -487,14 +509,16 @@ int cfg_validate(struct cache_config *c, char *err, size_t errlen)
 	n = split_list(list, parts, 2);
 	if (n != 2) {
 		snprintf(err, errlen,
-			 "%scache.metadata needs exactly two locations, one per mirror",
+			 "%scache.metadata needs exactly two locations, one "
+			 "per mirror",
 			 w);
 		free(list);
 		return -EINVAL;
 	}
 	if (!strcmp(parts[0], parts[1])) {
 		snprintf(err, errlen,
-			 "%scache.metadata: both mirrors are %s; they must be two different locations",
+			 "%scache.metadata: both mirrors are %s; they must be "
+			 "two different locations",
 			 w, parts[0]);
 		free(list);
 		return -EINVAL;
@@ -505,7 +529,8 @@ int cfg_validate(struct cache_config *c, char *err, size_t errlen)
 		for (j = 0; j < c->ndevs; j++)
 			if (!strcmp(parts[i], c->dev_paths[j])) {
 				snprintf(err, errlen,
-					 "%s%s is both a metadata mirror and a cache device",
+					 "%s%s is both a metadata mirror and a "
+					 "cache device",
 					 w, parts[i]);
 				free(list);
 				return -EINVAL;
@@ -549,7 +574,7 @@ int cfg_reload_into(struct cache_config *live, const struct cache_config *next)
 		*(uint64_t *)a = *(const uint64_t *)b;
 		changed++;
 		continue;
-fixed:
+	fixed:
 		log_msg(LOG_WARNING,
 			"reload: %s.%s cannot change while mounted; kept",
 			k->section, k->key);
@@ -562,12 +587,18 @@ fixed:
 static const char *type_name(enum cfg_type t)
 {
 	switch (t) {
-	case T_STR: return "text";
-	case T_SIZE: return "size";
-	case T_UINT: return "number";
-	case T_TIME: return "time";
-	case T_ENUM: return "choice";
-	case T_RATE: return "rate";
+	case T_STR:
+		return "text";
+	case T_SIZE:
+		return "size";
+	case T_UINT:
+		return "number";
+	case T_TIME:
+		return "time";
+	case T_ENUM:
+		return "choice";
+	case T_RATE:
+		return "rate";
 	}
 	return "?";
 }
@@ -576,7 +607,8 @@ void cfg_help(FILE *f)
 {
 	size_t i;
 
-	fprintf(f, "Configuration keys (file sections, or -o section.key=value):\n");
+	fprintf(f, "Configuration keys (file sections, or -o "
+		   "section.key=value):\n");
 	for (i = 0; i < NKEYS; i++) {
 		const struct cfg_key *k = &keys[i];
 		char name[64];
@@ -599,11 +631,13 @@ void cfg_print(const struct cache_config *c, FILE *f)
 
 		fprintf(f, "%s.%s = ", k->section, k->key);
 		if (k->type == T_STR)
-			fprintf(f, "%s\n", *(char *const *)v ? *(char *const *)v : "");
+			fprintf(f, "%s\n",
+				*(char *const *)v ? *(char *const *)v : "");
 		else if (k->type == T_ENUM)
 			fprintf(f, "%s\n", k->names[*(const int *)v]);
 		else
-			fprintf(f, "%llu%s\n", (unsigned long long)*(const uint64_t *)v,
+			fprintf(f, "%llu%s\n",
+				(unsigned long long)*(const uint64_t *)v,
 				k->type == T_TIME ? "ms" : "");
 	}
 }

@@ -1,4 +1,5 @@
-/* cache: the destager — watermarks, age, idle time, flush; large sequential writes; clean only after fsync. */
+/* cache: the destager — watermarks, age, idle time, flush; large sequential
+ * writes; clean only after fsync. */
 #define _GNU_SOURCE
 #include "engine.h"
 
@@ -62,8 +63,7 @@ struct run {
 	uint32_t len;
 };
 
-static int run_flush(struct cache *c, struct cfile *f, char *buf,
-		     struct run *r)
+static int run_flush(struct cache *c, struct cfile *f, char *buf, struct run *r)
 {
 	uint64_t size, len = r->len;
 	size_t done = 0;
@@ -79,7 +79,8 @@ static int run_flush(struct cache *c, struct cfile *f, char *buf,
 		len = size - r->off;
 	throttle(c, len);
 	while (done < len) {
-		ssize_t n = pwrite(f->fd, buf + done, len - done, r->off + done);
+		ssize_t n =
+			pwrite(f->fd, buf + done, len - done, r->off + done);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -123,7 +124,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		goto out_free;
 	}
 	n = 0;
-	for (l = f->slots.next; l != &f->slots && bytes < max_bytes; l = l->next) {
+	for (l = f->slots.next; l != &f->slots && bytes < max_bytes;
+	     l = l->next) {
 		struct cslot *s = list_entry(l, struct cslot, flink);
 
 		if (s->state != SLOT_DIRTY)
@@ -178,13 +180,14 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 				io.op = DEV_READ;
 				io.buf = buf + run.len;
 				io.len = part;
-				io.off = slot_off(c, slot_idx(c, s)) + (at - s->blk * c->bs);
+				io.off = slot_off(c, slot_idx(c, s)) +
+					 (at - s->blk * c->bs);
 				io.fua = 0;
 				if (dev_io_run(&io, 1)) {
 					/*
-					 * This slot's dirty pages exist only on a
-					 * device that fails: they stay dirty, the
-					 * others go out.
+					 * This slot's dirty pages exist only on
+					 * a device that fails: they stay dirty,
+					 * the others go out.
 					 */
 					note_dev_error(c, &io, 1);
 					skip[i] = 1;
@@ -234,8 +237,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	if (!fstat(f->fd, &st)) {
 		pthread_mutex_lock(&c->lock);
 		f->bsize = st.st_size;
-		f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull +
-				 st.st_mtim.tv_nsec;
+		f->bk_mtime_ns =
+			st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
 		pthread_mutex_unlock(&c->lock);
 	}
 
@@ -249,7 +252,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		pthread_mutex_lock(&c->lock);
 		if (s->gen == gens[i] && s->state == SLOT_DIRTY) {
 			for (w = 0; w < META_MAX_WORDS; w++) {
-				c->dirty_pages -= __builtin_popcountll(s->dirty[w] & snap[i][w]);
+				c->dirty_pages -= __builtin_popcountll(
+					s->dirty[w] & snap[i][w]);
 				s->dirty[w] &= ~snap[i][w];
 			}
 			if (!bm_any(s->dirty))
@@ -271,7 +275,9 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 
 out_error:
 	CNT_ADD(c, destage_errors, 1);
-	log_msg(LOG_ERR, "destage of inode %llu failed: %s; the data stays dirty and destage retries",
+	log_msg(LOG_ERR,
+		"destage of inode %llu failed: %s; the data stays dirty and "
+		"destage retries",
 		(unsigned long long)f->ino, strerror(-ret));
 out_unpin:
 	pthread_mutex_lock(&c->lock);
@@ -457,14 +463,16 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 
 		if (fn) {
 			pthread_mutex_unlock(&c->lock);
-			fn(arg, dirty, __atomic_load_n(&c->st.destaged_bytes,
-						       __ATOMIC_RELAXED));
+			fn(arg, dirty,
+			   __atomic_load_n(&c->st.destaged_bytes,
+					   __ATOMIC_RELAXED));
 			pthread_mutex_lock(&c->lock);
 		}
 		/* what only a failed device holds can never be destaged */
 		if (!dirty_on_working_devices(c)) {
 			log_msg(LOG_ERR,
-				"flush: %llu dirty blocks are on a failed cache device and cannot be destaged",
+				"flush: %llu dirty blocks are on a failed "
+				"cache device and cannot be destaged",
 				(unsigned long long)c->ndirty_slots);
 			ret = -EIO;
 			break;
@@ -473,7 +481,8 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 		if (dirty < last_dirty) {
 			last_dirty = dirty;
 			stuck_since = now_ms();
-		} else if (c->last_destage_err && now_ms() - stuck_since > 10000) {
+		} else if (c->last_destage_err &&
+			   now_ms() - stuck_since > 10000) {
 			ret = c->last_destage_err;
 			break;
 		}
@@ -490,6 +499,7 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 	c->flush_waiters--;
 	pthread_mutex_unlock(&c->lock);
 	if (fn && !ret)
-		fn(arg, 0, __atomic_load_n(&c->st.destaged_bytes, __ATOMIC_RELAXED));
+		fn(arg, 0,
+		   __atomic_load_n(&c->st.destaged_bytes, __ATOMIC_RELAXED));
 	return ret;
 }

@@ -1,4 +1,5 @@
-/* cache: the block map, allocation and eviction, and the read/write/truncate data path. */
+/* cache: the block map, allocation and eviction, and the read/write/truncate
+ * data path. */
 #define _GNU_SOURCE
 #include "engine.h"
 
@@ -276,7 +277,8 @@ int file_note_backing(struct cache *c, struct cfile *f)
 static void file_drop_slots_locked(struct cache *c, struct cfile *f)
 {
 	while (!list_empty(&f->slots)) {
-		struct cslot *s = list_entry(f->slots.next, struct cslot, flink);
+		struct cslot *s =
+			list_entry(f->slots.next, struct cslot, flink);
 
 		slot_drop_locked(c, s);
 	}
@@ -353,7 +355,8 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 	if (name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH)) {
 		ret = errno == EOVERFLOW ? -ENOTSUP : -errno;
 		log_msg(LOG_ERR,
-			"backing file system cannot give file handles (%s): it cannot be cached",
+			"backing file system cannot give file handles (%s): it "
+			"cannot be cached",
 			strerror(-ret));
 		goto err_free;
 	}
@@ -492,7 +495,8 @@ out_unlock:
 
 /* ----------------------------------------------------------- allocation */
 
-/* Take a free slot, or evict the least recently used clean one.  c->lock held. */
+/* Take a free slot, or evict the least recently used clean one.  c->lock held.
+ */
 static struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 				       uint64_t blk)
 {
@@ -545,7 +549,8 @@ static struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 	return s;
 }
 
-/* Release a pin; a FRESH slot that got no data goes back free.  c->lock held. */
+/* Release a pin; a FRESH slot that got no data goes back free.  c->lock held.
+ */
 static void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s)
 {
 	s->pins--;
@@ -577,7 +582,8 @@ static int backing_read(struct cfile *f, void *buf, size_t len, uint64_t off)
 	size_t done = 0;
 
 	while (done < len) {
-		ssize_t n = pread(f->fd, (char *)buf + done, len - done, off + done);
+		ssize_t n = pread(f->fd, (char *)buf + done, len - done,
+				  off + done);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -624,11 +630,18 @@ void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 			if (c->devs[d] != ios[i].dev)
 				continue;
 			CNT_ADD(c, dev_errors[d], 1);
-			if (!__atomic_exchange_n(&c->dev_failed[d], 1, __ATOMIC_ACQ_REL))
+			if (!__atomic_exchange_n(&c->dev_failed[d], 1,
+						 __ATOMIC_ACQ_REL))
 				log_msg(LOG_CRIT,
-					"cache device %s failed (%s at offset %llu: %s): no new data goes to it; its clean data is read from the backing store, its dirty data cannot be served",
+					"cache device %s failed (%s at offset "
+					"%llu: %s): no new data goes to it; "
+					"its "
+					"clean data is read from the backing "
+					"store, its dirty data cannot be "
+					"served",
 					dev_path(ios[i].dev),
-					ios[i].op == DEV_READ ? "read" : "write",
+					ios[i].op == DEV_READ ? "read"
+							      : "write",
 					(unsigned long long)ios[i].off,
 					strerror(-ios[i].res));
 		}
@@ -696,7 +709,8 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		pthread_mutex_lock(&c->lock);
 		if (f->wgen == wgen0)
 			for (p = x->p0; p < x->p1; p++)
-				if (!bm_test(x->valid, p) && !bm_test(s->valid, p))
+				if (!bm_test(x->valid, p) &&
+				    !bm_test(s->valid, p))
 					bm_set(want, p);
 		pthread_mutex_unlock(&c->lock);
 		for (p = x->p0; p < x->p1 && !ret;) {
@@ -710,7 +724,8 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 			io.op = DEV_WRITE;
 			io.off = slot_off(c, slot_idx(c, s)) + run0 * NVC_PAGE;
 			io.len = (p - run0) * NVC_PAGE;
-			io.buf = buf + (x->blk * c->bs + run0 * NVC_PAGE - pstart);
+			io.buf = buf +
+				 (x->blk * c->bs + run0 * NVC_PAGE - pstart);
 			ret = dev_io_run(&io, 1);
 			if (ret) {
 				note_dev_error(c, &io, 1);
@@ -860,7 +875,8 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 					continue;
 				}
 				if (m1 > m0)
-					ret = backing_read(f, buf + (m0 - pstart),
+					ret = backing_read(f,
+							   buf + (m0 - pstart),
 							   m1 - m0, m0);
 				miss += m1 - m0;
 				m0 = at;
@@ -894,7 +910,8 @@ out_unpin:
 int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 	       uint64_t off, char **data, size_t *n)
 {
-	uint64_t size, wgen0, pstart, cur, chunk = (uint64_t)SEG_MAX_BLOCKS * c->bs;
+	uint64_t size, wgen0, pstart, cur,
+		chunk = (uint64_t)SEG_MAX_BLOCKS * c->bs;
 	int ret = 0, nmiss = 0;
 
 	*n = 0;
@@ -919,7 +936,8 @@ int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 
 		if (e > off + len)
 			e = off + len;
-		ret = read_chunk(c, f, vbuf, pstart, e - cur, cur, wgen0, &nmiss);
+		ret = read_chunk(c, f, vbuf, pstart, e - cur, cur, wgen0,
+				 &nmiss);
 		cur = e;
 	}
 	if (ret)
@@ -989,8 +1007,10 @@ static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
 			uint64_t a = sp[i].blk * c->bs + (uint64_t)p * NVC_PAGE;
 			int whole = a >= lo && a + NVC_PAGE <= hi;
 
-			/* sp[i].valid: pages that were clean before this write */
-			if (bm_test(s->dirty, p) && !whole && !bm_test(sp[i].valid, p))
+			/* sp[i].valid: pages that were clean before this write
+			 */
+			if (bm_test(s->dirty, p) && !whole &&
+			    !bm_test(sp[i].valid, p))
 				continue;
 			if (bm_test(s->dirty, p)) {
 				bm_clear(s->dirty, p);
@@ -1063,7 +1083,8 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 		for (p = sp[i].p0; p < sp[i].p1; p++) {
 			if (!bm_test(s->valid, p) || bm_test(s->dirty, p))
 				continue;
-			bm_set(sp[i].valid, p); /* the intent: pages to re-clean */
+			bm_set(sp[i].valid,
+			       p); /* the intent: pages to re-clean */
 			bm_set(s->dirty, p);
 			c->dirty_pages++;
 			sp[i].miss = 1;
@@ -1104,7 +1125,8 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 		ios[i].op = DEV_WRITE;
 		ios[i].off = slot_off(c, slot_idx(c, s)) + sp[i].p0 * NVC_PAGE;
 		ios[i].len = (sp[i].p1 - sp[i].p0) * NVC_PAGE;
-		ios[i].buf = buf + (sp[i].blk * c->bs + sp[i].p0 * NVC_PAGE - s0);
+		ios[i].buf =
+			buf + (sp[i].blk * c->bs + sp[i].p0 * NVC_PAGE - s0);
 		ios[i].fua = 0;
 		for (p = sp[i].p0; p < sp[i].p1; p++)
 			ios[i].fua |= !bm_test(s->pvalid, p);
@@ -1240,7 +1262,8 @@ int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
 		}
 		pthread_mutex_unlock(&c->lock);
 		if (nsp) {
-			uint64_t segoff = sp[0].blk * c->bs + sp[0].p0 * NVC_PAGE;
+			uint64_t segoff =
+				sp[0].blk * c->bs + sp[0].p0 * NVC_PAGE;
 
 			if (segoff < off)
 				segoff = off;
@@ -1331,8 +1354,8 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 		l = l->next;
 		if (s->blk >= keep_blk && !s->pins) {
 			slot_drop_locked(c, s);
-		} else if (s->blk >= keep_blk || (size % c->bs &&
-			   s->blk == keep_blk - 1)) {
+		} else if (s->blk >= keep_blk ||
+			   (size % c->bs && s->blk == keep_blk - 1)) {
 			edge = s->blk == keep_blk - 1 ? s : edge;
 			s->pins++;
 			if (s->blk >= keep_blk) {
@@ -1358,7 +1381,8 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 		pthread_rwlock_wrlock(&edge->rw);
 		if (size % NVC_PAGE && bm_test(edge->valid, tail_page) &&
 		    !bm_test(edge->dirty, tail_page)) {
-			/* clean: forget it rather than make it differ from backing */
+			/* clean: forget it rather than make it differ from
+			 * backing */
 			pthread_mutex_lock(&c->lock);
 			bm_clear(edge->valid, tail_page);
 			c->valid_pages--;
@@ -1475,7 +1499,8 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 			end = f->size;
 		pthread_mutex_unlock(&c->lock);
 		for (ret = 0; cur < end && !ret; cur += 1024 * 1024) {
-			uint64_t n = end - cur < 1024 * 1024 ? end - cur : 1024 * 1024;
+			uint64_t n = end - cur < 1024 * 1024 ? end - cur
+							     : 1024 * 1024;
 
 			ret = cache_write(c, f, z, n, cur);
 		}
@@ -1607,9 +1632,9 @@ void cache_kick(struct cache *c)
 
 int ctl_socket_path(const char *mountpoint, char *out, size_t len)
 {
-	int n = snprintf(out, len, CTL_DIR "/%016llx.sock",
-			 (unsigned long long)XXH64(mountpoint,
-						   strlen(mountpoint), 0));
+	int n = snprintf(
+		out, len, CTL_DIR "/%016llx.sock",
+		(unsigned long long)XXH64(mountpoint, strlen(mountpoint), 0));
 
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }

@@ -1,4 +1,5 @@
-/* cache: the engine's internal state, shared by engine.c, recover.c and destage.c. */
+/* cache: the engine's internal state, shared by engine.c, recover.c and
+ * destage.c. */
 #ifndef NVC_ENGINE_H
 #define NVC_ENGINE_H
 
@@ -40,7 +41,7 @@ static inline void list_add_tail(struct list *head, struct list *e)
 }
 
 #define list_entry(p, type, member) \
-	((type *)((char *)(p) - offsetof(type, member)))
+	((type *)((char *)(p)-offsetof(type, member)))
 
 /*
  * The dirty-block lifecycle.  A slot is FREE (on c->free_slots, its
@@ -78,14 +79,15 @@ struct cslot {
 	uint64_t blk;
 	uint64_t valid[META_MAX_WORDS];
 	uint64_t dirty[META_MAX_WORDS];
-	uint64_t pvalid[META_MAX_WORDS];   /* valid in the persisted entry */
-	uint64_t unsynced[META_MAX_WORDS]; /* written, maybe only in a device cache */
+	uint64_t pvalid[META_MAX_WORDS]; /* valid in the persisted entry */
+	uint64_t unsynced[META_MAX_WORDS]; /* written, maybe only in a device
+					      cache */
 	uint64_t gen; /* bumped by every write, checked by destage */
 	uint64_t dirty_since;
 	uint32_t hnext; /* hash chain: slot index + 1 */
 	uint8_t state;
 	uint8_t persisted; /* the persistent entry is not free */
-	struct list link;  /* free list or LRU */
+	struct list link; /* free list or LRU */
 	struct list flink; /* the owning file's slots */
 	pthread_rwlock_t rw;
 };
@@ -96,7 +98,7 @@ struct cfile {
 	ino_t ino;
 	int fd;
 	int ro;
-	uint64_t size;	/* as the mount shows it */
+	uint64_t size; /* as the mount shows it */
 	uint64_t bsize; /* of the backing file, as far as we know */
 	struct timespec mtime;
 	int mtime_set;
@@ -163,9 +165,9 @@ struct cache {
 	const struct cache_bk_hooks *bk;
 };
 
-#define BK_HOOK(c, fn, ...)                                   \
-	do {                                                  \
-		if ((c)->bk && (c)->bk->fn)                   \
+#define BK_HOOK(c, fn, ...)                                     \
+	do {                                                    \
+		if ((c)->bk && (c)->bk->fn)                     \
 			(c)->bk->fn((c)->bk->arg, __VA_ARGS__); \
 	} while (0)
 

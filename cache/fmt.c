@@ -1,4 +1,5 @@
-/* cache: nvcachectl format — superblocks on every device, empty mirrors, refusing devices in use. */
+/* cache: nvcachectl format — superblocks on every device, empty mirrors,
+ * refusing devices in use. */
 #define _GNU_SOURCE
 #include "meta.h"
 
@@ -21,7 +22,9 @@ static uint64_t slots_per_dev(const struct cache_config *cfg, struct dev **devs,
 
 	for (i = 0; i < ndev; i++) {
 		uint64_t sz = dev_size(devs[i]);
-		uint64_t n = sz > SB_DATA_OFF ? (sz - SB_DATA_OFF) / cfg->block_size : 0;
+		uint64_t n = sz > SB_DATA_OFF
+				     ? (sz - SB_DATA_OFF) / cfg->block_size
+				     : 0;
 
 		if (n < min)
 			min = n;
@@ -31,7 +34,8 @@ static uint64_t slots_per_dev(const struct cache_config *cfg, struct dev **devs,
 
 static uint32_t nfiles_for(const struct cache_config *cfg, uint64_t nslots)
 {
-	return nslots < cfg->max_files ? (uint32_t)nslots : (uint32_t)cfg->max_files;
+	return nslots < cfg->max_files ? (uint32_t)nslots
+				       : (uint32_t)cfg->max_files;
 }
 
 uint64_t fmt_meta_len(const struct cache_config *cfg, struct dev **devs,
@@ -53,17 +57,20 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 	int i, ret;
 
 	if (per < 4) {
-		snprintf(err, errlen,
-			 "cache devices are too small: need at least %llu bytes each for block size %llu",
-			 (unsigned long long)(SB_DATA_OFF + 4 * cfg->block_size),
-			 (unsigned long long)cfg->block_size);
+		snprintf(
+			err, errlen,
+			"cache devices are too small: need at least %llu bytes "
+			"each for block size %llu",
+			(unsigned long long)(SB_DATA_OFF + 4 * cfg->block_size),
+			(unsigned long long)cfg->block_size);
 		return -ENOSPC;
 	}
 	len = meta_total_len(nslots, nfiles, cfg->block_size);
 	for (i = 0; i < 2; i++)
 		if (mirrors[i].len < len) {
 			snprintf(err, errlen,
-				 "metadata mirror %s is too small: %zu bytes, need %llu",
+				 "metadata mirror %s is too small: %zu bytes, "
+				 "need %llu",
 				 cfg->meta_paths[i] ? cfg->meta_paths[i] : "?",
 				 mirrors[i].len, (unsigned long long)len);
 			return -ENOSPC;
@@ -71,17 +78,20 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 	if (getrandom(uuid, sizeof(uuid), 0) != sizeof(uuid))
 		return -errno;
 
-	/* Mirrors first: a half-formatted cache then fails its superblock check. */
+	/* Mirrors first: a half-formatted cache then fails its superblock
+	 * check. */
 	for (i = 0; i < 2; i++) {
 		struct meta_hdr h;
 
 		memset(mirrors[i].addr, 0, len);
-		meta_init_hdr(&h, uuid, i, cfg->block_size, nslots, nfiles, ndev);
+		meta_init_hdr(&h, uuid, i, cfg->block_size, nslots, nfiles,
+			      ndev);
 		memcpy(mirrors[i].addr, &h, sizeof(h));
 		ret = pm_persist(&mirrors[i], mirrors[i].addr, len);
 		if (ret) {
-			snprintf(err, errlen, "cannot persist metadata mirror %d: %s",
-				 i, strerror(-ret));
+			snprintf(err, errlen,
+				 "cannot persist metadata mirror %d: %s", i,
+				 strerror(-ret));
 			return ret;
 		}
 	}
@@ -117,8 +127,8 @@ static int probe_in_use(const char *path, char *err, size_t errlen)
 
 	pr = blkid_new_probe_from_filename(path);
 	if (!pr) {
-		snprintf(err, errlen, "%s: cannot probe for signatures: %s", path,
-			 strerror(errno));
+		snprintf(err, errlen, "%s: cannot probe for signatures: %s",
+			 path, strerror(errno));
 		return -errno ? -errno : -EIO;
 	}
 	blkid_probe_enable_superblocks(pr, 1);
@@ -131,12 +141,14 @@ static int probe_in_use(const char *path, char *err, size_t errlen)
 		    blkid_probe_lookup_value(pr, "PTTYPE", &type, NULL))
 			type = "unknown";
 		snprintf(err, errlen,
-			 "%s holds a %s signature; refusing to format it (use --force to overwrite)",
+			 "%s holds a %s signature; refusing to format it (use "
+			 "--force to overwrite)",
 			 path, type);
 		ret = -EEXIST;
 	} else if (ret == -2) {
 		snprintf(err, errlen,
-			 "%s holds several signatures; refusing to format it (use --force to overwrite)",
+			 "%s holds several signatures; refusing to format it "
+			 "(use --force to overwrite)",
 			 path);
 		ret = -EEXIST;
 	} else {
@@ -162,7 +174,10 @@ static int check_mirror_file(const char *path, int force, char *err,
 	}
 	if (S_ISBLK(st.st_mode)) {
 		snprintf(err, errlen,
-			 "%s: metadata mirrors on block devices are not supported by this version; use a file (pmem/DAX or any file system)",
+			 "%s: metadata mirrors on block devices are not "
+			 "supported "
+			 "by this version; use a file (pmem/DAX or any file "
+			 "system)",
 			 path);
 		return -ENOTSUP;
 	}
@@ -181,7 +196,8 @@ static int check_mirror_file(const char *path, int force, char *err,
 	close(fd);
 	if (n == sizeof(h) && h.magic == META_MAGIC) {
 		snprintf(err, errlen,
-			 "%s holds nvcachefs metadata of a cache; refusing to format it (use --force to overwrite)",
+			 "%s holds nvcachefs metadata of a cache; refusing to "
+			 "format it (use --force to overwrite)",
 			 path);
 		return -EEXIST;
 	}
@@ -201,7 +217,8 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 		const char *p = cfg->dev_paths[i];
 
 		if (stat(p, &st)) {
-			snprintf(o->err, sizeof(o->err), "%s: %s", p, strerror(errno));
+			snprintf(o->err, sizeof(o->err), "%s: %s", p,
+				 strerror(errno));
 			ret = -errno;
 			goto out_devs;
 		}
@@ -218,14 +235,19 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 		}
 		ret = dev_open(p, &devs[i]);
 		if (ret) {
-			snprintf(o->err, sizeof(o->err), "%s: cannot open: %s", p,
-				 ret == -EBUSY ? "in use (mounted, or by a running nvcachefs)" :
-						 strerror(-ret));
+			snprintf(o->err, sizeof(o->err), "%s: cannot open: %s",
+				 p,
+				 ret == -EBUSY ? "in use (mounted, or by a "
+						 "running nvcachefs)"
+					       : strerror(-ret));
 			goto out_devs;
 		}
 		if (!o->force && !sb_read(devs[i], &sb)) {
 			snprintf(o->err, sizeof(o->err),
-				 "%s holds the superblock of an nvcachefs cache; refusing to format it (use --force to overwrite)",
+				 "%s holds the superblock of an nvcachefs "
+				 "cache; "
+				 "refusing to format it (use --force to "
+				 "overwrite)",
 				 p);
 			ret = -EEXIST;
 			goto out_devs;
@@ -242,9 +264,11 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 		ret = pm_map(cfg->meta_paths[i], len, 1, &mirrors[i]);
 		if (ret) {
 			snprintf(o->err, sizeof(o->err),
-				 "%s: cannot create metadata mirror of %llu bytes: %s",
+				 "%s: cannot create metadata mirror of %llu "
+				 "bytes: %s",
 				 cfg->meta_paths[i], (unsigned long long)len,
-				 ret == -EBUSY ? "in use by a running nvcachefs" : strerror(-ret));
+				 ret == -EBUSY ? "in use by a running nvcachefs"
+					       : strerror(-ret));
 			goto out_mirrors;
 		}
 	}

@@ -23,9 +23,10 @@ void log_msg(int prio, const char *fmt, ...)
 	if (log_where == LOG_TO_SYSLOG) {
 		vsyslog(prio, fmt, ap);
 	} else {
-		static const char *const names[] = { "emerg", "alert", "crit",
-						     "error", "warning", "notice",
-						     "info", "debug" };
+		static const char *const names[] = { "emerg",	"alert",
+						     "crit",	"error",
+						     "warning", "notice",
+						     "info",	"debug" };
 
 		fprintf(stderr, "nvcachefs: %s: ", names[prio & 7]);
 		vfprintf(stderr, fmt, ap);

@@ -1,4 +1,5 @@
-/* cache: superblocks and the two metadata mirrors, with sequence numbers and checksums. */
+/* cache: superblocks and the two metadata mirrors, with sequence numbers and
+ * checksums. */
 #define _GNU_SOURCE
 #include "meta.h"
 
@@ -57,7 +58,8 @@ int sb_read(struct dev *d, struct sb_disk *out)
 			ret = -ENODATA;
 			continue;
 		}
-		if (buf->csum != meta_csum(buf, offsetof(struct sb_disk, csum)) ||
+		if (buf->csum !=
+			    meta_csum(buf, offsetof(struct sb_disk, csum)) ||
 		    buf->version != SB_VERSION) {
 			ret = -EUCLEAN;
 			continue;
@@ -118,7 +120,8 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen)
 		return -EUCLEAN;
 	if (h->version != META_VERSION)
 		return -EPROTO;
-	if (h->total_len > maplen || h->slot_size != meta_slot_size(h->block_size) ||
+	if (h->total_len > maplen ||
+	    h->slot_size != meta_slot_size(h->block_size) ||
 	    h->file_size != META_FILE_SIZE)
 		return -EUCLEAN;
 	return 0;
@@ -191,9 +194,9 @@ int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len)
 	for (i = 0; i < 2; i++) {
 		m->r[i] = r[i];
 		h[i] = r[i].addr;
-		ret[i] = r[i].addr && r[i].len >= META_HDR_SIZE ?
-				 hdr_ok(h[i], r[i].len) :
-				 -ENODATA;
+		ret[i] = r[i].addr && r[i].len >= META_HDR_SIZE
+				 ? hdr_ok(h[i], r[i].len)
+				 : -ENODATA;
 		if (!ret[i]) {
 			m->have[i] = 1;
 			if (good < 0)
@@ -202,7 +205,8 @@ int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len)
 	}
 	if (good < 0) {
 		snprintf(err, len,
-			 "neither metadata mirror holds a valid nvcachefs header (%s / %s); run nvcachectl format",
+			 "neither metadata mirror holds a valid nvcachefs "
+			 "header (%s / %s); run nvcachectl format",
 			 strerror(-ret[0]), strerror(-ret[1]));
 		return -ENODATA;
 	}
@@ -221,14 +225,16 @@ int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len)
 		/* the damaged or lost mirror becomes a copy of the good one */
 		if (!r[i].addr || r[i].len < h[good]->total_len) {
 			snprintf(err, len,
-				 "metadata mirror %d is not valid (%s) and too small to rebuild",
+				 "metadata mirror %d is not valid (%s) and too "
+				 "small to rebuild",
 				 i, strerror(-ret[i]));
 			return -EUCLEAN;
 		}
 		m->bad_reason[i] = ret[i];
 		ret[i] = meta_rebuild(m, i, good, h[good]->total_len);
 		if (ret[i]) {
-			snprintf(err, len, "cannot rebuild metadata mirror %d: %s", i,
+			snprintf(err, len,
+				 "cannot rebuild metadata mirror %d: %s", i,
 				 strerror(-ret[i]));
 			return ret[i];
 		}
@@ -349,7 +355,8 @@ int meta_get_file(struct meta *m, uint32_t i, struct meta_file *out, int *bad)
 		if (!m->have[k])
 			continue;
 		if (is_zero((const uint8_t *)f[k], META_FILE_SIZE) ||
-		    f[k]->csum == meta_csum(f[k], offsetof(struct meta_file, csum)))
+		    f[k]->csum ==
+			    meta_csum(f[k], offsetof(struct meta_file, csum)))
 			ok[k] = 1;
 		else
 			(*bad)++;

@@ -81,7 +81,7 @@ struct meta_hdr {
 struct meta_file {
 	uint64_t seq;
 	uint64_t ino;
-	uint64_t size;	      /* size as the mount shows it */
+	uint64_t size; /* size as the mount shows it */
 	uint64_t bk_mtime_ns; /* backing file as the cache last saw it */
 	uint64_t bk_size;
 	uint32_t handle_bytes;
@@ -93,7 +93,8 @@ struct meta_file {
 	uint64_t csum;
 };
 
-/* Slot entries are variable in size (bitmap words); this is the in-memory view. */
+/* Slot entries are variable in size (bitmap words); this is the in-memory view.
+ */
 struct meta_slot {
 	uint64_t seq;
 	uint32_t file; /* file record index + 1; 0: free */
@@ -106,7 +107,8 @@ struct meta_slot {
 struct meta {
 	struct pm_region r[2];
 	int have[2]; /* mirror usable */
-	int rebuilt[2]; /* was damaged or lost at mount, rebuilt from the other */
+	int rebuilt[2]; /* was damaged or lost at mount, rebuilt from the other
+			 */
 	int bad_reason[2];
 	uint32_t words; /* bitmap words per slot entry */
 	uint32_t slot_size;
@@ -130,7 +132,8 @@ int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len);
 /* Attach to two mapped mirrors; checks headers against each other and
  * rebuilds a damaged mirror from the good one. */
 int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len);
-int meta_attach_ro(struct meta *m, struct pm_region r[2], char *err, size_t len);
+int meta_attach_ro(struct meta *m, struct pm_region r[2], char *err,
+		   size_t len);
 void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
 		   uint32_t block_size, uint64_t nslots, uint32_t nfiles,
 		   uint32_t ndevs);

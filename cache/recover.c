@@ -1,4 +1,5 @@
-/* cache: opening a cache — superblock checks, rebuilding the map from the mirrors, closing. */
+/* cache: opening a cache — superblock checks, rebuilding the map from the
+ * mirrors, closing. */
 #define _GNU_SOURCE
 #include "engine.h"
 
@@ -42,12 +43,14 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 	if (f->fd < 0) {
 		if (errno == ESTALE || errno == ENOENT) {
 			log_msg(LOG_INFO,
-				"recovery: backing file (inode %llu) is gone; dropping its cached data",
+				"recovery: backing file (inode %llu) is gone; "
+				"dropping its cached data",
 				(unsigned long long)f->ino);
 			f->unlinked = 1;
 		} else {
 			log_msg(LOG_ERR,
-				"recovery: cannot open backing file (inode %llu): %s; its dirty data stays in the cache",
+				"recovery: cannot open backing file (inode "
+				"%llu): %s; its dirty data stays in the cache",
 				(unsigned long long)f->ino, strerror(errno));
 		}
 		return;
@@ -69,15 +72,20 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 		 */
 		if ((uint64_t)st.st_size > f->size) {
 			if (ftruncate(f->fd, f->size))
-				log_msg(LOG_ERR, "recovery: cannot truncate backing file (inode %llu): %s",
-					(unsigned long long)f->ino, strerror(errno));
+				log_msg(LOG_ERR,
+					"recovery: cannot truncate backing "
+					"file (inode %llu): %s",
+					(unsigned long long)f->ino,
+					strerror(errno));
 			else
 				f->bsize = f->size;
 		}
 	} else if (!f->ndirty) {
-		/* changed behind our back, nothing dirty: the backing copy wins */
+		/* changed behind our back, nothing dirty: the backing copy wins
+		 */
 		log_msg(LOG_NOTICE,
-			"recovery: backing file (inode %llu) changed while unmounted; dropping its clean cached data",
+			"recovery: backing file (inode %llu) changed while "
+			"unmounted; dropping its clean cached data",
 			(unsigned long long)f->ino);
 		f->unlinked = 2;
 		f->size = st.st_size;
@@ -85,7 +93,9 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 		struct list *l;
 
 		log_msg(LOG_WARNING,
-			"recovery: backing file (inode %llu) changed while unmounted; keeping its dirty data, dropping clean data",
+			"recovery: backing file (inode %llu) changed while "
+			"unmounted; keeping its dirty data, dropping clean "
+			"data",
 			(unsigned long long)f->ino);
 		for (l = f->slots.next; l != &f->slots;) {
 			struct cslot *s = list_entry(l, struct cslot, flink);
@@ -113,15 +123,18 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 
 		if (!meta_get_file(m, r, &mf, &bad)) {
 			snprintf(err, errlen,
-				 "metadata file record %u is damaged in both mirrors",
+				 "metadata file record %u is damaged in both "
+				 "mirrors",
 				 r);
 			return -EUCLEAN;
 		}
 		bad_total += bad;
 		if (mf.seq >= maxseq)
 			maxseq = mf.seq + 1;
-		if (bad || mirrors_differ(m, m->files_off + (uint64_t)r * META_FILE_SIZE,
-					  META_FILE_SIZE)) {
+		if (bad ||
+		    mirrors_differ(m,
+				   m->files_off + (uint64_t)r * META_FILE_SIZE,
+				   META_FILE_SIZE)) {
 			if (mf.flags & MF_USED) {
 				meta_put_file(m, r, &mf);
 			} else {
@@ -130,7 +143,8 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			}
 			fixed++;
 		}
-		if (!(mf.flags & MF_USED) || mf.handle_bytes > META_HANDLE_MAX) {
+		if (!(mf.flags & MF_USED) ||
+		    mf.handle_bytes > META_HANDLE_MAX) {
 			c->free_recs[c->nfree_recs++] = r;
 			continue;
 		}
@@ -162,8 +176,11 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		struct cfile *f;
 
 		if (!meta_get_slot(m, i, &ms, &bad)) {
-			/* both copies torn: the slot's data cannot be trusted */
-			log_msg(LOG_ERR, "recovery: slot %llu damaged in both mirrors; dropped",
+			/* both copies torn: the slot's data cannot be trusted
+			 */
+			log_msg(LOG_ERR,
+				"recovery: slot %llu damaged in both mirrors; "
+				"dropped",
 				(unsigned long long)i);
 			memset(&ms, 0, sizeof(ms));
 			bad = 1;
@@ -171,7 +188,8 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		bad_total += bad;
 		if (ms.seq >= maxseq)
 			maxseq = ms.seq + 1;
-		f = ms.file && ms.file <= m->nfiles ? c->recs[ms.file - 1] : NULL;
+		f = ms.file && ms.file <= m->nfiles ? c->recs[ms.file - 1]
+						    : NULL;
 		if (ms.file && (!f || !bm_any(ms.valid))) {
 			/* no owner, or nothing valid: the slot is free */
 			memset(&ms, 0, sizeof(ms));
@@ -197,10 +215,13 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		s->persisted = 1;
 		memcpy(s->pvalid, s->valid, sizeof(s->pvalid));
 		if (slot_find(c, s->file, s->blk)) {
-			/* two slots for one block cannot come from our writes */
+			/* two slots for one block cannot come from our writes
+			 */
 			snprintf(err, errlen,
-				 "metadata maps block %llu of a file twice (slot %llu)",
-				 (unsigned long long)s->blk, (unsigned long long)i);
+				 "metadata maps block %llu of a file twice "
+				 "(slot %llu)",
+				 (unsigned long long)s->blk,
+				 (unsigned long long)i);
 			return -EUCLEAN;
 		}
 		slot_hash_add(c, s);
@@ -218,8 +239,11 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 	c->meta_repaired = fixed;
 	if (fixed)
 		log_msg(LOG_NOTICE,
-			"recovery: %llu metadata records differed between the mirrors (%llu damaged copies); both mirrors rewritten to agree",
-			(unsigned long long)fixed, (unsigned long long)bad_total);
+			"recovery: %llu metadata records differed between the "
+			"mirrors (%llu damaged copies); both mirrors rewritten "
+			"to agree",
+			(unsigned long long)fixed,
+			(unsigned long long)bad_total);
 
 	for (r = 0; r < m->nfiles; r++) {
 		struct cfile *f = c->recs[r];
@@ -228,10 +252,14 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			continue;
 		recover_file_open(c, f);
 		log_msg(LOG_DEBUG,
-			"recovery: record %u inode %llu size %llu backing %llu slots %llu dirty %llu%s",
-			r, (unsigned long long)f->ino, (unsigned long long)f->size,
-			(unsigned long long)f->bsize, (unsigned long long)f->nslots,
-			(unsigned long long)f->ndirty, f->unlinked ? " dropped" : "");
+			"recovery: record %u inode %llu size %llu backing %llu "
+			"slots %llu dirty %llu%s",
+			r, (unsigned long long)f->ino,
+			(unsigned long long)f->size,
+			(unsigned long long)f->bsize,
+			(unsigned long long)f->nslots,
+			(unsigned long long)f->ndirty,
+			f->unlinked ? " dropped" : "");
 		if (f->unlinked == 2) {
 			/* changed behind our back, nothing dirty: forget it */
 			f->unlinked = 1;
@@ -353,7 +381,8 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 
 	if (c->meta.nslots % c->ndevs) {
 		snprintf(err, errlen,
-			 "the metadata was formatted for a different number of devices than cache.devices lists (%d)",
+			 "the metadata was formatted for a different number of "
+			 "devices than cache.devices lists (%d)",
 			 c->ndevs);
 		return -EINVAL;
 	}
@@ -363,38 +392,45 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 		ret = sb_read(c->devs[d], &sb);
 		if (ret == -ENODATA) {
 			snprintf(err, errlen,
-				 "%s has no nvcachefs superblock; run nvcachectl format",
+				 "%s has no nvcachefs superblock; run "
+				 "nvcachectl format",
 				 p);
 			return -EINVAL;
 		}
 		if (ret) {
-			snprintf(err, errlen, "%s: superblock unreadable: %s", p,
-				 strerror(-ret));
+			snprintf(err, errlen, "%s: superblock unreadable: %s",
+				 p, strerror(-ret));
 			return ret;
 		}
 		if (memcmp(sb.set_uuid, c->meta.set_uuid, 16)) {
-			snprintf(err, errlen,
-				 "%s belongs to another cache than the metadata mirrors; check cache.devices and cache.metadata",
-				 p);
+			snprintf(
+				err, errlen,
+				"%s belongs to another cache than the metadata "
+				"mirrors; check cache.devices and "
+				"cache.metadata",
+				p);
 			return -EINVAL;
 		}
-		if (sb.dev_index != (uint32_t)d || sb.ndevs != (uint32_t)c->ndevs) {
+		if (sb.dev_index != (uint32_t)d ||
+		    sb.ndevs != (uint32_t)c->ndevs) {
 			snprintf(err, errlen,
-				 "%s was formatted as device %u of %u, but cache.devices lists it as %d of %d",
-				 p, sb.dev_index + 1, sb.ndevs, d + 1, c->ndevs);
+				 "%s was formatted as device %u of %u, but "
+				 "cache.devices lists it as %d of %d",
+				 p, sb.dev_index + 1, sb.ndevs, d + 1,
+				 c->ndevs);
 			return -EINVAL;
 		}
 		if (sb.block_size != c->bs) {
 			snprintf(err, errlen,
-				 "%s was formatted with block size %u, but cache.block_size is %u",
+				 "%s was formatted with block size %u, but "
+				 "cache.block_size is %u",
 				 p, sb.block_size, c->bs);
 			return -EINVAL;
 		}
 		if (sb.slots_per_dev != per ||
 		    dev_size(c->devs[d]) < SB_DATA_OFF + per * c->bs) {
 			snprintf(err, errlen,
-				 "%s is smaller than when it was formatted",
-				 p);
+				 "%s is smaller than when it was formatted", p);
 			return -EINVAL;
 		}
 	}
@@ -425,7 +461,8 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	for (d = 0; d < 2; d++)
 		if (c->meta.rebuilt[d])
 			log_msg(LOG_WARNING,
-				"metadata mirror %d was not valid (%s); rebuilt from mirror %d",
+				"metadata mirror %d was not valid (%s); "
+				"rebuilt from mirror %d",
 				d, strerror(-c->meta.bad_reason[d]), !d);
 	ret = check_superblocks(c, err, errlen);
 	if (ret)
@@ -445,7 +482,8 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		goto err_free;
 	}
 	log_msg(LOG_INFO,
-		"cache open: %llu slots of %u KiB on %d devices, %llu dirty slots recovered",
+		"cache open: %llu slots of %u KiB on %d devices, %llu dirty "
+		"slots recovered",
 		(unsigned long long)c->nslots, c->bs / 1024, c->ndevs,
 		(unsigned long long)c->ndirty_slots);
 	*out = c;
@@ -467,10 +505,12 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	for (i = 0; i < cfg->ndevs; i++) {
 		ret = dev_open(cfg->dev_paths[i], &devs[i]);
 		if (ret) {
-			snprintf(err, errlen, "%s: cannot open cache device: %s",
+			snprintf(err, errlen,
+				 "%s: cannot open cache device: %s",
 				 cfg->dev_paths[i],
-				 ret == -EBUSY ? "in use (mounted, or by another nvcachefs)" :
-						 strerror(-ret));
+				 ret == -EBUSY ? "in use (mounted, or by "
+						 "another nvcachefs)"
+					       : strerror(-ret));
 			goto err_close;
 		}
 	}
@@ -481,20 +521,23 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	for (i = 0; i < 2; i++) {
 		mret[i] = pm_map(cfg->meta_paths[i], 0, 0, &mirrors[i]);
 		if (mret[i] == -EBUSY) {
-			snprintf(err, errlen, "%s: cannot map metadata mirror: in use by another nvcachefs",
+			snprintf(err, errlen,
+				 "%s: cannot map metadata mirror: in use by "
+				 "another nvcachefs",
 				 cfg->meta_paths[i]);
 			ret = -EBUSY;
 			goto err_close;
 		}
 		if (!mret[i])
-			mret[i] = meta_hdr_check(mirrors[i].addr, mirrors[i].len,
-						 &total[i]);
+			mret[i] = meta_hdr_check(mirrors[i].addr,
+						 mirrors[i].len, &total[i]);
 	}
 	if (mret[0] && mret[1]) {
 		snprintf(err, errlen,
-			 "neither metadata mirror (%s, %s) holds a valid nvcachefs header (%s / %s); run nvcachectl format",
-			 cfg->meta_paths[0], cfg->meta_paths[1], strerror(-mret[0]),
-			 strerror(-mret[1]));
+			 "neither metadata mirror (%s, %s) holds a valid "
+			 "nvcachefs header (%s / %s); run nvcachectl format",
+			 cfg->meta_paths[0], cfg->meta_paths[1],
+			 strerror(-mret[0]), strerror(-mret[1]));
 		ret = -ENODATA;
 		goto err_close;
 	}
@@ -502,16 +545,20 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		if (!mret[i])
 			continue;
 		log_msg(LOG_WARNING,
-			"metadata mirror %s is damaged or lost (%s); rebuilding it from %s",
-			cfg->meta_paths[i], strerror(-mret[i]), cfg->meta_paths[!i]);
+			"metadata mirror %s is damaged or lost (%s); "
+			"rebuilding it from %s",
+			cfg->meta_paths[i], strerror(-mret[i]),
+			cfg->meta_paths[!i]);
 		pm_unmap(&mirrors[i]);
 		ret = pm_map(cfg->meta_paths[i], total[!i], 1, &mirrors[i]);
 		if (ret) {
-			snprintf(err, errlen, "%s: cannot recreate metadata mirror: %s",
+			snprintf(err, errlen,
+				 "%s: cannot recreate metadata mirror: %s",
 				 cfg->meta_paths[i], strerror(-ret));
 			goto err_close;
 		}
-		/* whatever is left of it is not trusted: meta_attach copies it whole */
+		/* whatever is left of it is not trusted: meta_attach copies it
+		 * whole */
 		memset(mirrors[i].addr, 0, META_HDR_SIZE);
 	}
 	ret = cache_open_devs(cfg, devs, cfg->ndevs, mirrors, backing_fd, out,
@@ -537,7 +584,8 @@ int cache_close(struct cache *c, int flush)
 	if (flush)
 		ret = cache_flush(c, NULL, NULL);
 	destage_stop(c);
-	/* remember how every backing file looked, for the check at the next mount */
+	/* remember how every backing file looked, for the check at the next
+	 * mount */
 	for (i = 0; i <= c->fmask; i++) {
 		struct cfile *f;
 

@@ -1,4 +1,5 @@
-/* devices: cache devices through io_uring and O_DIRECT, and in memory for tests. */
+/* devices: cache devices through io_uring and O_DIRECT, and in memory for
+ * tests. */
 #define _GNU_SOURCE
 #include "dev.h"
 
@@ -196,7 +197,8 @@ static int io_check(const struct dev_io *io)
 }
 
 static size_t rec_add_locked(struct rec_log *l, enum rec_kind kind, int target,
-			     uint64_t off, const void *data, uint32_t len, int fua)
+			     uint64_t off, const void *data, uint32_t len,
+			     int fua)
 {
 	struct rec_event *e;
 
@@ -301,7 +303,8 @@ static void io_mem(struct dev_io *io)
 	if (io->op == DEV_READ) {
 		memcpy(io->buf, io->dev->mem + io->off, io->len);
 	} else if (io->dev->rec) {
-		/* applied and logged under one lock: the log order is the real one */
+		/* applied and logged under one lock: the log order is the real
+		 * one */
 		pthread_mutex_lock(&io->dev->rec->lock);
 		memcpy(io->dev->mem + io->off, io->buf, io->len);
 		rec_add_locked(io->dev->rec, REC_DEV_WRITE, io->dev->rec_id,
@@ -402,8 +405,8 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 				if (io_uring_wait_cqe(ring, &cqe))
 					break;
 				c = io_uring_cqe_get_data(cqe);
-				c->res = cqe->res < 0 ? cqe->res :
-							io_finish(c, cqe->res);
+				c->res = cqe->res < 0 ? cqe->res
+						      : io_finish(c, cqe->res);
 				io_uring_cqe_seen(ring, cqe);
 				done++;
 			}
@@ -423,8 +426,8 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 		queued++;
 	}
 	if (queued > done) {
-		ret = poll_ns ? io_uring_submit(ring) :
-				io_uring_submit_and_wait(ring, queued - done);
+		ret = poll_ns ? io_uring_submit(ring)
+			      : io_uring_submit_and_wait(ring, queued - done);
 		if (ret < 0 && ret != -EINTR)
 			return ret;
 	}
@@ -432,7 +435,8 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 		struct io_uring_cqe *cqe;
 		struct dev_io *c;
 
-		ret = poll_ns ? poll_cqe(ring, &cqe) : io_uring_wait_cqe(ring, &cqe);
+		ret = poll_ns ? poll_cqe(ring, &cqe)
+			      : io_uring_wait_cqe(ring, &cqe);
 		if (ret == -EINTR)
 			continue;
 		if (ret)
@@ -450,16 +454,20 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 
 int dev_read(struct dev *d, void *buf, uint32_t len, uint64_t off)
 {
-	struct dev_io io = { .dev = d, .op = DEV_READ, .buf = buf, .off = off,
-			     .len = len };
+	struct dev_io io = {
+		.dev = d, .op = DEV_READ, .buf = buf, .off = off, .len = len
+	};
 
 	return dev_io_run(&io, 1);
 }
 
 int dev_write(struct dev *d, const void *buf, uint32_t len, uint64_t off)
 {
-	struct dev_io io = { .dev = d, .op = DEV_WRITE, .buf = (void *)buf,
-			     .off = off, .len = len };
+	struct dev_io io = { .dev = d,
+			     .op = DEV_WRITE,
+			     .buf = (void *)buf,
+			     .off = off,
+			     .len = len };
 
 	return dev_io_run(&io, 1);
 }
@@ -473,7 +481,8 @@ int dev_flush(struct dev *d)
 
 	if (d->kind == DEV_KIND_MEM) {
 		if (d->rec && !d->faults.fail_writes)
-			rec_log_add(d->rec, REC_DEV_FLUSH, d->rec_id, 0, NULL, 0, 0);
+			rec_log_add(d->rec, REC_DEV_FLUSH, d->rec_id, 0, NULL,
+				    0, 0);
 		return d->faults.fail_writes;
 	}
 	if (d->faults.fail_writes)

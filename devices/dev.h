@@ -36,7 +36,7 @@ struct dev_io {
 
 /* Fault hooks, so that tests can make a device fail (issue 3 builds on it). */
 struct dev_faults {
-	int fail_reads;  /* -errno returned by every read, 0 for none */
+	int fail_reads; /* -errno returned by every read, 0 for none */
 	int fail_writes; /* -errno returned by every write, 0 for none */
 };
 
@@ -71,7 +71,7 @@ struct pm_region {
 	void *addr;
 	size_t len;
 	int is_pmem; /* pmem_is_pmem(): flushes instead of msync */
-	int is_mem;  /* plain memory, unit tests only */
+	int is_mem; /* plain memory, unit tests only */
 	int lock_fd; /* holds an exclusive flock while mapped */
 	struct rec_log *rec; /* recording region (crash tests) */
 	int rec_id;
@@ -91,7 +91,7 @@ enum rec_kind {
 	REC_DEV_WRITE, /* data: the bytes written */
 	REC_DEV_FLUSH,
 	REC_PM_PERSIST, /* data: the persisted bytes */
-	REC_MARK,	/* the test's own events */
+	REC_MARK, /* the test's own events */
 	REC_BK_WRITE,
 	REC_BK_TRUNC,
 	REC_BK_SYNC,

@@ -1,4 +1,5 @@
-/* devices: persistent memory regions through libpmem, or plain memory for tests. */
+/* devices: persistent memory regions through libpmem, or plain memory for
+ * tests. */
 #define _GNU_SOURCE
 #include "dev.h"
 
@@ -28,7 +29,8 @@ int pm_map(const char *path, size_t len, int create, struct pm_region *out)
 			return -ENOSPC;
 	}
 	/* one process at a time may use a mirror */
-	out->lock_fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+	out->lock_fd =
+		open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
 	if (out->lock_fd < 0)
 		return -errno;
 	if (flock(out->lock_fd, LOCK_EX | LOCK_NB)) {
@@ -38,8 +40,9 @@ int pm_map(const char *path, size_t len, int create, struct pm_region *out)
 		out->lock_fd = -1;
 		return e;
 	}
-	addr = pmem_map_file(path, create ? len : 0, create ? PMEM_FILE_CREATE : 0,
-			     0600, &mapped, &out->is_pmem);
+	addr = pmem_map_file(path, create ? len : 0,
+			     create ? PMEM_FILE_CREATE : 0, 0600, &mapped,
+			     &out->is_pmem);
 	if (!addr || mapped < len) {
 		int e = !addr ? (errno ? -errno : -EIO) : -ENOSPC;
 

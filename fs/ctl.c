@@ -1,4 +1,5 @@
-/* fs: the control socket under /run/nvcachefs — stats and flush for nvcachectl, owner only. */
+/* fs: the control socket under /run/nvcachefs — stats and flush for nvcachectl,
+ * owner only. */
 #define _GNU_SOURCE
 #include "fs.h"
 
@@ -19,7 +20,8 @@ static int ctl_fd = -1;
 static char ctl_path[108];
 static pthread_t ctl_thread;
 static int ctl_pipe[2] = { -1, -1 };
-/* clients run in their own threads; stop waits for them before the cache goes */
+/* clients run in their own threads; stop waits for them before the cache goes
+ */
 static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t clients_cond = PTHREAD_COND_INITIALIZER;
 static int nclients;
@@ -42,7 +44,8 @@ static void say(int fd, const char *fmt, ...)
 	n = vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
 	if (n > 0)
-		(void)!send(fd, buf, n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1,
+		(void)!send(fd, buf,
+			    n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1,
 			    MSG_NOSIGNAL);
 }
 
@@ -113,7 +116,8 @@ static void *client_main(void *arg)
 			int ret;
 
 			log_msg(LOG_NOTICE, "flush requested");
-			ret = cache_flush(cl->fs->cache, flush_progress, &cl->fd);
+			ret = cache_flush(cl->fs->cache, flush_progress,
+					  &cl->fd);
 			if (ret)
 				say(cl->fd, "error %s\n", strerror(-ret));
 			else
@@ -136,7 +140,8 @@ static void *ctl_main(void *arg)
 	struct fs *fs = arg;
 
 	for (;;) {
-		struct pollfd p[2] = { { ctl_fd, POLLIN, 0 }, { ctl_pipe[0], POLLIN, 0 } };
+		struct pollfd p[2] = { { ctl_fd, POLLIN, 0 },
+				       { ctl_pipe[0], POLLIN, 0 } };
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		struct client *cl;

@@ -1,4 +1,5 @@
-/* fs: FUSE low-level operations — the namespace passes through to the backing directory, data goes through the cache. */
+/* fs: FUSE low-level operations — the namespace passes through to the backing
+ * directory, data goes through the cache. */
 #define _GNU_SOURCE
 #include "fs.h"
 
@@ -41,7 +42,8 @@ static struct fs *fs_of(fuse_req_t req)
 
 static struct fs_inode *inode_of(struct fs *fs, fuse_ino_t ino)
 {
-	return ino == FUSE_ROOT_ID ? &fs->root : (struct fs_inode *)(uintptr_t)ino;
+	return ino == FUSE_ROOT_ID ? &fs->root
+				   : (struct fs_inode *)(uintptr_t)ino;
 }
 
 static void proc_path(int fd, char *buf, size_t len)
@@ -127,7 +129,8 @@ static void inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
 	pthread_mutex_lock(&fs->ilock);
 	in->nlookup -= n < in->nlookup ? n : in->nlookup;
 	if (!in->nlookup) {
-		for (p = &fs->itab[ihash(fs, in->dev, in->ino)]; *p; p = &(*p)->next)
+		for (p = &fs->itab[ihash(fs, in->dev, in->ino)]; *p;
+		     p = &(*p)->next)
 			if (*p == in) {
 				*p = in->next;
 				break;
@@ -231,7 +234,8 @@ static void op_forget_multi(fuse_req_t req, size_t count,
 	fuse_reply_none(req);
 }
 
-static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void op_getattr(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
 	struct stat st;
@@ -273,7 +277,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		uid_t u = valid & FUSE_SET_ATTR_UID ? attr->st_uid : (uid_t)-1;
 		gid_t g = valid & FUSE_SET_ATTR_GID ? attr->st_gid : (gid_t)-1;
 
-		if (fchownat(in->fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		if (fchownat(in->fd, "", u, g,
+			     AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 			ret = -errno;
 	}
 	if (!ret && (valid & FUSE_SET_ATTR_SIZE)) {
@@ -288,7 +293,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		}
 	}
 	if (!ret && (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
-		struct timespec tv[2] = { { 0, UTIME_OMIT }, { 0, UTIME_OMIT } };
+		struct timespec tv[2] = { { 0, UTIME_OMIT },
+					  { 0, UTIME_OMIT } };
 
 		if (valid & FUSE_SET_ATTR_ATIME_NOW)
 			tv[0].tv_nsec = UTIME_NOW;
@@ -314,8 +320,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	char buf[PATH_MAX + 1];
-	ssize_t n = readlinkat(inode_of(fs_of(req), ino)->fd, "", buf,
-			       sizeof(buf));
+	ssize_t n =
+		readlinkat(inode_of(fs_of(req), ino)->fd, "", buf, sizeof(buf));
 
 	if (n < 0)
 		fuse_reply_err(req, errno);
@@ -327,7 +333,8 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	}
 }
 
-/* New names are owned by the caller; a set-group-ID directory gives its group. */
+/* New names are owned by the caller; a set-group-ID directory gives its group.
+ */
 static int own_new(struct fs *fs, fuse_req_t req, int pfd, const char *name,
 		   mode_t mode)
 {
@@ -340,7 +347,8 @@ static int own_new(struct fs *fs, fuse_req_t req, int pfd, const char *name,
 	if (fchownat(pfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW))
 		return -errno;
 	/* chown clears set-ID bits of files; put back what was asked for */
-	if ((mode & 07000) && !S_ISLNK(mode) && fchmodat(pfd, name, mode & 07777, 0))
+	if ((mode & 07000) && !S_ISLNK(mode) &&
+	    fchmodat(pfd, name, mode & 07777, 0))
 		return -errno;
 	return 0;
 }
@@ -403,7 +411,8 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 	reply_entry_or_err(req, do_lookup(fs, parent, name, &e), &e);
 }
 
-/* A name is about to go: remember its inode, to drop cached data if it was the last link. */
+/* A name is about to go: remember its inode, to drop cached data if it was the
+ * last link. */
 static int name_ino(int pfd, const char *name, struct stat *st)
 {
 	return fstatat(pfd, name, st, AT_SYMLINK_NOFOLLOW) ? -errno : 0;
@@ -428,7 +437,9 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	fuse_reply_err(req, unlinkat(inode_of(fs_of(req), parent)->fd, name,
-				     AT_REMOVEDIR) ? errno : 0);
+				     AT_REMOVEDIR)
+				    ? errno
+				    : 0);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -449,7 +460,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fuse_reply_err(req, 0);
 }
 
-static int open_fh(struct fs *fs, struct fs_inode *in, struct fuse_file_info *fi)
+static int open_fh(struct fs *fs, struct fs_inode *in,
+		   struct fuse_file_info *fi)
 {
 	struct fs_fh *fh = calloc(1, sizeof(*fh));
 	int ret;
@@ -461,7 +473,8 @@ static int open_fh(struct fs *fs, struct fs_inode *in, struct fuse_file_info *fi
 		free(fh);
 		return ret;
 	}
-	if ((fi->flags & O_ACCMODE) != O_RDONLY && cache_file_readonly(fh->cf)) {
+	if ((fi->flags & O_ACCMODE) != O_RDONLY &&
+	    cache_file_readonly(fh->cf)) {
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);
 		return -EROFS;
@@ -500,8 +513,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e;
 	int fd, ret, created = 1;
 
-	fd = openat(p->fd, name, O_CREAT | O_EXCL | O_RDONLY | O_NOFOLLOW |
-				       O_CLOEXEC, mode);
+	fd = openat(p->fd, name,
+		    O_CREAT | O_EXCL | O_RDONLY | O_NOFOLLOW | O_CLOEXEC, mode);
 	if (fd < 0 && errno == EEXIST && !(fi->flags & O_EXCL)) {
 		created = 0;
 		fd = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
@@ -553,7 +566,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (size > READ_BUF - 2 * 4096 - 1024 * 1024)
 		size = READ_BUF - 2 * 4096 - 1024 * 1024;
-	ret = cache_read(fs_of(req)->cache, fh->cf, read_buf, size, off, &data, &n);
+	ret = cache_read(fs_of(req)->cache, fh->cf, read_buf, size, off, &data,
+			 &n);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -608,7 +622,8 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 					     off, len));
 }
 
-static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void op_opendir(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
 {
 	struct fs_dir *d = calloc(1, sizeof(*d));
 	int fd;
@@ -617,8 +632,8 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	fd = openat(inode_of(fs_of(req), ino)->fd, ".", O_RDONLY | O_DIRECTORY |
-							       O_CLOEXEC);
+	fd = openat(inode_of(fs_of(req), ino)->fd, ".",
+		    O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0 || !(d->dp = fdopendir(fd))) {
 		int e = errno;
 
@@ -681,15 +696,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 						   telldir(d->dp));
 			if (n > rem) {
 				if (e.ino)
-					inode_forget(fs, inode_of(fs, e.ino), 1);
+					inode_forget(fs, inode_of(fs, e.ino),
+						     1);
 				break;
 			}
 		} else {
 			struct stat st = { .st_ino = d->entry->d_ino,
 					   .st_mode = d->entry->d_type << 12 };
 
-			n = fuse_add_direntry(req, p, rem, d->entry->d_name, &st,
-					      telldir(d->dp));
+			n = fuse_add_direntry(req, p, rem, d->entry->d_name,
+					      &st, telldir(d->dp));
 			if (n > rem)
 				break;
 		}
@@ -752,7 +768,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	char path[64];
 
 	proc_path(inode_of(fs_of(req), ino)->fd, path, sizeof(path));
-	fuse_reply_err(req, setxattr(path, name, value, size, flags) ? errno : 0);
+	fuse_reply_err(req,
+		       setxattr(path, name, value, size, flags) ? errno : 0);
 }
 
 /* getxattr and listxattr: size 0 asks for the length, else for the bytes. */

@@ -1,4 +1,5 @@
-/* fs: the FUSE operations over the backing directory and the cache, and the daemon's pieces. */
+/* fs: the FUSE operations over the backing directory and the cache, and the
+ * daemon's pieces. */
 #ifndef NVC_FS_H
 #define NVC_FS_H
 

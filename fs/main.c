@@ -1,4 +1,5 @@
-/* fs: the nvcachefs daemon — options, configuration, cache, mount, the FUSE loop, orderly exit. */
+/* fs: the nvcachefs daemon — options, configuration, cache, mount, the FUSE
+ * loop, orderly exit. */
 #define _GNU_SOURCE
 #include "fs.h"
 
@@ -21,14 +22,19 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: nvcachefs [-f] [-c FILE] [-o KEY=VALUE]... [CONFIG] MOUNTPOINT\n"
+		"usage: nvcachefs [-f] [-c FILE] [-o KEY=VALUE]... [CONFIG] "
+		"MOUNTPOINT\n"
 		"\n"
-		"A write-back cache on fast block devices in front of a backing directory.\n"
+		"A write-back cache on fast block devices in front of a "
+		"backing directory.\n"
 		"\n"
 		"  -f               stay in the foreground, log to stderr\n"
-		"  -c FILE          configuration file (default " DEFAULT_CONFIG ";\n"
-		"                   a CONFIG argument before MOUNTPOINT does the same,\n"
-		"                   for /etc/fstab entries of type fuse.nvcachefs)\n"
+		"  -c FILE          configuration file (default " DEFAULT_CONFIG
+		";\n"
+		"                   a CONFIG argument before MOUNTPOINT does "
+		"the same,\n"
+		"                   for /etc/fstab entries of type "
+		"fuse.nvcachefs)\n"
 		"  -o section.key=value   override a configuration key\n"
 		"  -o OPTION        a FUSE mount option (allow_other, ...)\n"
 		"  -h, --help       this help\n"
@@ -44,8 +50,8 @@ static int is_config_key(const char *opt)
 	return dot && eq && dot < eq;
 }
 
-static int load_config(struct cache_config *cfg, const char *file,
-		       char **ov, int nov, char *err, size_t len)
+static int load_config(struct cache_config *cfg, const char *file, char **ov,
+		       int nov, char *err, size_t len)
 {
 	int i, ret;
 
@@ -106,16 +112,19 @@ static void *readahead_main(void *arg)
 		 major(st.st_dev), minor(st.st_dev));
 	f = fopen(path, "w");
 	if (!f) {
-		log_msg(LOG_INFO, "cannot set read-ahead (%s): %s", path, strerror(errno));
+		log_msg(LOG_INFO, "cannot set read-ahead (%s): %s", path,
+			strerror(errno));
 		return NULL;
 	}
 	fprintf(f, "%llu\n", (unsigned long long)fs->cfg->read_ahead / 1024);
 	if (fclose(f))
-		log_msg(LOG_INFO, "cannot set read-ahead (%s): %s", path, strerror(errno));
+		log_msg(LOG_INFO, "cannot set read-ahead (%s): %s", path,
+			strerror(errno));
 	return NULL;
 }
 
-/* Daemonising: the parent waits for the child to mount, and exits with its status. */
+/* Daemonising: the parent waits for the child to mount, and exits with its
+ * status. */
 static int status_pipe[2] = { -1, -1 };
 
 static int daemon_begin(void)
@@ -163,7 +172,8 @@ static void daemon_end(int ok)
 	status_pipe[1] = -1;
 }
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
 
 static void die(const char *fmt, ...)
 {
@@ -202,7 +212,8 @@ int main(int argc, char **argv)
 	if (!ov)
 		die("out of memory");
 	fuse_opt_add_arg(&args, argv[0]);
-	while ((opt = getopt_long(argc, argv, "hVfdc:o:", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "hVfdc:o:", longopts, NULL)) !=
+	       -1) {
 		switch (opt) {
 		case 'h':
 			usage(stdout);
@@ -244,13 +255,15 @@ int main(int argc, char **argv)
 	if (optind == argc - 2 && !config)
 		config = argv[optind++];
 	if (optind != argc - 1) {
-		fprintf(stderr, "nvcachefs: expected one MOUNTPOINT (see --help)\n");
+		fprintf(stderr,
+			"nvcachefs: expected one MOUNTPOINT (see --help)\n");
 		return 2;
 	}
 	if (!config)
 		config = DEFAULT_CONFIG;
 	mountpoint = argv[optind];
-	if (!realpath(mountpoint, mnt) || stat(mnt, &st) || !S_ISDIR(st.st_mode))
+	if (!realpath(mountpoint, mnt) || stat(mnt, &st) ||
+	    !S_ISDIR(st.st_mode))
 		die("%s: not a directory to mount on", mountpoint);
 
 	if (load_config(&cfg, config, ov, nov, err, sizeof(err)))
@@ -262,7 +275,8 @@ int main(int argc, char **argv)
 	fs.mountpoint = mnt;
 	fs.timeout = cfg.attr_timeout_ms / 1000.0;
 
-	fs.backing_fd = open(cfg.backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fs.backing_fd =
+		open(cfg.backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fs.backing_fd < 0)
 		die("backing.path %s: %s", cfg.backing_path, strerror(errno));
 	fs.root.fd = open(cfg.backing_path, O_PATH | O_CLOEXEC);
@@ -284,7 +298,8 @@ int main(int argc, char **argv)
 	if (ret)
 		die("%s", err);
 
-	snprintf(fsname, sizeof(fsname), "-ofsname=nvcachefs:%s,subtype=nvcachefs,default_permissions",
+	snprintf(fsname, sizeof(fsname),
+		 "-ofsname=nvcachefs:%s,subtype=nvcachefs,default_permissions",
 		 cfg.backing_path);
 	fuse_opt_add_arg(&args, fsname);
 	if (debug)
@@ -313,7 +328,9 @@ int main(int argc, char **argv)
 	}
 	ret = fs_ctl_start(&fs, mnt);
 	if (ret)
-		log_msg(LOG_WARNING, "control socket unavailable: %s (nvcachectl stats/flush will not work)",
+		log_msg(LOG_WARNING,
+			"control socket unavailable: %s (nvcachectl "
+			"stats/flush will not work)",
 			strerror(-ret));
 	log_msg(LOG_NOTICE, "mounted %s on %s", cfg.backing_path, mnt);
 	daemon_end(1);
@@ -322,18 +339,22 @@ int main(int argc, char **argv)
 		pthread_detach(ra_thread);
 	lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, cfg.fuse_threads);
-	fuse_loop_cfg_set_idle_threads(lc, cfg.fuse_threads / 2 > 1 ? cfg.fuse_threads / 2 : 1);
+	fuse_loop_cfg_set_idle_threads(
+		lc, cfg.fuse_threads / 2 > 1 ? cfg.fuse_threads / 2 : 1);
 	ret = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 
 	fuse_session_unmount(se);
 	flush = cfg.on_unmount == UNMOUNT_FLUSH;
 	log_msg(LOG_NOTICE, "unmounted %s; %s", mnt,
-		flush ? "destaging all dirty data" : "keeping dirty data in the cache");
+		flush ? "destaging all dirty data"
+		      : "keeping dirty data in the cache");
 	fs_ctl_stop();
 	ret = cache_close(fs.cache, flush);
 	if (ret)
-		log_msg(LOG_ERR, "closing the cache: %s; dirty data stays in the cache and is destaged after the next mount",
+		log_msg(LOG_ERR,
+			"closing the cache: %s; dirty data stays in the cache "
+			"and is destaged after the next mount",
 			strerror(-ret));
 	(void)!write(hup_pipe[1], "q", 1);
 	pthread_join(reload_thread, NULL);

@@ -16,18 +16,20 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: nvcachectl COMMAND [OPTIONS]\n"
-		"\n"
-		"  format -c FILE [--force] [-o section.key=value]...\n"
-		"        write fresh superblocks and metadata to the configured devices\n"
-		"  stats MOUNTPOINT [--json]\n"
-		"        show the cache's statistics\n"
-		"  check -c FILE\n"
-		"        offline consistency check of an unmounted cache; non-zero on any problem\n"
-		"  flush MOUNTPOINT\n"
-		"        destage all dirty data now; returns when the backing store holds it\n"
-		"  --help, --version\n");
+	fprintf(f, "usage: nvcachectl COMMAND [OPTIONS]\n"
+		   "\n"
+		   "  format -c FILE [--force] [-o section.key=value]...\n"
+		   "        write fresh superblocks and metadata to the "
+		   "configured devices\n"
+		   "  stats MOUNTPOINT [--json]\n"
+		   "        show the cache's statistics\n"
+		   "  check -c FILE\n"
+		   "        offline consistency check of an unmounted cache; "
+		   "non-zero on any problem\n"
+		   "  flush MOUNTPOINT\n"
+		   "        destage all dirty data now; returns when the "
+		   "backing store holds it\n"
+		   "  --help, --version\n");
 }
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -44,7 +46,8 @@ static int fail(const char *fmt, ...)
 	return 1;
 }
 
-static int load_cfg(struct cache_config *cfg, const char *file, char **ov, int nov)
+static int load_cfg(struct cache_config *cfg, const char *file, char **ov,
+		    int nov)
 {
 	char err[CFG_ERRLEN];
 	int i, ret;
@@ -60,41 +63,66 @@ static int load_cfg(struct cache_config *cfg, const char *file, char **ov, int n
 	return ret;
 }
 
-static int cmd_format(int argc, char **argv)
+/*
+ * "-c FILE [-o section.key=value]... [--force]": the configuration that format
+ * and check work on.  Returns -1 once cfg is loaded, else the exit code.
+ */
+static int cfg_command(int argc, char **argv, const char *cmd, int *force,
+		       struct cache_config *cfg)
 {
 	static const struct option lo[] = { { "force", no_argument, NULL, 'F' },
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
-	struct cache_config cfg;
-	struct fmt_opts o = { 0 };
 	const char *file = NULL;
 	char *ov[64];
-	int nov = 0, opt, ret;
+	int nov = 0, opt;
 
 	while ((opt = getopt_long(argc, argv, "c:o:h", lo, NULL)) != -1) {
 		switch (opt) {
-		case 'c': file = optarg; break;
+		case 'c':
+			file = optarg;
+			break;
 		case 'o':
 			if (nov < 64)
 				ov[nov++] = optarg;
 			break;
-		case 'F': o.force = 1; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'F':
+			if (!force)
+				return fail("%s takes no --force", cmd);
+			*force = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (!file)
-		return fail("format needs -c FILE");
-	if (load_cfg(&cfg, file, ov, nov)) {
-		cfg_free(&cfg);
+		return fail("%s needs -c FILE", cmd);
+	if (load_cfg(cfg, file, ov, nov)) {
+		cfg_free(cfg);
 		return 1;
 	}
+	return -1;
+}
+
+static int cmd_format(int argc, char **argv)
+{
+	struct cache_config cfg;
+	struct fmt_opts o = { 0 };
+	int ret = cfg_command(argc, argv, "format", &o.force, &cfg);
+
+	if (ret >= 0)
+		return ret;
 	ret = fmt_format(&cfg, &o);
 	if (ret) {
 		cfg_free(&cfg);
 		return fail("%s", o.err);
 	}
-	printf("formatted %d device%s with block size %llu; metadata mirrors %s, %s\n",
+	printf("formatted %d device%s with block size %llu; metadata mirrors "
+	       "%s, %s\n",
 	       cfg.ndevs, cfg.ndevs > 1 ? "s" : "",
 	       (unsigned long long)cfg.block_size, cfg.meta_paths[0],
 	       cfg.meta_paths[1]);
@@ -105,34 +133,18 @@ static int cmd_format(int argc, char **argv)
 static int cmd_check(int argc, char **argv)
 {
 	struct cache_config cfg;
-	const char *file = NULL;
 	char err[CFG_ERRLEN] = "";
-	char *ov[64];
-	int nov = 0, opt, ret;
+	int ret = cfg_command(argc, argv, "check", NULL, &cfg);
 
-	while ((opt = getopt(argc, argv, "c:o:h")) != -1) {
-		switch (opt) {
-		case 'c': file = optarg; break;
-		case 'o':
-			if (nov < 64)
-				ov[nov++] = optarg;
-			break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (!file)
-		return fail("check needs -c FILE");
-	if (load_cfg(&cfg, file, ov, nov)) {
-		cfg_free(&cfg);
-		return 1;
-	}
+	if (ret >= 0)
+		return ret;
 	ret = fmt_check(&cfg, stdout, err, sizeof(err));
 	cfg_free(&cfg);
 	if (ret < 0)
 		return fail("%s", err);
 	if (ret)
-		fprintf(stderr, "nvcachectl: the cache is not consistent (see the report above)\n");
+		fprintf(stderr, "nvcachectl: the cache is not consistent (see "
+				"the report above)\n");
 	return ret ? 1 : 0;
 }
 
@@ -155,7 +167,8 @@ static int ctl_connect(const char *mountpoint, const char *cmd, FILE **out)
 
 		close(fd);
 		if (e == ENOENT || e == ECONNREFUSED)
-			return fail("%s is not an nvcachefs mount (no daemon answers at %s)",
+			return fail("%s is not an nvcachefs mount (no daemon "
+				    "answers at %s)",
 				    mnt, path);
 		return fail("%s: %s", path, strerror(e));
 	}
@@ -206,9 +219,15 @@ static int cmd_stats(int argc, char **argv)
 
 	while ((opt = getopt_long(argc, argv, "jh", lo, NULL)) != -1) {
 		switch (opt) {
-		case 'j': json = 1; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'j':
+			json = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind != argc - 1)
@@ -227,61 +246,80 @@ static int cmd_stats(int argc, char **argv)
 			continue;
 		if (!strncmp(line, "dev ", 4)) {
 			if (ndev < 16)
-				snprintf(devs[ndev++], sizeof(devs[0]), "%.500s", line + 4);
+				snprintf(devs[ndev++], sizeof(devs[0]),
+					 "%.500s", line + 4);
 			continue;
 		}
 		if (!strncmp(line, "mirror ", 7)) {
 			if (nmir < 2)
-				snprintf(mirrors[nmir++], sizeof(mirrors[0]), "%.500s", line + 7);
+				snprintf(mirrors[nmir++], sizeof(mirrors[0]),
+					 "%.500s", line + 7);
 			continue;
 		}
-		if (nkv < 64 && sscanf(line, "%63s %llu", kv[nkv].key, &kv[nkv].v) == 2)
+		if (nkv < 64 &&
+		    sscanf(line, "%63s %llu", kv[nkv].key, &kv[nkv].v) == 2)
 			nkv++;
 	}
 	fclose(f);
 	if (proto != CTL_PROTO_VERSION)
-		return fail("the daemon speaks statistics protocol %d, this nvcachectl speaks %d; use the nvcachectl of the same version",
+		return fail("the daemon speaks statistics protocol %d, this "
+			    "nvcachectl "
+			    "speaks %d; use the nvcachectl of the same version",
 			    proto, CTL_PROTO_VERSION);
 #define GET(name) kv_get(kv, nkv, name)
 	if (json) {
-		struct json_object *o = json_object_new_object(), *d = json_object_new_array();
+		struct json_object *o = json_object_new_object(),
+				   *d = json_object_new_array();
 
 		for (i = 0; i < nkv; i++)
-			json_object_object_add(o, kv[i].key, json_object_new_int64(kv[i].v));
+			json_object_object_add(o, kv[i].key,
+					       json_object_new_int64(kv[i].v));
 		for (i = 0; i < ndev; i++)
-			json_object_array_add(d, json_object_new_string(devs[i]));
+			json_object_array_add(d,
+					      json_object_new_string(devs[i]));
 		json_object_object_add(o, "devices", d);
 		d = json_object_new_array();
 		for (i = 0; i < nmir; i++)
-			json_object_array_add(d, json_object_new_string(mirrors[i]));
+			json_object_array_add(
+				d, json_object_new_string(mirrors[i]));
 		json_object_object_add(o, "mirrors", d);
-		puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
+		puts(json_object_to_json_string_ext(o,
+						    JSON_C_TO_STRING_PRETTY));
 		json_object_put(o);
 		return 0;
 	}
 	{
-		unsigned long long rops = GET("read_ops"), hit = GET("read_hit_ops");
-		unsigned long long rb = GET("read_bytes"), hb = GET("read_hit_bytes");
-		unsigned long long cap = GET("capacity_bytes"), used = GET("used_bytes");
+		unsigned long long rops = GET("read_ops"),
+				   hit = GET("read_hit_ops");
+		unsigned long long rb = GET("read_bytes"),
+				   hb = GET("read_hit_bytes");
+		unsigned long long cap = GET("capacity_bytes"),
+				   used = GET("used_bytes");
 		unsigned long long dirty = GET("dirty_bytes");
 		char a[32], b[32], c[32];
 
-		printf("reads       %llu ops, %llu hits, %llu misses, %llu partial; hit ratio %.1f%% (ops), %.1f%% (bytes)\n",
+		printf("reads       %llu ops, %llu hits, %llu misses, %llu "
+		       "partial; hit ratio %.1f%% (ops), %.1f%% (bytes)\n",
 		       rops, hit, GET("read_miss_ops"), GET("read_partial_ops"),
-		       rops ? 100.0 * hit / rops : 0.0, rb ? 100.0 * hb / rb : 0.0);
+		       rops ? 100.0 * hit / rops : 0.0,
+		       rb ? 100.0 * hb / rb : 0.0);
 		human(hb, a, sizeof(a));
 		human(GET("read_miss_bytes"), b, sizeof(b));
 		printf("read bytes  %s from cache, %s from backing\n", a, b);
 		human(GET("write_bytes"), a, sizeof(a));
-		printf("writes      %llu ops (%llu hit cached blocks), %s, %llu bypassed\n",
-		       GET("write_ops"), GET("write_hit_ops"), a, GET("bypass_ops"));
+		printf("writes      %llu ops (%llu hit cached blocks), %s, "
+		       "%llu bypassed\n",
+		       GET("write_ops"), GET("write_hit_ops"), a,
+		       GET("bypass_ops"));
 		human(used, a, sizeof(a));
 		human(cap, b, sizeof(b));
 		human(dirty, c, sizeof(c));
-		printf("occupancy   %s of %s (%.1f%%), dirty %s (%.1f%%)\n", a, b,
-		       cap ? 100.0 * used / cap : 0.0, c, cap ? 100.0 * dirty / cap : 0.0);
+		printf("occupancy   %s of %s (%.1f%%), dirty %s (%.1f%%)\n", a,
+		       b, cap ? 100.0 * used / cap : 0.0, c,
+		       cap ? 100.0 * dirty / cap : 0.0);
 		human(GET("destaged_bytes"), a, sizeof(a));
-		printf("destage     %s, %s destaged, %llu errors, %llu evictions\n",
+		printf("destage     %s, %s destaged, %llu errors, %llu "
+		       "evictions\n",
 		       GET("destaging") ? "destaging" : "idle", a,
 		       GET("destage_errors"), GET("evictions"));
 		for (i = 0; i < ndev; i++)
@@ -289,7 +327,8 @@ static int cmd_stats(int argc, char **argv)
 		for (i = 0; i < nmir; i++)
 			printf("mirror      %s\n", mirrors[i]);
 		if (GET("meta_repaired"))
-			printf("metadata    %llu records repaired at mount\n", GET("meta_repaired"));
+			printf("metadata    %llu records repaired at mount\n",
+			       GET("meta_repaired"));
 	}
 	return 0;
 }
@@ -307,7 +346,8 @@ static int cmd_flush(int argc, char **argv)
 		return 1;
 	while (fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = 0;
-		if (sscanf(line, "progress %llu %llu", &dirty, &destaged) == 2) {
+		if (sscanf(line, "progress %llu %llu", &dirty, &destaged) ==
+		    2) {
 			char a[32];
 
 			if (!first)

@@ -1,4 +1,5 @@
-/* tests: how long recovery takes — fill a cache on in-memory devices, drop it, time the next open. */
+/* tests: how long recovery takes — fill a cache on in-memory devices, drop it,
+ * time the next open. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
@@ -21,7 +22,8 @@ static double now(void)
 int main(int argc, char **argv)
 {
 	uint32_t bs = argc > 1 ? atoi(argv[1]) : 4096;
-	uint64_t dev_mib = argc > 2 ? atoll(argv[2]) : 512, per, nslots, written = 0;
+	uint64_t dev_mib = argc > 2 ? atoll(argv[2]) : 512, per, nslots,
+		 written = 0;
 	struct cache_config cfg;
 	struct dev *devs[2];
 	struct pm_region r[2];
@@ -43,7 +45,8 @@ int main(int argc, char **argv)
 		dev_mem_create(SB_DATA_OFF + per * bs, &devs[d]);
 	for (d = 0; d < 2; d++)
 		pm_mem_create(fmt_meta_len(&cfg, devs, 2), &r[d]);
-	if (fmt_format_open(&cfg, devs, 2, r, err, sizeof(err)) || !mkdtemp(dir))
+	if (fmt_format_open(&cfg, devs, 2, r, err, sizeof(err)) ||
+	    !mkdtemp(dir))
 		return 1;
 	bfd = open(dir, O_RDONLY | O_DIRECTORY);
 	if (cache_open_devs(&cfg, devs, 2, r, bfd, &c, err, sizeof(err)))
@@ -60,7 +63,8 @@ int main(int argc, char **argv)
 		snprintf(name, sizeof(name), "f%d", i);
 		fd = openat(bfd, name, O_RDWR | O_CREAT, 0644);
 		cache_file_get(c, fd, &f);
-		for (off = 0; off < nslots * bs * 95 / 100 / 64; off += 1 << 20, written += 1 << 20)
+		for (off = 0; off < nslots * bs * 95 / 100 / 64;
+		     off += 1 << 20, written += 1 << 20)
 			cache_write(c, f, buf, 1 << 20, off);
 		cache_file_put(c, f);
 		close(fd);
@@ -70,9 +74,11 @@ int main(int argc, char **argv)
 	if (cache_open_devs(&cfg, devs, 2, r, bfd, &c, err, sizeof(err)))
 		return 1;
 	t = now() - t;
-	printf("block %u, %llu slots (%.2f GiB of cache, %.0f MiB dirty): recovery %.3f s = %.3f s per GiB, %.3f s per million blocks\n",
+	printf("block %u, %llu slots (%.2f GiB of cache, %.0f MiB dirty): "
+	       "recovery %.3f s = %.3f s per GiB, %.3f s per million blocks\n",
 	       bs, (unsigned long long)nslots, nslots * (double)bs / (1 << 30),
-	       written / 1048576.0, t, t / (nslots * (double)bs / (1 << 30)), t / (nslots / 1e6));
+	       written / 1048576.0, t, t / (nslots * (double)bs / (1 << 30)),
+	       t / (nslots / 1e6));
 	cache_close(c, 0);
 	(void)!system("rm -rf /tmp/nvc-bench-*");
 	return 0;

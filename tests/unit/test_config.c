@@ -1,4 +1,5 @@
-/* tests: the configuration table — parsing, units, errors with FILE:LINE, validation. */
+/* tests: the configuration table — parsing, units, errors with FILE:LINE,
+ * validation. */
 #include <string.h>
 #include <unistd.h>
 
@@ -21,15 +22,19 @@ static int load(const char *text, struct cache_config *c, char *err)
 	return ret;
 }
 
-static const char *base = "[cache]\ndevices = /dev/a, /dev/b\nmetadata = /m0,/m1\n[backing]\npath = /b\n";
+static const char *base = "[cache]\ndevices = /dev/a, /dev/b\nmetadata = "
+			  "/m0,/m1\n[backing]\npath = /b\n";
 
 static void test_defaults_and_units(void)
 {
 	struct cache_config c;
 	char err[CFG_ERRLEN], text[1024];
 
-	snprintf(text, sizeof(text), "%s[destage]\nmax_dirty_age = 2min\nidle_after = 250ms\nmax_rate = 100M/s\n"
-		 "[cache]\nblock_size = 1M\nmode = writethrough\n", base);
+	snprintf(text, sizeof(text),
+		 "%s[destage]\nmax_dirty_age = 2min\nidle_after = "
+		 "250ms\nmax_rate = 100M/s\n"
+		 "[cache]\nblock_size = 1M\nmode = writethrough\n",
+		 base);
 	CHECK_EQ(load(text, &c, err), 0);
 	CHECK_EQ(c.ndevs, 2);
 	CHECK(!strcmp(c.dev_paths[1], "/dev/b"));
@@ -64,16 +69,23 @@ static void test_errors_name_file_and_line(void)
 
 	snprintf(want, sizeof(want), "%s:7: unknown key 'cache.bogus'", path);
 	expect_error("[cache]\nbogus = 1\n", want);
-	snprintf(want, sizeof(want), "%s:8: destage.low_watermark (90) must be below destage.high_watermark (80)", path);
-	expect_error("[destage]\nhigh_watermark = 80\nlow_watermark = 90\n", want);
-	expect_error("[cache]\nblock_size = 48K\n", ":7: cache.block_size must be a power of two");
+	snprintf(want, sizeof(want),
+		 "%s:8: destage.low_watermark (90) must be below "
+		 "destage.high_watermark (80)",
+		 path);
+	expect_error("[destage]\nhigh_watermark = 80\nlow_watermark = 90\n",
+		     want);
+	expect_error("[cache]\nblock_size = 48K\n",
+		     ":7: cache.block_size must be a power of two");
 	expect_error("[cache]\nblock_size = 2K\n", "out of range");
 	expect_error("[destage]\nthreads = 0\n", "out of range");
 	expect_error("[destage]\nmax_dirty_age = 3 weeks\n", "is not a time");
-	expect_error("[cache]\ndirty_copies = 2\ndevices = /only\n", "needs at least two cache.devices");
+	expect_error("[cache]\ndirty_copies = 2\ndevices = /only\n",
+		     "needs at least two cache.devices");
 	expect_error("[cache]\nmetadata = /m0\n", "exactly two locations");
 	expect_error("[cache]\ndevices = /a, /a\n", "names /a twice");
-	expect_error("[cache]\nmetadata = /dev/a, /m1\n", "is both a metadata mirror and a cache device");
+	expect_error("[cache]\nmetadata = /dev/a, /m1\n",
+		     "is both a metadata mirror and a cache device");
 }
 
 static void test_override_and_reload(void)
@@ -82,7 +94,9 @@ static void test_override_and_reload(void)
 	char err[CFG_ERRLEN];
 
 	CHECK_EQ(load(base, &c, err), 0);
-	CHECK_EQ(cfg_override(&c, "destage.high_watermark=90", err, sizeof(err)), 0);
+	CHECK_EQ(
+		cfg_override(&c, "destage.high_watermark=90", err, sizeof(err)),
+		0);
 	CHECK_EQ(c.high_wm, 90);
 	CHECK(cfg_override(&c, "destage.nope=1", err, sizeof(err)) != 0);
 	CHECK(strstr(err, "unknown key 'destage.nope'") != NULL);

@@ -1,4 +1,5 @@
-/* tests: crash states — record every device write, flush and metadata persist of a workload, then recover from the states a power loss could leave. */
+/* tests: crash states — record every device write, flush and metadata persist
+ * of a workload, then recover from the states a power loss could leave. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdint.h>
@@ -77,7 +78,8 @@ static uint64_t token(int file, uint32_t ver, uint64_t word)
 	return ((uint64_t)(file + 1) << 56) | ((uint64_t)ver << 24) | word;
 }
 
-/* The backing file's mtime after each change, so that crash states carry it too. */
+/* The backing file's mtime after each change, so that crash states carry it
+ * too. */
 #define MTIME_MARK(f) (-100 - (f))
 
 static void note_mtime(ino_t ino)
@@ -89,11 +91,13 @@ static void note_mtime(ino_t ino)
 		if (files[f].ino == ino && !files[f].unlinked_at &&
 		    !fstat(files[f].fd, &st))
 			rec_log_add(L, REC_MARK, MTIME_MARK(f),
-				    st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec,
+				    st.st_mtim.tv_sec * 1000000000ull +
+					    st.st_mtim.tv_nsec,
 				    NULL, 0, 0);
 }
 
-static void bk_write(void *arg, ino_t ino, const void *buf, size_t len, uint64_t off)
+static void bk_write(void *arg, ino_t ino, const void *buf, size_t len,
+		     uint64_t off)
 {
 	rec_log_add(L, REC_BK_WRITE, (int)ino, off, buf, len, 0);
 	note_mtime(ino);
@@ -111,7 +115,8 @@ static void bk_sync(void *arg, ino_t ino)
 	note_mtime(ino);
 }
 
-static const struct cache_bk_hooks hooks = { bk_write, bk_trunc, bk_sync, NULL };
+static const struct cache_bk_hooks hooks = { bk_write, bk_trunc, bk_sync,
+					     NULL };
 
 static void config(struct cache_config *cfg)
 {
@@ -141,11 +146,14 @@ static void run_workload(struct cache *c)
 		uint64_t w;
 
 		o->kind = rnd() % 100;
-		o->kind = o->kind < 50 ? OP_WRITE : o->kind < 58 ? OP_TRUNC :
-			  o->kind < 78 ? OP_FSYNC : OP_READ;
+		o->kind = o->kind < 50	 ? OP_WRITE
+			  : o->kind < 58 ? OP_TRUNC
+			  : o->kind < 78 ? OP_FSYNC
+					 : OP_READ;
 		if (i == MAXOPS * 2 / 3)
 			o->kind = OP_UNLINK;
-		o->file = f = (o->kind == OP_UNLINK) ? NFILES - 1 : (int)(rnd() % NFILES);
+		o->file = f = (o->kind == OP_UNLINK) ? NFILES - 1
+						     : (int)(rnd() % NFILES);
 		m = &files[f];
 		if (m->unlinked_at)
 			continue;
@@ -153,12 +161,16 @@ static void run_workload(struct cache *c)
 		o->start = rec_log_add(L, REC_MARK, nops, 0, NULL, 0, 0);
 		switch (o->kind) {
 		case OP_WRITE: {
-			static const uint64_t lens[] = { 8, 64, 4096, 12288, 65536 };
+			static const uint64_t lens[] = { 8, 64, 4096, 12288,
+							 65536 };
 
 			o->off = (rnd() % FILE_MAX) & ~7ull;
-			o->len = rnd() % 3 ? lens[rnd() % 5] : ((rnd() % (200 * KiB)) & ~7ull) + 8;
+			o->len = rnd() % 3
+					 ? lens[rnd() % 5]
+					 : ((rnd() % (200 * KiB)) & ~7ull) + 8;
 			for (w = 0; w < o->len / 8; w++)
-				((uint64_t *)buf)[w] = token(f, o->ver, o->off / 8 + w);
+				((uint64_t *)buf)[w] =
+					token(f, o->ver, o->off / 8 + w);
 			CHECK_EQ(cache_write(c, m->cf, buf, o->len, o->off), 0);
 			for (w = o->off / 8; w < (o->off + o->len) / 8; w++) {
 				m->cur[w] = o->ver;
@@ -186,13 +198,16 @@ static void run_workload(struct cache *c)
 
 			o->off = (rnd() % FILE_MAX) & ~7ull;
 			want = 128 * KiB;
-			CHECK_EQ(cache_read(c, m->cf, rbuf, want, o->off, &data, &n), 0);
+			CHECK_EQ(cache_read(c, m->cf, rbuf, want, o->off, &data,
+					    &n),
+				 0);
 			for (w = 0; w < n / 8; w++) {
 				uint64_t word = o->off / 8 + w, got, exp;
 
 				memcpy(&got, data + 8 * w, 8);
-				exp = !m->cur[word] || m->cur_trunc[word] ? 0 :
-								      token(f, m->cur[word], word);
+				exp = !m->cur[word] || m->cur_trunc[word]
+					      ? 0
+					      : token(f, m->cur[word], word);
 				if (got != exp) {
 					CHECK(got == exp);
 					break;
@@ -253,8 +268,8 @@ static int word_ok(int f, uint64_t w, uint64_t got, size_t k)
 
 		if (o->file != f || o->start >= k || (s && o->start < s->end))
 			continue;
-		if (o->kind == OP_WRITE && w >= o->off / 8 && w < (o->off + o->len) / 8 &&
-		    got == token(f, o->ver, w))
+		if (o->kind == OP_WRITE && w >= o->off / 8 &&
+		    w < (o->off + o->len) / 8 && got == token(f, o->ver, w))
 			return 1;
 		if (o->kind == OP_TRUNC && w >= o->off / 8 && !got)
 			return 1;
@@ -267,28 +282,36 @@ static void explain(int f, uint64_t w, size_t k)
 	int i;
 	size_t j;
 
-	for (j = k > 200 ? k - 200 : 0; j < k + 5 && j < rec_log_count(L); j++) {
+	for (j = k > 200 ? k - 200 : 0; j < k + 5 && j < rec_log_count(L);
+	     j++) {
 		const struct rec_event *e = rec_log_get(L, j);
-		static const char *const kn[] = { "devw", "flush", "persist", "mark", "bkw", "bktrunc", "bksync" };
+		static const char *const kn[] = { "devw",  "flush", "persist",
+						  "mark",  "bkw",   "bktrunc",
+						  "bksync" };
 
 		if (e->kind == REC_PM_PERSIST && e->target == 1)
 			continue;
-		if ((e->kind == REC_BK_WRITE || e->kind == REC_BK_TRUNC || e->kind == REC_BK_SYNC) &&
+		if ((e->kind == REC_BK_WRITE || e->kind == REC_BK_TRUNC ||
+		     e->kind == REC_BK_SYNC) &&
 		    e->target != (int)files[f].ino)
 			continue;
-		if (e->kind == REC_BK_WRITE && !(e->off <= w * 8 && w * 8 < e->off + e->len))
+		if (e->kind == REC_BK_WRITE &&
+		    !(e->off <= w * 8 && w * 8 < e->off + e->len))
 			continue;
 		if (e->kind == REC_DEV_WRITE && e->len < 4096)
 			continue;
-		fprintf(stderr, "    %zu %s t%d off %llu len %u%s\n", j, kn[e->kind], e->target,
-			(unsigned long long)e->off, e->len, e->fua ? " fua" : "");
+		fprintf(stderr, "    %zu %s t%d off %llu len %u%s\n", j,
+			kn[e->kind], e->target, (unsigned long long)e->off,
+			e->len, e->fua ? " fua" : "");
 	}
 
 	for (i = files[f].nsnaps - 1; i >= 0; i--)
 		if (files[f].snaps[i].end < k) {
-			fprintf(stderr, "  last fsync ended at %zu: version %u%s\n",
+			fprintf(stderr,
+				"  last fsync ended at %zu: version %u%s\n",
 				files[f].snaps[i].end, files[f].snaps[i].ver[w],
-				files[f].snaps[i].trunc[w] ? " (truncate)" : "");
+				files[f].snaps[i].trunc[w] ? " (truncate)"
+							   : "");
 			break;
 		}
 	for (i = 0; i < nops; i++) {
@@ -297,10 +320,12 @@ static void explain(int f, uint64_t w, size_t k)
 		if (o->file == f && ((o->kind == OP_WRITE && w >= o->off / 8 &&
 				      w < (o->off + o->len) / 8) ||
 				     (o->kind == OP_TRUNC && w >= o->off / 8)))
-			fprintf(stderr, "  op %d %s off %llu len %llu events %zu..%zu\n", i,
-				o->kind == OP_WRITE ? "write" : "trunc",
-				(unsigned long long)o->off, (unsigned long long)o->len,
-				o->start, o->end);
+			fprintf(stderr,
+				"  op %d %s off %llu len %llu events "
+				"%zu..%zu\n",
+				i, o->kind == OP_WRITE ? "write" : "trunc",
+				(unsigned long long)o->off,
+				(unsigned long long)o->len, o->start, o->end);
 	}
 }
 
@@ -330,12 +355,15 @@ static void materialize_and_check(struct cache_config *cfg, size_t k,
 
 		switch (e->kind) {
 		case REC_DEV_WRITE:
-			/* durable: flushed or FUA; after the last flush: maybe */
+			/* durable: flushed or FUA; after the last flush: maybe
+			 */
 			if (j < last_flush[e->target] || e->fua || rnd() % 2)
-				dev_write(devs[e->target], e->data, e->len, e->off);
+				dev_write(devs[e->target], e->data, e->len,
+					  e->off);
 			break;
 		case REC_PM_PERSIST:
-			memcpy((char *)r[e->target].addr + e->off, e->data, e->len);
+			memcpy((char *)r[e->target].addr + e->off, e->data,
+			       e->len);
 			break;
 		default:
 			break;
@@ -359,20 +387,24 @@ static void materialize_and_check(struct cache_config *cfg, size_t k,
 			if (e->target != (int)files[f].ino)
 				continue;
 			if (e->kind == REC_BK_WRITE)
-				CHECK_EQ(pwrite(files[f].fd, e->data, e->len, e->off), e->len);
+				CHECK_EQ(pwrite(files[f].fd, e->data, e->len,
+						e->off),
+					 e->len);
 			else if (e->kind == REC_BK_TRUNC)
 				CHECK_EQ(ftruncate(files[f].fd, e->off), 0);
 		}
 		CHECK_EQ(futimens(files[f].fd, ts), 0);
 	}
 
-	if (cache_open_devs(cfg, devs, 2, r, backing_fd, &c, err, sizeof(err))) {
-		fprintf(stderr, "crash point %zu: recovery failed: %s\n", k, err);
+	if (cache_open_devs(cfg, devs, 2, r, backing_fd, &c, err,
+			    sizeof(err))) {
+		fprintf(stderr, "crash point %zu: recovery failed: %s\n", k,
+			err);
 		check_failures++;
 		goto out;
 	}
-	CHECK(!memcmp((char *)r[0].addr + META_HDR_SIZE, (char *)r[1].addr + META_HDR_SIZE,
-		      mlen - META_HDR_SIZE));
+	CHECK(!memcmp((char *)r[0].addr + META_HDR_SIZE,
+		      (char *)r[1].addr + META_HDR_SIZE, mlen - META_HDR_SIZE));
 	for (f = 0; f < NFILES; f++) {
 		struct cfile *cf;
 		uint64_t size, off, w;
@@ -382,19 +414,29 @@ static void materialize_and_check(struct cache_config *cfg, size_t k,
 		if (files[f].unlinked_at)
 			continue; /* its inode is gone: nothing to read back */
 		CHECK_EQ(cache_file_get(c, files[f].fd, &cf), 0);
-		CHECK_EQ(cache_file_attr(c, files[f].dev, files[f].ino, &size, NULL), 0);
+		CHECK_EQ(cache_file_attr(c, files[f].dev, files[f].ino, &size,
+					 NULL),
+			 0);
 		for (off = 0; off < WORDS * 8ull; off += 512 * KiB) {
-			CHECK_EQ(cache_read(c, cf, rbuf, 512 * KiB, off, &data, &n), 0);
-			for (w = 0; w < 512 * KiB / 8 && off / 8 + w < WORDS; w++) {
+			CHECK_EQ(cache_read(c, cf, rbuf, 512 * KiB, off, &data,
+					    &n),
+				 0);
+			for (w = 0; w < 512 * KiB / 8 && off / 8 + w < WORDS;
+			     w++) {
 				uint64_t got = 0;
 
 				if (w < n / 8)
 					memcpy(&got, data + 8 * w, 8);
 				if (!word_ok(f, off / 8 + w, got, k)) {
 					fprintf(stderr,
-						"crash point %zu: file %d word %llu holds %016llx (size %llu)\n",
-						k, f, (unsigned long long)(off / 8 + w),
-						(unsigned long long)got, (unsigned long long)size);
+						"crash point %zu: file %d word "
+						"%llu holds %016llx (size "
+						"%llu)\n",
+						k, f,
+						(unsigned long long)(off / 8 +
+								     w),
+						(unsigned long long)got,
+						(unsigned long long)size);
 					if (getenv("NVC_CRASH_DEBUG"))
 						explain(f, off / 8 + w, k);
 					check_failures++;
@@ -407,7 +449,8 @@ static void materialize_and_check(struct cache_config *cfg, size_t k,
 	cache_close(c, 0);
 	problems = fmt_check_open(cfg, devs, r, devnull, 0);
 	if (problems) {
-		fprintf(stderr, "crash point %zu: check found %d problems\n", k, problems);
+		fprintf(stderr, "crash point %zu: check found %d problems\n", k,
+			problems);
 		check_failures++;
 	}
 	(*checked)++;
@@ -448,7 +491,8 @@ int main(void)
 	for (d = 0; d < 2; d++)
 		pm_rec_create(L, d, mlen, &r[d]);
 	if (fmt_format_open(&cfg, devs, 2, r, err, sizeof(err)) ||
-	    cache_open_devs(&cfg, devs, 2, r, backing_fd, &c, err, sizeof(err))) {
+	    cache_open_devs(&cfg, devs, 2, r, backing_fd, &c, err,
+			    sizeof(err))) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
@@ -458,7 +502,8 @@ int main(void)
 		struct stat st;
 
 		snprintf(files[f].name, sizeof(files[f].name), "f%d", f);
-		files[f].fd = openat(backing_fd, files[f].name, O_RDWR | O_CREAT, 0644);
+		files[f].fd = openat(backing_fd, files[f].name,
+				     O_RDWR | O_CREAT, 0644);
 		fstat(files[f].fd, &st);
 		files[f].ino = st.st_ino;
 		files[f].dev = st.st_dev;
@@ -474,8 +519,9 @@ int main(void)
 		const struct rec_event *e = rec_log_get(L, j);
 
 		flushes += e->kind == REC_DEV_FLUSH;
-		if ((e->kind == REC_DEV_FLUSH || (e->kind == REC_MARK && e->off == 1 && e->target >= 0 &&
-						  ops[e->target].kind == OP_FSYNC)) &&
+		if ((e->kind == REC_DEV_FLUSH ||
+		     (e->kind == REC_MARK && e->off == 1 && e->target >= 0 &&
+		      ops[e->target].kind == OP_FSYNC)) &&
 		    (!npoints || j + 1 > points[npoints - 1] + 20))
 			points[npoints++] = j + 1;
 	}
@@ -485,7 +531,8 @@ int main(void)
 	for (j = 0; j < (size_t)npoints; j++)
 		materialize_and_check(&cfg, points[j], devsize, mlen, &checked);
 
-	printf("%d operations, %zu recorded events (%d device flushes), %d crash states recovered and checked\n",
+	printf("%d operations, %zu recorded events (%d device flushes), %d "
+	       "crash states recovered and checked\n",
 	       nops, n, flushes, checked);
 	CHECK(checked == npoints);
 	for (f = 0; f < NFILES; f++)

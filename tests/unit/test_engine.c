@@ -1,4 +1,5 @@
-/* tests: the cache engine on in-memory devices — map, hits and misses, eviction, destage, recovery. */
+/* tests: the cache engine on in-memory devices — map, hits and misses,
+ * eviction, destage, recovery. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -28,8 +29,8 @@ static char *rbuf;
 static void env_open(struct env *e)
 {
 	char err[CFG_ERRLEN] = "";
-	int ret = cache_open_devs(&e->cfg, e->devs, 2, e->mirrors, e->backing_fd,
-				  &e->c, err, sizeof(err));
+	int ret = cache_open_devs(&e->cfg, e->devs, 2, e->mirrors,
+				  e->backing_fd, &e->c, err, sizeof(err));
 
 	if (ret) {
 		fprintf(stderr, "cache_open_devs: %s\n", err);
@@ -56,13 +57,15 @@ static void env_init(struct env *e, uint64_t slots_per_dev, uint32_t bs)
 	e->cfg.max_dirty_age_ms = 0;
 	e->cfg.max_files = max_files;
 	for (i = 0; i < 2; i++)
-		if (dev_mem_create(SB_DATA_OFF + slots_per_dev * bs, &e->devs[i]))
+		if (dev_mem_create(SB_DATA_OFF + slots_per_dev * bs,
+				   &e->devs[i]))
 			exit(1);
 	e->mlen = fmt_meta_len(&e->cfg, e->devs, 2);
 	for (i = 0; i < 2; i++)
 		if (pm_mem_create(e->mlen, &e->mirrors[i]))
 			exit(1);
-	if (fmt_format_open(&e->cfg, e->devs, 2, e->mirrors, err, sizeof(err))) {
+	if (fmt_format_open(&e->cfg, e->devs, 2, e->mirrors, err,
+			    sizeof(err))) {
 		fprintf(stderr, "format: %s\n", err);
 		exit(1);
 	}
@@ -122,7 +125,8 @@ static int same(struct env *e, struct cfile *f, const char *want, size_t len,
 	while (done < len) {
 		size_t part = len - done > MiB ? MiB : len - done;
 
-		if (cache_read(e->c, f, rbuf, part, off + done, &data, &n) || n != part)
+		if (cache_read(e->c, f, rbuf, part, off + done, &data, &n) ||
+		    n != part)
 			return 0;
 		if (memcmp(data, want + done, n))
 			return 0;
@@ -147,7 +151,8 @@ static void test_write_read_unaligned(void)
 	struct cache_stats s;
 	size_t size = 3 * MiB;
 	char *ref = calloc(1, size), *src = malloc(300 * KiB);
-	uint64_t offs[] = { 0, 1, 4095, 4096, 65535, 70000, 1 * MiB - 3, 2 * MiB + 12345 };
+	uint64_t offs[] = { 0,	   1,	  4095,	       4096,
+			    65535, 70000, 1 * MiB - 3, 2 * MiB + 12345 };
 	size_t lens[] = { 1, 7, 4096, 5000, 65536, 131072 + 9, 300 * KiB, 12 };
 	struct cfile *f;
 	int fd, i;
@@ -226,10 +231,12 @@ static void test_lru_eviction(void)
 	b = file_open(&e, "b", &fb);
 	fill(src, 8 * 64 * KiB, 3);
 	CHECK_EQ(cache_write(e.c, a, src, 8 * 64 * KiB, 0), 0);
-	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0); /* all clean, LRU = blocks 0..7 */
-	CHECK(same(&e, a, src, 64 * KiB, 0));      /* block 0 becomes most recent */
+	CHECK_EQ(cache_flush(e.c, NULL, NULL),
+		 0); /* all clean, LRU = blocks 0..7 */
+	CHECK(same(&e, a, src, 64 * KiB, 0)); /* block 0 becomes most recent */
 	fill(other, 64 * KiB, 4);
-	CHECK_EQ(cache_write(e.c, b, other, 64 * KiB, 0), 0); /* evicts block 1 */
+	CHECK_EQ(cache_write(e.c, b, other, 64 * KiB, 0),
+		 0); /* evicts block 1 */
 	cache_stats(e.c, &s);
 	CHECK_EQ(s.evictions, 1);
 	hits = s.read_hit_ops;
@@ -326,7 +333,8 @@ static void test_recovery_and_torn_mirror(void)
 	cache_abandon(e.c); /* the daemon dies */
 	e.c = NULL;
 
-	/* damage: flip a byte of every used slot entry in mirror 1, zero a file record in mirror 0 */
+	/* damage: flip a byte of every used slot entry in mirror 1, zero a file
+	 * record in mirror 0 */
 	{
 		const struct meta_hdr *h = e.mirrors[1].addr;
 		uint8_t *slots = (uint8_t *)e.mirrors[1].addr + h->slots_off;
@@ -340,7 +348,8 @@ static void test_recovery_and_torn_mirror(void)
 	cache_stats(e.c, &s);
 	CHECK_EQ(s.dirty_slots, dirty);
 	CHECK(!memcmp((char *)e.mirrors[0].addr + META_HDR_SIZE,
-		      (char *)e.mirrors[1].addr + META_HDR_SIZE, e.mlen - META_HDR_SIZE));
+		      (char *)e.mirrors[1].addr + META_HDR_SIZE,
+		      e.mlen - META_HDR_SIZE));
 	close(fd);
 	f = file_open(&e, "r", &fd);
 	CHECK(same(&e, f, src, size, 0));
@@ -376,7 +385,8 @@ static void test_recovery_drops_deleted_file(void)
 	env_fini(&e);
 }
 
-/* More files than file records: records of files with only clean data are reclaimed. */
+/* More files than file records: records of files with only clean data are
+ * reclaimed. */
 static void test_more_files_than_records(void)
 {
 	struct env e;
@@ -409,7 +419,8 @@ static void test_more_files_than_records(void)
 	max_files = 65536;
 }
 
-/* Age destage takes the oldest dirty file first and leaves younger ones alone. */
+/* Age destage takes the oldest dirty file first and leaves younger ones alone.
+ */
 static void test_destage_oldest_first(void)
 {
 	struct env e;
@@ -438,7 +449,8 @@ static void test_destage_oldest_first(void)
 }
 
 /* A cache device fails: clean data comes from the backing file, writes go on,
- * dirty data that lived only there is reported, never replaced by older bytes. */
+ * dirty data that lived only there is reported, never replaced by older bytes.
+ */
 static void test_failed_device(void)
 {
 	struct env e;
@@ -454,9 +466,11 @@ static void test_failed_device(void)
 	b = file_open(&e, "dirty", &fb);
 	fill(src, size, 11);
 	CHECK_EQ(cache_write(e.c, a, src, size, 0), 0);
-	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0); /* a is clean, cached on both devices */
+	CHECK_EQ(cache_flush(e.c, NULL, NULL),
+		 0); /* a is clean, cached on both devices */
 	fill(more, size, 12);
-	CHECK_EQ(cache_write(e.c, b, more, size, 0), 0); /* b is dirty, on both devices */
+	CHECK_EQ(cache_write(e.c, b, more, size, 0),
+		 0); /* b is dirty, on both devices */
 	dev_faults(e.devs[1])->fail_reads = -EIO;
 	dev_faults(e.devs[1])->fail_writes = -EIO;
 	CHECK(same(&e, a, src, size, 0));
@@ -465,8 +479,10 @@ static void test_failed_device(void)
 			eio++;
 		else
 			CHECK(!memcmp(data, more + off, n));
-	CHECK(eio > 0 && eio < 16); /* the blocks on the failed device, no others */
-	/* writes still work, on the good device or through to the backing file */
+	CHECK(eio > 0 &&
+	      eio < 16); /* the blocks on the failed device, no others */
+	/* writes still work, on the good device or through to the backing file
+	 */
 	fill(src, size, 13);
 	CHECK_EQ(cache_write(e.c, a, src, size, 0), 0);
 	CHECK_EQ(cache_write(e.c, a, "tail", 4, size + 10), 0);
@@ -518,7 +534,8 @@ static void test_recovery_of_entry_without_pages(void)
 			crafted++;
 		}
 	CHECK_EQ(crafted, 1);
-	CHECK_EQ(unlinkat(e.backing_fd, "edge", 0), 0); /* and the file is gone */
+	CHECK_EQ(unlinkat(e.backing_fd, "edge", 0),
+		 0); /* and the file is gone */
 	env_open(&e);
 	cache_stats(e.c, &st);
 	CHECK_EQ(st.used_slots, 0);
