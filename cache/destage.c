@@ -469,7 +469,7 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 			pthread_mutex_lock(&c->lock);
 		}
 		/* what only a failed device holds can never be destaged */
-		if (!dirty_on_working_devices(c)) {
+		if (c->ndirty_slots && !dirty_on_working_devices(c)) {
 			log_msg(LOG_ERR,
 				"flush: %llu dirty blocks are on a failed "
 				"cache device and cannot be destaged",

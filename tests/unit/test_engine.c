@@ -543,6 +543,33 @@ static void test_recovery_of_entry_without_pages(void)
 	env_fini(&e);
 }
 
+static void slow_progress(void *arg, uint64_t dirty, uint64_t destaged)
+{
+	(void)arg;
+	(void)dirty;
+	(void)destaged;
+	usleep(300 * 1000);
+}
+
+/* Destage may drain everything while flush reports progress: that is success. */
+static void test_flush_drains_while_reporting(void)
+{
+	struct env e;
+	char buf[65536];
+	struct cfile *f;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	f = file_open(&e, "p", &fd);
+	fill(buf, sizeof(buf), 4);
+	CHECK_EQ(cache_write(e.c, f, buf, sizeof(buf), 0), 0);
+	CHECK_EQ(cache_flush(e.c, slow_progress, NULL), 0);
+	CHECK(backing_same(fd, buf, sizeof(buf)));
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -558,6 +585,7 @@ int main(void)
 	RUN(test_destage_oldest_first);
 	RUN(test_failed_device);
 	RUN(test_recovery_of_entry_without_pages);
+	RUN(test_flush_drains_while_reporting);
 	free(rbuf);
 	return CHECK_DONE();
 }
