@@ -90,6 +90,29 @@ int sb_write(struct dev *d, const struct sb_disk *sb)
 	return ret;
 }
 
+/* Rewrite whichever superblock copy differs from the good one. */
+int sb_repair(struct dev *d, const struct sb_disk *good, int *repaired)
+{
+	struct sb_disk *buf = dev_alloc_buf(sizeof(*buf));
+	int copy, ret = 0;
+
+	*repaired = 0;
+	if (!buf)
+		return -ENOMEM;
+	for (copy = 0; copy < SB_COPIES && !ret; copy++) {
+		if (!dev_read(d, buf, sizeof(*buf), 4096 * (copy + 1)) &&
+		    !memcmp(buf, good, sizeof(*buf)))
+			continue;
+		memcpy(buf, good, sizeof(*buf));
+		ret = dev_write(d, buf, sizeof(*buf), 4096 * (copy + 1));
+		if (!ret)
+			ret = dev_flush(d);
+		(*repaired)++;
+	}
+	free(buf);
+	return ret;
+}
+
 void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
 		   uint32_t block_size, uint64_t nslots, uint32_t nfiles,
 		   uint32_t ndevs)

@@ -126,6 +126,7 @@ uint64_t meta_total_len(uint64_t nslots, uint32_t nfiles, uint32_t block_size);
 
 int sb_read(struct dev *d, struct sb_disk *out);
 int sb_write(struct dev *d, const struct sb_disk *sb);
+int sb_repair(struct dev *d, const struct sb_disk *good, int *repaired);
 
 /* 0 if addr holds a valid mirror header; *total_len is the mirror's size. */
 int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len);

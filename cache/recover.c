@@ -377,7 +377,7 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 {
 	uint64_t per = c->nslots / c->ndevs;
 	struct sb_disk sb;
-	int d, ret;
+	int d, ret, repaired;
 
 	if (c->meta.nslots % c->ndevs) {
 		snprintf(err, errlen,
@@ -433,6 +433,13 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 				 "%s is smaller than when it was formatted", p);
 			return -EINVAL;
 		}
+		ret = sb_repair(c->devs[d], &sb, &repaired);
+		if (repaired)
+			log_msg(LOG_WARNING,
+				"%s: %d damaged superblock cop%s rewritten "
+				"from the good one%s",
+				p, repaired, repaired > 1 ? "ies" : "y",
+				ret ? " (failed)" : "");
 	}
 	return 0;
 }

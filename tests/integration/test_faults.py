@@ -156,11 +156,14 @@ def test_check_reports_and_mount_repairs(make_cache):
     r = check(c)
     assert r.returncode == 1 and f"{c.loops[0]}: superblock copy 1 checksum mismatch" in r.stdout
     assert f"{c.loops[0]}: 1 of 2 copies good" in r.stdout
-    c.mount()   # the second copy still identifies the device
+    c.mount()   # the second copy still identifies the device, and repairs the first
     for n, b in blobs.items():
         with open(c.path(n), "rb") as f:
             assert f.read() == b
+    assert "1 damaged superblock copy rewritten" in c.log_text()
     c.unmount()
+    r = check(c)
+    assert r.returncode == 0 and f"{c.loops[0]}: 2 of 2 copies good" in r.stdout, r.stdout
 
 
 def drop_page_cache():
