@@ -325,6 +325,7 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 	struct dev *devs[NVC_MAX_DEVS] = { 0 };
 	struct pm_region r[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	struct chk k = { .out = out };
+	uint64_t total;
 	int i, ret = 0;
 
 	for (i = 0; i < cfg->ndevs; i++) {
@@ -345,6 +346,8 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 				 cfg->meta_paths[i]);
 			goto out;
 		}
+		if (!ret && !meta_hdr_check(r[i].addr, r[i].len, &total))
+			ret = pm_load(&r[i], total);
 		if (ret)
 			problem(&k, "mirror %d (%s): cannot map: %s", i,
 				cfg->meta_paths[i], strerror(-ret));

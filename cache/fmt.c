@@ -163,7 +163,7 @@ static int check_mirror_file(const char *path, int force, char *err,
 {
 	struct meta_hdr h;
 	struct stat st;
-	int fd;
+	int fd, ret;
 	ssize_t n;
 
 	if (stat(path, &st)) {
@@ -172,21 +172,18 @@ static int check_mirror_file(const char *path, int force, char *err,
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -errno;
 	}
-	if (S_ISBLK(st.st_mode)) {
-		snprintf(err, errlen,
-			 "%s: metadata mirrors on block devices are not "
-			 "supported "
-			 "by this version; use a file (pmem/DAX or any file "
-			 "system)",
+	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file or block device",
 			 path);
-		return -ENOTSUP;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file", path);
 		return -EINVAL;
 	}
 	if (force)
 		return 0;
+	if (S_ISBLK(st.st_mode)) {
+		ret = probe_in_use(path, err, errlen);
+		if (ret)
+			return ret;
+	}
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));

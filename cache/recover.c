@@ -538,6 +538,8 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		if (!mret[i])
 			mret[i] = meta_hdr_check(mirrors[i].addr,
 						 mirrors[i].len, &total[i]);
+		if (!mret[i])
+			mret[i] = pm_load(&mirrors[i], total[i]);
 	}
 	if (mret[0] && mret[1]) {
 		snprintf(err, errlen,

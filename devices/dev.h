@@ -75,10 +75,14 @@ struct pm_region {
 	int lock_fd; /* holds an exclusive flock while mapped */
 	struct rec_log *rec; /* recording region (crash tests) */
 	int rec_id;
+	struct dev *bdev; /* a block device: a RAM copy, persisted by FUA writes */
+	size_t loaded;	  /* bytes of the block device read into the copy */
 };
 
 int pm_map(const char *path, size_t len, int create, struct pm_region *out);
 int pm_mem_create(size_t len, struct pm_region *out);
+/* Make sure the first len bytes are there (a block device is read on demand). */
+int pm_load(struct pm_region *r, size_t len);
 int pm_persist(const struct pm_region *r, const void *addr, size_t len);
 void pm_unmap(struct pm_region *r);
 

@@ -1,5 +1,4 @@
-/* devices: persistent memory regions through libpmem, or plain memory for
- * tests. */
+/* devices: persistent memory regions through libpmem, block devices through io_uring, or memory for tests. */
 #define _GNU_SOURCE
 #include "dev.h"
 
@@ -9,8 +8,74 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/*
+ * A metadata mirror on a block device (no DAX) is kept as a page-aligned copy
+ * in RAM; persisting a range writes the 4 KiB pages that hold it with FUA
+ * through io_uring, so it is on the media when pm_persist returns.  The device
+ * is opened exclusively, which is also its lock.
+ */
+static int pm_map_blk(const char *path, size_t len, int create,
+		      struct pm_region *out)
+{
+	size_t size;
+	int ret;
+
+	ret = dev_open(path, &out->bdev);
+	if (ret)
+		return ret;
+	size = dev_size(out->bdev) & ~(size_t)(DEV_ALIGN - 1);
+	if (len > size) {
+		ret = -ENOSPC;
+		goto err_close;
+	}
+	out->len = create ? len : size;
+	out->addr = mmap(NULL, out->len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (out->addr == MAP_FAILED) {
+		out->addr = NULL;
+		ret = -ENOMEM;
+		goto err_close;
+	}
+	if (create) {
+		out->loaded = out->len; /* to be written whole by the caller */
+		return 0;
+	}
+	ret = pm_load(out, DEV_ALIGN);
+	if (ret)
+		goto err_unmap;
+	return 0;
+err_unmap:
+	munmap(out->addr, out->len);
+	out->addr = NULL;
+err_close:
+	dev_close(out->bdev);
+	out->bdev = NULL;
+	return ret;
+}
+
+int pm_load(struct pm_region *r, size_t len)
+{
+	if (!r->bdev || len <= r->loaded)
+		return 0;
+	if (len > r->len)
+		return -ENOSPC;
+	len = (len + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1);
+	while (r->loaded < len) {
+		size_t n = len - r->loaded > (1u << 20) ? (1u << 20)
+							: len - r->loaded;
+		int ret = dev_read(r->bdev, (char *)r->addr + r->loaded, n,
+				   r->loaded);
+
+		if (ret)
+			return ret;
+		r->loaded += n;
+	}
+	return 0;
+}
 
 int pm_map(const char *path, size_t len, int create, struct pm_region *out)
 {
@@ -20,11 +85,11 @@ int pm_map(const char *path, size_t len, int create, struct pm_region *out)
 
 	memset(out, 0, sizeof(*out));
 	out->lock_fd = -1;
+	if (!stat(path, &st) && S_ISBLK(st.st_mode))
+		return pm_map_blk(path, len, create, out);
 	if (!create) {
 		if (stat(path, &st))
 			return -errno;
-		if (S_ISBLK(st.st_mode))
-			return -ENOTSUP;
 		if ((size_t)st.st_size < len)
 			return -ENOSPC;
 	}
@@ -71,6 +136,29 @@ int pm_mem_create(size_t len, struct pm_region *out)
 
 int pm_persist(const struct pm_region *r, const void *addr, size_t len)
 {
+	if (r->bdev) {
+		size_t off = (const char *)addr - (const char *)r->addr;
+		size_t start = off & ~(size_t)(DEV_ALIGN - 1);
+		size_t end =
+			(off + len + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1);
+
+		while (start < end) {
+			size_t n = end - start > (1u << 20) ? (1u << 20)
+							    : end - start;
+			struct dev_io io = { .dev = r->bdev,
+					     .op = DEV_WRITE,
+					     .buf = (char *)r->addr + start,
+					     .off = start,
+					     .len = n,
+					     .fua = 1 };
+			int ret = dev_io_run(&io, 1);
+
+			if (ret)
+				return ret;
+			start += n;
+		}
+		return 0;
+	}
 	if (r->is_mem) {
 		if (r->rec)
 			rec_log_add(r->rec, REC_PM_PERSIST, r->rec_id,
@@ -93,6 +181,13 @@ void pm_unmap(struct pm_region *r)
 	}
 	if (!r->addr)
 		return;
+	if (r->bdev) {
+		munmap(r->addr, r->len);
+		dev_close(r->bdev);
+		r->bdev = NULL;
+		r->addr = NULL;
+		return;
+	}
 	if (r->is_mem)
 		free(r->addr);
 	else

@@ -219,3 +219,35 @@ def test_cache_device_disappears_under_the_mount(make_cache):
         assert f.read() == after
     with open(os.path.join(c.backing, "clean"), "rb") as f:
         assert f.read() == clean
+
+
+def test_metadata_mirror_on_a_block_device(make_cache):
+    c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep"})
+    keys = dict(c.keys)
+    keys["cache.devices"] = ", ".join(c.loops[:2])
+    keys["cache.metadata"] = c.loops[2] + ", " + c.meta[1]
+    c.write_conf(keys)
+    c.format()
+    c.mount()
+    blobs = {f"b{i}": os.urandom(random.randrange(1, 2 * MiB)) for i in range(3)}
+    for n, b in blobs.items():
+        with open(c.path(n), "wb") as f:
+            f.write(b)
+    c.kill9()
+    c.mount()
+    for n, b in blobs.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b
+    assert c.unmount() == 0
+    r = check(c)
+    assert r.returncode == 0 and "no problems found" in r.stdout, r.stdout
+    with open(c.loops[2], "r+b") as f:         # the block-device mirror is wiped
+        f.write(b"\0" * MiB)
+    c.mount()
+    assert f"metadata mirror {c.loops[2]} is damaged or lost" in c.log_text()
+    for n, b in blobs.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b
+    assert c.unmount() == 0
+    r = check(c)
+    assert r.returncode == 0 and "no problems found" in r.stdout, r.stdout
