@@ -1,7 +1,7 @@
 /* cache: nvcachectl check — an offline, read-only consistency check of
  * superblocks, mirrors and the map. */
 #define _GNU_SOURCE
-#include "meta.h"
+#include "engine.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -269,8 +269,8 @@ static void check_map(struct chk *k, struct pm_region r[2],
 				"  note: slot %llu holds dirty data past the "
 				"end of its file (an unacknowledged write)\n",
 				(unsigned long long)i);
-		/* one slot per (file, block) */
-		{
+		/* one slot per (file, block), besides second copies */
+		if (!(s.flags & SLOT_F_TWIN)) {
 			uint64_t key = XXH3_64bits(&s.blk, 8) ^ s.file,
 				 at = key % h->nslots;
 

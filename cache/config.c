@@ -494,13 +494,6 @@ int cfg_validate(struct cache_config *c, char *err, size_t errlen)
 			 w);
 		return -EINVAL;
 	}
-	if (c->dirty_copies == 2) {
-		snprintf(err, errlen,
-			 "%scache.dirty_copies = 2 is not supported by this "
-			 "version",
-			 w);
-		return -ENOTSUP;
-	}
 
 	where(c, "cache", "metadata", w, sizeof(w));
 	list = strdup(c->metadata);

@@ -183,7 +183,11 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 				io.off = slot_off(c, slot_idx(c, s)) +
 					 (at - s->blk * c->bs);
 				io.fua = 0;
-				if (dev_io_run(&io, 1)) {
+				if (dev_io_run(&io, 1) &&
+				    twin_read(c, s, io.buf,
+					      (at - s->blk * c->bs) / NVC_PAGE,
+					      (at - s->blk * c->bs + part) /
+						      NVC_PAGE)) {
 					/*
 					 * This slot's dirty pages exist only on
 					 * a device that fails: they stay dirty,
@@ -264,6 +268,12 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		pthread_mutex_unlock(&c->lock);
 		if (changed && slot_persist(c, s))
 			log_msg(LOG_ERR, "cannot persist a cleaned slot");
+		/* clean now: the second copy is not needed any more */
+		if (changed && s->twin && !bm_any(s->dirty)) {
+			pthread_mutex_lock(&c->lock);
+			twin_free_locked(c, s);
+			pthread_mutex_unlock(&c->lock);
+		}
 		pthread_rwlock_unlock(&s->rw);
 	}
 	if (f->rec) {
@@ -443,7 +453,10 @@ static uint64_t dirty_on_working_devices(struct cache *c)
 		for (m = f->slots.next; m != &f->slots; m = m->next) {
 			struct cslot *s = list_entry(m, struct cslot, flink);
 
-			n += s->state == SLOT_DIRTY && !slot_failed(c, s);
+			n += s->state == SLOT_DIRTY &&
+			     (!slot_failed(c, s) ||
+			      (s->twin &&
+			       !slot_failed(c, &c->slots[s->twin - 1])));
 		}
 	}
 	return n;

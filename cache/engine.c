@@ -94,6 +94,7 @@ int slot_persist(struct cache *c, struct cslot *s)
 	memset(&m, 0, sizeof(m));
 	m.file = s->file;
 	m.blk = s->blk;
+	m.flags = s->is_twin ? SLOT_F_TWIN : 0;
 	memcpy(m.valid, s->valid, sizeof(m.valid));
 	memcpy(m.dirty, s->dirty, sizeof(m.dirty));
 	s->persisted = s->file != 0;
@@ -141,10 +142,41 @@ void file_mark_clean(struct cache *c, struct cfile *f, struct cslot *s)
  * Unmap a slot and persist it free, so that no map entry can find it after a
  * crash before it is reused.  c->lock held, pins == 0.
  */
+/* Free a slot's twin (c->lock held); its entry goes free on the media. */
+void twin_free_locked(struct cache *c, struct cslot *s)
+{
+	struct cslot *t;
+
+	if (!s->twin)
+		return;
+	t = &c->slots[s->twin - 1];
+	s->twin = 0;
+	t->is_twin = 0;
+	t->file = 0;
+	t->blk = 0;
+	memset(t->valid, 0, sizeof(t->valid));
+	memset(t->dirty, 0, sizeof(t->dirty));
+	t->state = SLOT_FRESH;
+	if (t->persisted && slot_persist(c, t))
+		log_msg(LOG_ERR, "cannot persist a freed twin slot");
+	slot_settle(c, t);
+}
+
+/* Persist s's twin as a copy of s's dirty pages (s->rw held for writing). */
+int twin_persist(struct cache *c, struct cslot *s)
+{
+	struct cslot *t = &c->slots[s->twin - 1];
+
+	memcpy(t->valid, s->dirty, sizeof(t->valid));
+	memcpy(t->dirty, s->dirty, sizeof(t->dirty));
+	return slot_persist(c, t);
+}
+
 void slot_drop_locked(struct cache *c, struct cslot *s)
 {
 	struct cfile *f = c->recs[s->file - 1];
 
+	twin_free_locked(c, s);
 	if (s->state == SLOT_CLEAN)
 		list_del(&s->link);
 	if (s->state == SLOT_DIRTY) {
@@ -549,6 +581,67 @@ static struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 	return s;
 }
 
+/*
+ * Devices that work.  With one left, dirty data has one copy: the cache runs
+ * degraded (logged when the device failed) rather than stop taking writes.
+ */
+static int working_devices(struct cache *c)
+{
+	int d, n = 0;
+
+	for (d = 0; d < c->ndevs; d++)
+		n += !c->dev_failed[d];
+	return n;
+}
+
+/* A twin for s: a free slot on another working device (c->lock held). */
+static struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
+{
+	int dev = slot_idx(c, s) % c->ndevs;
+	struct list *l;
+	int tries;
+
+	for (tries = 0; tries < 64; tries++) {
+		for (l = c->free_slots.next; l != &c->free_slots; l = l->next) {
+			struct cslot *t = list_entry(l, struct cslot, link);
+
+			if (slot_failed(c, t) ||
+			    (int)(slot_idx(c, t) % c->ndevs) == dev)
+				continue;
+			list_del(&t->link);
+			c->nfree--;
+			t->file = s->file;
+			t->blk = s->blk;
+			t->is_twin = 1;
+			t->state = SLOT_FRESH;
+			memset(t->valid, 0, sizeof(t->valid));
+			memset(t->dirty, 0, sizeof(t->dirty));
+			memset(t->unsynced, 0, sizeof(t->unsynced));
+			s->twin = slot_idx(c, t) + 1;
+			return t;
+		}
+		/* evict a clean slot on a device the twin may use, then look again */
+		for (l = c->lru.next; l != &c->lru; l = l->next) {
+			struct cslot *v = list_entry(l, struct cslot, link);
+			struct cfile *o = c->recs[v->file - 1];
+
+			if (v->pins || v == s || slot_failed(c, v) ||
+			    (int)(slot_idx(c, v) % c->ndevs) == dev)
+				continue;
+			slot_drop_locked(c, v);
+			CNT_ADD(c, evictions, 1);
+			if (!o->refs && !o->nslots) {
+				o->refs++;
+				file_put_locked(c, o);
+			}
+			break;
+		}
+		if (l == &c->lru)
+			return NULL;
+	}
+	return NULL;
+}
+
 /* Release a pin; a FRESH slot that got no data goes back free.  c->lock held.
  */
 static void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s)
@@ -838,7 +931,13 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 				continue;
 			for (p = io_p0[k]; p < io_p1[k]; p++) {
 				if (bm_test(x->s->dirty, p)) {
-					ret = -EIO;
+					/* only the second copy has it now */
+					if (twin_read(c, x->s,
+						      (char *)ios[k].buf +
+							      (p - io_p0[k]) *
+								      NVC_PAGE,
+						      p, p + 1))
+						ret = -EIO;
 					continue;
 				}
 				bm_clear(x->valid, p);
@@ -972,7 +1071,12 @@ static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
 					     .op = DEV_READ,
 					     .res = ret };
 			note_dev_error(c, &io, 1);
-			return -EIO;
+			if (bm_test(s->dirty, p))
+				return twin_read(c, s, dst, p, p + 1) ? -EIO
+								      : 0;
+			if (at < f->bsize)
+				return backing_read(f, dst, NVC_PAGE, at);
+			memset(dst, 0, NVC_PAGE);
 		}
 		return 0;
 	}
@@ -981,6 +1085,51 @@ static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
 		return 0;
 	}
 	return backing_read(f, dst, NVC_PAGE, at);
+}
+
+/*
+ * A new twin gets the slot's dirty pages that this write does not cover, so
+ * that it holds every dirty page before its entry says so.
+ */
+static int twin_seed(struct cache *c, struct cslot *s, struct cslot *t,
+		     uint32_t p0, uint32_t p1)
+{
+	char *pg;
+	uint32_t p;
+	int ret = 0;
+
+	if (bm_any(t->valid) || !bm_any(s->dirty))
+		return 0;
+	pg = dev_alloc_buf(NVC_PAGE);
+	if (!pg)
+		return -ENOMEM;
+	for (p = 0; p < c->ppb && !ret; p++) {
+		if (!bm_test(s->dirty, p) || (p >= p0 && p < p1))
+			continue;
+		ret = dev_read(slot_dev(c, slot_idx(c, s)), pg, NVC_PAGE,
+			       slot_off(c, slot_idx(c, s)) + p * NVC_PAGE);
+		if (!ret)
+			ret = dev_write(
+				slot_dev(c, slot_idx(c, t)), pg, NVC_PAGE,
+				slot_off(c, slot_idx(c, t)) + p * NVC_PAGE);
+	}
+	free(pg);
+	return ret;
+}
+
+/* Read dirty pages [p0, p1) of s from its twin into buf (s->rw held). */
+int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
+	      uint32_t p1)
+{
+	struct cslot *t;
+
+	if (!s->twin)
+		return -EIO;
+	t = &c->slots[s->twin - 1];
+	if (slot_failed(c, t))
+		return -EIO;
+	return dev_read(slot_dev(c, slot_idx(c, t)), buf, (p1 - p0) * NVC_PAGE,
+			slot_off(c, slot_idx(c, t)) + p0 * NVC_PAGE);
 }
 
 /*
@@ -1052,7 +1201,7 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 			 int nsp, const char *src, uint64_t off, uint64_t end,
 			 int mode)
 {
-	struct dev_io ios[SEG_MAX_BLOCKS];
+	struct dev_io ios[2 * SEG_MAX_BLOCKS];
 	char *buf = io_buf();
 	uint64_t s0 = (sp[0].blk * c->bs) + sp[0].p0 * NVC_PAGE;
 	uint64_t lo = off > s0 ? off : s0;
@@ -1060,6 +1209,7 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 	uint64_t hi = end < s1 ? end : s1;
 	uint64_t newsize = 0;
 	int i, ret = 0, size_changed = 0, head;
+	unsigned nio = nsp;
 	uint32_t p;
 
 	if (!buf)
@@ -1131,9 +1281,25 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 		for (p = sp[i].p0; p < sp[i].p1; p++)
 			ios[i].fua |= !bm_test(s->pvalid, p);
 	}
-	ret = dev_io_run(ios, nsp);
+	/* second copies: the same pages at the same place in the twin */
+	for (i = 0, nio = nsp; i < nsp && !ret; i++) {
+		struct cslot *t;
+
+		if (!sp[i].s->twin || mode != MODE_WRITEBACK)
+			continue;
+		t = &c->slots[sp[i].s->twin - 1];
+		ret = twin_seed(c, sp[i].s, t, sp[i].p0, sp[i].p1);
+		ios[nio] = ios[i];
+		ios[nio].dev = slot_dev(c, slot_idx(c, t));
+		ios[nio].off =
+			slot_off(c, slot_idx(c, t)) + sp[i].p0 * NVC_PAGE;
+		ios[nio].fua = 1;
+		nio++;
+	}
+	if (!ret)
+		ret = dev_io_run(ios, nio);
 	if (ret) {
-		note_dev_error(c, ios, nsp);
+		note_dev_error(c, ios, nio);
 		ret = write_fallback(c, f, sp, nsp, src + (lo - off), lo, hi);
 		goto out_unlock;
 	}
@@ -1187,8 +1353,13 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 	pthread_mutex_unlock(&c->lock);
 	(void)newsize;
 
-	for (i = 0; i < nsp && !ret; i++)
-		ret = slot_persist(c, sp[i].s);
+	/* the twin first: a slot's dirty pages are always in its twin */
+	for (i = 0; i < nsp && !ret; i++) {
+		if (sp[i].s->twin && mode == MODE_WRITEBACK)
+			ret = twin_persist(c, sp[i].s);
+		if (!ret)
+			ret = slot_persist(c, sp[i].s);
+	}
 	if (!ret && size_changed) {
 		pthread_mutex_lock(&f->rec_lock);
 		ret = file_persist_record(c, f);
@@ -1210,6 +1381,7 @@ int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
 	const char *src = vsrc;
 	uint64_t end = off + len, cur = off, seg_bytes;
 	int nsp, i, ret = 0, mode = c->cfg->mode;
+	int copies = mode == MODE_WRITEBACK ? (int)c->cfg->dirty_copies : 1;
 
 	if (f->ro)
 		return -EBADF;
@@ -1238,6 +1410,9 @@ int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
 				CNT_ADD(c, write_hit_ops, nsp == 0);
 			if (!s)
 				s = slot_alloc_locked(c, f, blk);
+			if (s && copies > 1 && !s->twin &&
+			    working_devices(c) > 1 && !twin_alloc_locked(c, s))
+				s = NULL; /* no room for the second copy yet */
 			if (!s) {
 				if (nsp)
 					break; /* write what we hold first */
@@ -1535,7 +1710,9 @@ int cache_fsync(struct cache *c, struct cfile *f)
 		for (l = f->slots.next; l != &f->slots; l = l->next) {
 			struct cslot *s = list_entry(l, struct cslot, flink);
 
-			if (s->state == SLOT_DIRTY && slot_failed(c, s))
+			if (s->state == SLOT_DIRTY && slot_failed(c, s) &&
+			    (!s->twin ||
+			     slot_failed(c, &c->slots[s->twin - 1])))
 				ret = -EIO;
 		}
 		pthread_mutex_unlock(&c->lock);

@@ -60,6 +60,19 @@ static inline void list_add_tail(struct list *head, struct list *e)
  */
 enum slot_state { SLOT_FREE, SLOT_FRESH, SLOT_CLEAN, SLOT_DIRTY };
 
+/* flags of a slot entry */
+#define SLOT_F_TWIN 1u
+
+/*
+ * Two copies of dirty data (cache.dirty_copies = 2).  A slot with dirty pages
+ * has a twin on another device; every write to the slot goes to both, and the
+ * twin's entry is persisted before the slot's, so that the slot's dirty pages
+ * are always a subset of what its twin holds.  The twin is reachable only from
+ * its slot (not hashed, not on any list) and is freed once the slot is clean.
+ * Reads, page fills and destage fall back to the twin when the slot's device
+ * fails, so losing one device loses nothing.
+ */
+
 /*
  * Power loss.  A device may keep a completed write in a volatile cache, while
  * a persisted map entry is durable at once.  So an entry may claim a page valid
@@ -87,6 +100,8 @@ struct cslot {
 	uint32_t hnext; /* hash chain: slot index + 1 */
 	uint8_t state;
 	uint8_t persisted; /* the persistent entry is not free */
+	uint8_t is_twin; /* the second copy of another slot's dirty pages */
+	uint32_t twin; /* slot index + 1 of this slot's second copy */
 	struct list link; /* free list or LRU */
 	struct list flink; /* the owning file's slots */
 	pthread_rwlock_t rw;
@@ -238,6 +253,10 @@ void slot_hash_add(struct cache *c, struct cslot *s);
 void slot_settle(struct cache *c, struct cslot *s);
 int slot_persist(struct cache *c, struct cslot *s);
 void slot_drop_locked(struct cache *c, struct cslot *s);
+void twin_free_locked(struct cache *c, struct cslot *s);
+int twin_persist(struct cache *c, struct cslot *s);
+int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
+	      uint32_t p1);
 void file_hash_add(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
 void file_put_locked(struct cache *c, struct cfile *f);

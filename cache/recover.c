@@ -113,10 +113,16 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 int recover_load(struct cache *c, char *err, size_t errlen)
 {
 	struct meta *m = &c->meta;
-	uint64_t i, maxseq = 0, fixed = 0, bad_total = 0;
+	uint64_t i, maxseq = 0, fixed = 0, bad_total = 0, ntwins = 0;
+	struct {
+		uint64_t idx;
+		struct meta_slot ms;
+	} *twins = calloc(c->nslots, sizeof(*twins));
 	uint32_t r;
 	int bad;
 
+	if (!twins)
+		return -ENOMEM;
 	for (r = 0; r < m->nfiles; r++) {
 		struct meta_file mf;
 		struct cfile *f;
@@ -188,6 +194,18 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		bad_total += bad;
 		if (ms.seq >= maxseq)
 			maxseq = ms.seq + 1;
+		if (ms.file && (ms.flags & SLOT_F_TWIN)) {
+			/* linked to its slot once every slot is in */
+			if (bad ||
+			    mirrors_differ(m, m->slots_off + i * m->slot_size,
+					   m->slot_size)) {
+				meta_put_slot(m, i, &ms);
+				fixed++;
+			}
+			twins[ntwins].idx = i;
+			twins[ntwins++].ms = ms;
+			continue;
+		}
 		f = ms.file && ms.file <= m->nfiles ? c->recs[ms.file - 1]
 						    : NULL;
 		if (ms.file && (!f || !bm_any(ms.valid))) {
@@ -235,6 +253,30 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		s->state = SLOT_FRESH;
 		slot_settle(c, s);
 	}
+	for (i = 0; i < ntwins; i++) {
+		struct cslot *t = &c->slots[twins[i].idx];
+		struct cslot *p =
+			slot_find(c, twins[i].ms.file, twins[i].ms.blk);
+
+		if (p && !p->twin && bm_any(p->dirty)) {
+			t->file = twins[i].ms.file;
+			t->blk = twins[i].ms.blk;
+			memcpy(t->valid, twins[i].ms.valid, sizeof(t->valid));
+			memcpy(t->dirty, twins[i].ms.dirty, sizeof(t->dirty));
+			t->is_twin = 1;
+			t->persisted = 1;
+			t->state = SLOT_FRESH;
+			p->twin = twins[i].idx + 1;
+		} else {
+			/* its slot is clean or gone: the copy is not needed */
+			struct meta_slot z;
+
+			memset(&z, 0, sizeof(z));
+			meta_put_slot(m, twins[i].idx, &z);
+			slot_settle(c, t);
+		}
+	}
+	free(twins);
 	m->seq = maxseq;
 	c->meta_repaired = fixed;
 	if (fixed)

@@ -3,6 +3,8 @@ import mmap
 import os
 import threading
 
+import pytest
+
 from workload import MiB, assert_same_tree, run_workload
 
 
@@ -137,11 +139,13 @@ def test_many_threads_one_file(cache):
         assert f.read() == b"".join(blobs)
 
 
-def test_cache_much_smaller_than_data(make_cache, tmp_path):
-    c = make_cache(dev_size=12 * MiB, extra={"destage.high_watermark": "60", "destage.low_watermark": "20"})
+@pytest.mark.parametrize("copies", ["1", "2"])
+def test_cache_much_smaller_than_data(make_cache, tmp_path, copies):
+    c = make_cache(dev_size=12 * MiB, extra={"destage.high_watermark": "60", "destage.low_watermark": "20",
+                                             "cache.dirty_copies": copies})
     c.format()
     c.mount()
-    ref = tmp_path / "ref"
+    ref = tmp_path / f"ref{copies}"
     ref.mkdir()
     # about 20 MiB of cache, far more data written through it
     for i in range(6):

@@ -251,3 +251,33 @@ def test_metadata_mirror_on_a_block_device(make_cache):
     assert c.unmount() == 0
     r = check(c)
     assert r.returncode == 0 and "no problems found" in r.stdout, r.stdout
+
+
+def test_two_dirty_copies_lose_nothing_with_a_device(make_cache):
+    c = make_cache(dev_size=64 * MiB, extra={"cache.dirty_copies": "2"})
+    c.format()
+    c.mount()
+    blobs = {f"d{i}": os.urandom(random.randrange(MiB, 3 * MiB)) for i in range(4)}
+    for n, b in blobs.items():
+        with open(c.path(n), "wb") as f:
+            f.write(b)
+    st = c.stats()
+    assert st["dirty_slots"] > 0 and st["used_slots"] >= 2 * st["dirty_slots"]
+    os.truncate(c.images[0], 0)                  # the first DIMM goes away
+    sh("losetup", "-c", c.loops[0])
+    drop_page_cache()
+    for n, b in blobs.items():                   # every dirty byte, from the copies
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b, n
+    more = os.urandom(2 * MiB)                   # degraded, still taking writes
+    with open(c.path("more"), "wb") as f:
+        f.write(more)
+    blobs["more"] = more
+    c.flush()                                    # destaged from the surviving copies
+    st = c.stats()
+    assert st["dirty_bytes"] == 0
+    assert any(c.loops[0] in d and "FAILED" in d for d in st["devices"])
+    assert c.unmount() == 0
+    for n, b in blobs.items():
+        with open(os.path.join(c.backing, n), "rb") as f:
+            assert f.read() == b, n

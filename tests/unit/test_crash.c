@@ -133,6 +133,8 @@ static void config(struct cache_config *cfg)
 	cfg->low_wm = 20;
 	cfg->threads = 1;
 	cfg->max_files = 64;
+	if (getenv("NVC_CRASH_COPIES"))
+		cfg->dirty_copies = atoi(getenv("NVC_CRASH_COPIES"));
 }
 
 static void run_workload(struct cache *c)

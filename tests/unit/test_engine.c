@@ -39,6 +39,7 @@ static void env_open(struct env *e)
 }
 
 static uint64_t max_files = 65536;
+static uint64_t dirty_copies = 1;
 
 static void env_init(struct env *e, uint64_t slots_per_dev, uint32_t bs)
 {
@@ -56,6 +57,7 @@ static void env_init(struct env *e, uint64_t slots_per_dev, uint32_t bs)
 	e->cfg.idle_ms = 0;
 	e->cfg.max_dirty_age_ms = 0;
 	e->cfg.max_files = max_files;
+	e->cfg.dirty_copies = dirty_copies;
 	for (i = 0; i < 2; i++)
 		if (dev_mem_create(SB_DATA_OFF + slots_per_dev * bs,
 				   &e->devs[i]))
@@ -570,6 +572,54 @@ static void test_flush_drains_while_reporting(void)
 	env_fini(&e);
 }
 
+/* dirty_copies = 2: a device lost with dirty data on it loses nothing. */
+static void test_two_copies_survive_a_device(void)
+{
+	struct env e;
+	struct cache_stats st;
+	size_t size = 1 * MiB + 12345;
+	char *src = malloc(size);
+	struct cfile *f;
+	int fd, pass;
+
+	dirty_copies = 2;
+	for (pass = 0; pass < 2; pass++) {
+		env_init(&e, 64, 64 * KiB);
+		f = file_open(&e, "two", &fd);
+		fill(src, size, 21 + pass);
+		CHECK_EQ(cache_write(e.c, f, src, size, 0), 0);
+		CHECK_EQ(cache_write(e.c, f, "patch", 5, 70000), 0);
+		memcpy(src + 70000, "patch", 5);
+		cache_stats(e.c, &st);
+		CHECK_EQ(st.used_slots,
+			 2 * st.dirty_slots); /* every dirty slot has a twin */
+		if (pass) {
+			/* the second copies are found again after a crash */
+			cache_file_put(e.c, f);
+			close(fd);
+			cache_abandon(e.c);
+			env_open(&e);
+			f = file_open(&e, "two", &fd);
+		}
+		dev_faults(e.devs[pass])->fail_reads = -EIO;
+		dev_faults(e.devs[pass])->fail_writes = -EIO;
+		CHECK(same(&e, f, src, size, 0));
+		CHECK_EQ(cache_fsync(e.c, f), 0);
+		CHECK_EQ(cache_flush(e.c, NULL, NULL),
+			 0); /* destaged from the copies */
+		CHECK(backing_same(fd, src, size));
+		cache_stats(e.c, &st);
+		CHECK_EQ(st.dirty_slots, 0);
+		dev_faults(e.devs[pass])->fail_reads = 0;
+		dev_faults(e.devs[pass])->fail_writes = 0;
+		cache_file_put(e.c, f);
+		close(fd);
+		env_fini(&e);
+	}
+	dirty_copies = 1;
+	free(src);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -586,6 +636,7 @@ int main(void)
 	RUN(test_failed_device);
 	RUN(test_recovery_of_entry_without_pages);
 	RUN(test_flush_drains_while_reporting);
+	RUN(test_two_copies_survive_a_device);
 	free(rbuf);
 	return CHECK_DONE();
 }
