@@ -415,11 +415,14 @@ static void cache_free(struct cache *c)
 	free(c);
 }
 
+/* the device (index + 1) cache_open found missing; its superblock is not read */
+static int degraded_dev;
+
 static int check_superblocks(struct cache *c, char *err, size_t errlen)
 {
 	uint64_t per = c->nslots / c->ndevs;
 	struct sb_disk sb;
-	int d, ret, repaired;
+	int d, ret, repaired, degraded = degraded_dev;
 
 	if (c->meta.nslots % c->ndevs) {
 		snprintf(err, errlen,
@@ -431,7 +434,22 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 	for (d = 0; d < c->ndevs; d++) {
 		const char *p = dev_path(c->devs[d]);
 
+		if (d + 1 == degraded) {
+			c->dev_failed[d] = 1;
+			continue;
+		}
 		ret = sb_read(c->devs[d], &sb);
+		if (ret && ret != -ENODATA && c->cfg->dirty_copies > 1 &&
+		    !degraded) {
+			/* gone or unreadable: the second copies stand in for it */
+			log_msg(LOG_CRIT,
+				"%s: superblock unreadable (%s): mounting "
+				"degraded, from the second copies",
+				p, strerror(-ret));
+			degraded = d + 1;
+			c->dev_failed[d] = 1;
+			continue;
+		}
 		if (ret == -ENODATA) {
 			snprintf(err, errlen,
 				 "%s has no nvcachefs superblock; run "
@@ -549,10 +567,20 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	struct dev *devs[NVC_MAX_DEVS] = { 0 };
 	struct pm_region mirrors[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	uint64_t total[2] = { 0, 0 };
-	int i, ret, mret[2];
+	int i, ret, mret[2], missing = 0;
 
 	for (i = 0; i < cfg->ndevs; i++) {
 		ret = dev_open(cfg->dev_paths[i], &devs[i]);
+		if (ret && ret != -EBUSY && cfg->dirty_copies > 1 && !missing) {
+			/* with two dirty copies, one device may be gone */
+			log_msg(LOG_CRIT,
+				"%s: cannot open cache device (%s): mounting "
+				"degraded, from the second copies",
+				cfg->dev_paths[i], strerror(-ret));
+			ret = dev_missing_create(cfg->dev_paths[i], UINT64_MAX,
+						 &devs[i]);
+			missing = i + 1;
+		}
 		if (ret) {
 			snprintf(err, errlen,
 				 "%s: cannot open cache device: %s",
@@ -612,8 +640,10 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		 * whole */
 		memset(mirrors[i].addr, 0, META_HDR_SIZE);
 	}
+	degraded_dev = missing;
 	ret = cache_open_devs(cfg, devs, cfg->ndevs, mirrors, backing_fd, out,
 			      err, errlen);
+	degraded_dev = 0;
 	if (ret)
 		goto err_close;
 	(*out)->own_devs = 1;
@@ -645,7 +675,7 @@ int cache_close(struct cache *c, int flush)
 				file_note_backing(c, f);
 	}
 	for (d = 0; d < c->ndevs; d++)
-		if (dev_flush(c->devs[d]))
+		if (!c->dev_failed[d] && dev_flush(c->devs[d]))
 			ret = -EIO;
 	cache_free(c);
 	return ret;

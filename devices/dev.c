@@ -159,6 +159,26 @@ int dev_mem_create(uint64_t size, struct dev **out)
 	return 0;
 }
 
+int dev_missing_create(const char *path, uint64_t size, struct dev **out)
+{
+	struct dev *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return -ENOMEM;
+	d->kind = DEV_KIND_MEM;
+	d->fd = -1;
+	d->size = size;
+	d->path = strdup(path);
+	d->faults.fail_reads = -ENODEV;
+	d->faults.fail_writes = -ENODEV;
+	if (!d->path) {
+		free(d);
+		return -ENOMEM;
+	}
+	*out = d;
+	return 0;
+}
+
 void dev_close(struct dev *d)
 {
 	if (!d)

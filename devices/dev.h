@@ -42,6 +42,8 @@ struct dev_faults {
 
 int dev_open(const char *path, struct dev **out);
 int dev_mem_create(uint64_t size, struct dev **out);
+/* A device that is not there: every I/O fails (a degraded mount). */
+int dev_missing_create(const char *path, uint64_t size, struct dev **out);
 void dev_close(struct dev *d);
 
 uint64_t dev_size(const struct dev *d);
@@ -75,8 +77,9 @@ struct pm_region {
 	int lock_fd; /* holds an exclusive flock while mapped */
 	struct rec_log *rec; /* recording region (crash tests) */
 	int rec_id;
-	struct dev *bdev; /* a block device: a RAM copy, persisted by FUA writes */
-	size_t loaded;	  /* bytes of the block device read into the copy */
+	struct dev
+		*bdev; /* a block device: a RAM copy, persisted by FUA writes */
+	size_t loaded; /* bytes of the block device read into the copy */
 };
 
 int pm_map(const char *path, size_t len, int create, struct pm_region *out);

@@ -281,3 +281,25 @@ def test_two_dirty_copies_lose_nothing_with_a_device(make_cache):
     for n, b in blobs.items():
         with open(os.path.join(c.backing, n), "rb") as f:
             assert f.read() == b, n
+
+
+def test_two_dirty_copies_mount_degraded_without_a_device(make_cache):
+    c = make_cache(dev_size=64 * MiB, extra={"cache.dirty_copies": "2", "destage.on_unmount": "keep"})
+    c.format()
+    c.mount()
+    blobs = {f"m{i}": os.urandom(random.randrange(MiB, 3 * MiB)) for i in range(3)}
+    for n, b in blobs.items():
+        with open(c.path(n), "wb") as f:
+            f.write(b)
+    assert c.unmount() == 0                      # all of it dirty, only in the cache
+    sh("losetup", "-d", c.loops[1])              # a DIMM is gone for good
+    c.mount()
+    assert "mounting degraded" in c.log_text()
+    for n, b in blobs.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b, n
+    c.flush()
+    assert c.unmount() == 0
+    for n, b in blobs.items():
+        with open(os.path.join(c.backing, n), "rb") as f:
+            assert f.read() == b, n
