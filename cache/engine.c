@@ -1109,7 +1109,7 @@ static int twin_seed(struct cache *c, struct cslot *s, struct cslot *t,
 		ret = dev_read(slot_dev(c, slot_idx(c, s)), pg, NVC_PAGE,
 			       slot_off(c, slot_idx(c, s)) + p * NVC_PAGE);
 		if (!ret)
-			ret = dev_write(
+			ret = dev_write_fua(
 				slot_dev(c, slot_idx(c, t)), pg, NVC_PAGE,
 				slot_off(c, slot_idx(c, t)) + p * NVC_PAGE);
 	}
@@ -1572,7 +1572,9 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 			if (!ret) {
 				memset(pg + size % NVC_PAGE, 0,
 				       NVC_PAGE - size % NVC_PAGE);
-				ret = dev_write(d, pg, NVC_PAGE, at);
+				ret = dev_write_fua(
+					d, pg, NVC_PAGE,
+					at); /* fsync does not see it */
 			}
 			free(pg);
 			if (ret) {

@@ -492,6 +492,18 @@ int dev_write(struct dev *d, const void *buf, uint32_t len, uint64_t off)
 	return dev_io_run(&io, 1);
 }
 
+int dev_write_fua(struct dev *d, const void *buf, uint32_t len, uint64_t off)
+{
+	struct dev_io io = { .dev = d,
+			     .op = DEV_WRITE,
+			     .buf = (void *)buf,
+			     .off = off,
+			     .len = len,
+			     .fua = 1 };
+
+	return dev_io_run(&io, 1);
+}
+
 int dev_flush(struct dev *d)
 {
 	struct io_uring *ring;

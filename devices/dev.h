@@ -53,6 +53,8 @@ struct dev_faults *dev_faults(struct dev *d);
 int dev_io_run(struct dev_io *ios, unsigned n);
 int dev_read(struct dev *d, void *buf, uint32_t len, uint64_t off);
 int dev_write(struct dev *d, const void *buf, uint32_t len, uint64_t off);
+/* A write that is durable when it returns. */
+int dev_write_fua(struct dev *d, const void *buf, uint32_t len, uint64_t off);
 /* Spin this long for a completion before sleeping (0: always sleep). */
 void dev_set_poll(uint64_t ns);
 /* Flush the device's volatile write cache. */
