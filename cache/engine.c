@@ -101,6 +101,19 @@ int slot_persist(struct cache *c, struct cslot *s)
 	return meta_put_slot(&c->meta, slot_idx(c, s), &m);
 }
 
+/* The slot no longer holds page p, valid or dirty (c->lock held). */
+static void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p)
+{
+	if (bm_test(s->dirty, p)) {
+		bm_clear(s->dirty, p);
+		c->dirty_pages--;
+	}
+	if (bm_test(s->valid, p)) {
+		bm_clear(s->valid, p);
+		c->valid_pages--;
+	}
+}
+
 /* Put a slot on the list its state calls for.  c->lock held. */
 void slot_settle(struct cache *c, struct cslot *s)
 {
@@ -941,10 +954,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 					continue;
 				}
 				bm_clear(x->valid, p);
-				if (bm_test(x->s->valid, p)) {
-					bm_clear(x->s->valid, p);
-					c->valid_pages--;
-				}
+				page_forget_locked(c, x->s, p);
 				hit -= NVC_PAGE;
 			}
 		}
@@ -1161,14 +1171,7 @@ static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
 			if (bm_test(s->dirty, p) && !whole &&
 			    !bm_test(sp[i].valid, p))
 				continue;
-			if (bm_test(s->dirty, p)) {
-				bm_clear(s->dirty, p);
-				c->dirty_pages--;
-			}
-			if (bm_test(s->valid, p)) {
-				bm_clear(s->valid, p);
-				c->valid_pages--;
-			}
+			page_forget_locked(c, s, p);
 		}
 		if (was_dirty && !bm_any(s->dirty))
 			file_mark_clean(c, f, s);
@@ -1559,8 +1562,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 			/* clean: forget it rather than make it differ from
 			 * backing */
 			pthread_mutex_lock(&c->lock);
-			bm_clear(edge->valid, tail_page);
-			c->valid_pages--;
+			page_forget_locked(c, edge, tail_page);
 			pthread_mutex_unlock(&c->lock);
 		} else if (size % NVC_PAGE && bm_test(edge->valid, tail_page)) {
 			char *pg = dev_alloc_buf(NVC_PAGE);
@@ -1592,16 +1594,8 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 		}
 		pthread_mutex_lock(&c->lock);
 		was_dirty = bm_any(edge->dirty);
-		for (p = first_gone; p < c->ppb; p++) {
-			if (bm_test(edge->valid, p)) {
-				bm_clear(edge->valid, p);
-				c->valid_pages--;
-			}
-			if (bm_test(edge->dirty, p)) {
-				bm_clear(edge->dirty, p);
-				c->dirty_pages--;
-			}
-		}
+		for (p = first_gone; p < c->ppb; p++)
+			page_forget_locked(c, edge, p);
 		if (was_dirty && !bm_any(edge->dirty))
 			file_mark_clean(c, f, edge);
 		slot_settle(c, edge);

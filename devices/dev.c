@@ -481,27 +481,27 @@ int dev_read(struct dev *d, void *buf, uint32_t len, uint64_t off)
 	return dev_io_run(&io, 1);
 }
 
-int dev_write(struct dev *d, const void *buf, uint32_t len, uint64_t off)
-{
-	struct dev_io io = { .dev = d,
-			     .op = DEV_WRITE,
-			     .buf = (void *)buf,
-			     .off = off,
-			     .len = len };
-
-	return dev_io_run(&io, 1);
-}
-
-int dev_write_fua(struct dev *d, const void *buf, uint32_t len, uint64_t off)
+static int dev_write_io(struct dev *d, const void *buf, uint32_t len,
+			uint64_t off, int fua)
 {
 	struct dev_io io = { .dev = d,
 			     .op = DEV_WRITE,
 			     .buf = (void *)buf,
 			     .off = off,
 			     .len = len,
-			     .fua = 1 };
+			     .fua = fua };
 
 	return dev_io_run(&io, 1);
+}
+
+int dev_write(struct dev *d, const void *buf, uint32_t len, uint64_t off)
+{
+	return dev_write_io(d, buf, len, off, 0);
+}
+
+int dev_write_fua(struct dev *d, const void *buf, uint32_t len, uint64_t off)
+{
+	return dev_write_io(d, buf, len, off, 1);
 }
 
 int dev_flush(struct dev *d)
