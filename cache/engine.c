@@ -540,54 +540,72 @@ out_unlock:
 
 /* ----------------------------------------------------------- allocation */
 
-/* Take a free slot, or evict the least recently used clean one.  c->lock held.
- */
-static struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
-				       uint64_t blk)
+/* A free slot on a working device other than avoid (-1: any).  c->lock held. */
+static struct cslot *free_take_locked(struct cache *c, int avoid)
 {
-	struct cslot *s = NULL;
 	struct list *l;
 
-	for (;;) {
-		/* a free slot on a device that works */
-		for (l = c->free_slots.next; l != &c->free_slots; l = l->next) {
-			struct cslot *v = list_entry(l, struct cslot, link);
+	for (l = c->free_slots.next; l != &c->free_slots; l = l->next) {
+		struct cslot *s = list_entry(l, struct cslot, link);
 
-			if (!slot_failed(c, v)) {
-				s = v;
-				break;
-			}
-		}
-		if (s) {
-			list_del(&s->link);
-			c->nfree--;
-			break;
-		}
-		/* else the least recently used clean slot goes free */
-		for (l = c->lru.next; l != &c->lru; l = l->next) {
-			struct cslot *v = list_entry(l, struct cslot, link);
-			struct cfile *o = c->recs[v->file - 1];
-
-			if (v->pins)
-				continue;
-			slot_drop_locked(c, v);
-			CNT_ADD(c, evictions, 1);
-			if (!o->refs && !o->nslots) {
-				o->refs++;
-				file_put_locked(c, o);
-			}
-			break;
-		}
-		if (l == &c->lru)
-			return NULL;
+		if (slot_failed(c, s) ||
+		    (int)(slot_idx(c, s) % c->ndevs) == avoid)
+			continue;
+		list_del(&s->link);
+		c->nfree--;
+		return s;
 	}
-	s->file = f->rec;
+	return NULL;
+}
+
+/*
+ * Free the least recently used clean slot that nobody pins, on a working
+ * device other than avoid (-1: any), never keep.  0 if one went free.
+ */
+static int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
+{
+	struct list *l;
+
+	for (l = c->lru.next; l != &c->lru; l = l->next) {
+		struct cslot *v = list_entry(l, struct cslot, link);
+		struct cfile *o = c->recs[v->file - 1];
+
+		if (v->pins || v == keep || slot_failed(c, v) ||
+		    (int)(slot_idx(c, v) % c->ndevs) == avoid)
+			continue;
+		slot_drop_locked(c, v);
+		CNT_ADD(c, evictions, 1);
+		if (!o->refs && !o->nslots) {
+			o->refs++;
+			file_put_locked(c, o);
+		}
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+/* A slot from free_take_locked starts empty, for (rec, blk). */
+static void slot_claim(struct cslot *s, uint32_t rec, uint64_t blk)
+{
+	s->file = rec;
 	s->blk = blk;
 	s->state = SLOT_FRESH;
 	s->gen++;
 	memset(s->valid, 0, sizeof(s->valid));
 	memset(s->dirty, 0, sizeof(s->dirty));
 	memset(s->unsynced, 0, sizeof(s->unsynced));
+}
+
+/* Take a free slot, or evict the least recently used clean one.  c->lock held. */
+static struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
+				       uint64_t blk)
+{
+	struct cslot *s;
+
+	while (!(s = free_take_locked(c, -1)))
+		if (evict_one_locked(c, -1, NULL))
+			return NULL;
+	slot_claim(s, f->rec, blk);
 	slot_hash_add(c, s);
 	list_add_tail(&f->slots, &s->flink);
 	f->nslots++;
@@ -611,48 +629,15 @@ static int working_devices(struct cache *c)
 static struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
 {
 	int dev = slot_idx(c, s) % c->ndevs;
-	struct list *l;
-	int tries;
+	struct cslot *t;
 
-	for (tries = 0; tries < 64; tries++) {
-		for (l = c->free_slots.next; l != &c->free_slots; l = l->next) {
-			struct cslot *t = list_entry(l, struct cslot, link);
-
-			if (slot_failed(c, t) ||
-			    (int)(slot_idx(c, t) % c->ndevs) == dev)
-				continue;
-			list_del(&t->link);
-			c->nfree--;
-			t->file = s->file;
-			t->blk = s->blk;
-			t->is_twin = 1;
-			t->state = SLOT_FRESH;
-			memset(t->valid, 0, sizeof(t->valid));
-			memset(t->dirty, 0, sizeof(t->dirty));
-			memset(t->unsynced, 0, sizeof(t->unsynced));
-			s->twin = slot_idx(c, t) + 1;
-			return t;
-		}
-		/* evict a clean slot on a device the twin may use, then look again */
-		for (l = c->lru.next; l != &c->lru; l = l->next) {
-			struct cslot *v = list_entry(l, struct cslot, link);
-			struct cfile *o = c->recs[v->file - 1];
-
-			if (v->pins || v == s || slot_failed(c, v) ||
-			    (int)(slot_idx(c, v) % c->ndevs) == dev)
-				continue;
-			slot_drop_locked(c, v);
-			CNT_ADD(c, evictions, 1);
-			if (!o->refs && !o->nslots) {
-				o->refs++;
-				file_put_locked(c, o);
-			}
-			break;
-		}
-		if (l == &c->lru)
+	while (!(t = free_take_locked(c, dev)))
+		if (evict_one_locked(c, dev, s))
 			return NULL;
-	}
-	return NULL;
+	slot_claim(t, s->file, s->blk);
+	t->is_twin = 1;
+	s->twin = slot_idx(c, t) + 1;
+	return t;
 }
 
 /* Release a pin; a FRESH slot that got no data goes back free.  c->lock held.

@@ -138,21 +138,32 @@ err_free:
 	return ret;
 }
 
-int dev_mem_create(uint64_t size, struct dev **out)
+static struct dev *dev_new_mem(const char *path, uint64_t size)
 {
 	struct dev *d = calloc(1, sizeof(*d));
 
 	if (!d)
-		return -ENOMEM;
+		return NULL;
 	d->kind = DEV_KIND_MEM;
 	d->fd = -1;
 	d->size = size;
-	d->path = strdup("mem");
-	d->mem = calloc(1, size);
-	if (!d->mem || !d->path) {
-		free(d->mem);
-		free(d->path);
+	d->path = strdup(path);
+	if (!d->path) {
 		free(d);
+		return NULL;
+	}
+	return d;
+}
+
+int dev_mem_create(uint64_t size, struct dev **out)
+{
+	struct dev *d = dev_new_mem("mem", size);
+
+	if (!d)
+		return -ENOMEM;
+	d->mem = calloc(1, size);
+	if (!d->mem) {
+		dev_close(d);
 		return -ENOMEM;
 	}
 	*out = d;
@@ -161,20 +172,12 @@ int dev_mem_create(uint64_t size, struct dev **out)
 
 int dev_missing_create(const char *path, uint64_t size, struct dev **out)
 {
-	struct dev *d = calloc(1, sizeof(*d));
+	struct dev *d = dev_new_mem(path, size);
 
 	if (!d)
 		return -ENOMEM;
-	d->kind = DEV_KIND_MEM;
-	d->fd = -1;
-	d->size = size;
-	d->path = strdup(path);
 	d->faults.fail_reads = -ENODEV;
 	d->faults.fail_writes = -ENODEV;
-	if (!d->path) {
-		free(d);
-		return -ENOMEM;
-	}
 	*out = d;
 	return 0;
 }
