@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "../devices/dev.h"
+#include "stats.h"
 
 #define NVC_VERSION "0.1.0"
 #define NVC_MAX_DEVS 16
@@ -42,6 +43,8 @@ struct cache_config {
 	uint64_t fuse_threads;
 	uint64_t attr_timeout_ms;
 	uint64_t read_ahead;
+	int stats_latency;
+	char *stats_readers;
 	/* where each key was set, for FILE:LINE messages */
 	const char *file;
 	int line[32];
@@ -100,23 +103,6 @@ int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
 struct cache;
 struct cfile;
 
-struct cache_stats {
-	uint64_t read_ops, read_hit_ops, read_miss_ops, read_partial_ops;
-	uint64_t read_bytes, read_hit_bytes, read_miss_bytes;
-	uint64_t write_ops, write_hit_ops, write_bytes, bypass_ops;
-	uint64_t destaged_bytes, destage_errors, evictions, fill_bytes;
-	uint64_t capacity_bytes, used_bytes, dirty_bytes;
-	uint64_t nslots, used_slots, dirty_slots;
-	int destaging;
-	uint64_t dev_errors[NVC_MAX_DEVS];
-	int dev_failed[NVC_MAX_DEVS];
-	int ndevs;
-	/* 0: in sync; 1: was damaged or lost at mount and rebuilt from the
-	 * other */
-	int mirror_rebuilt[2];
-	uint64_t meta_repaired; /* records repaired at mount */
-};
-
 /*
  * Open a formatted cache: devices and mirrors by the configuration's paths,
  * checked against their superblocks.  backing_fd is the backing directory.
@@ -164,7 +150,16 @@ typedef void (*cache_progress_fn)(void *arg, uint64_t dirty_bytes,
 int cache_flush(struct cache *c, cache_progress_fn fn, void *arg);
 /* Note that the mount is busy, for idle destage. */
 void cache_touch(struct cache *c);
-void cache_stats(struct cache *c, struct cache_stats *s);
+/* Statistics (stats.h): a snapshot of everything, counters since the last
+ * reset; cache_stats_reset starts the counters and maxima again. */
+int cache_snapshot(struct cache *c, struct stat_snap *s);
+int cache_stats_reset(struct cache *c);
+uint64_t cache_counter(struct cache *c, enum stat_counter k);
+/* For the file system's own figures: count an event, and record a latency
+ * from a cache_clock() taken when the request came in (0: not timed). */
+void cache_count(struct cache *c, enum stat_counter k, uint64_t v);
+uint64_t cache_clock(struct cache *c);
+void cache_note_latency(struct cache *c, enum stat_lat k, uint64_t t0);
 struct cache_config *cache_config(struct cache *c);
 /* Wake the destager after a tunable changed. */
 void cache_kick(struct cache *c);
@@ -185,6 +180,6 @@ void cache_set_bk_hooks(struct cache *c, const struct cache_bk_hooks *h);
 /* The daemon's control socket for a mount point (realpath). */
 int ctl_socket_path(const char *mountpoint, char *out, size_t len);
 #define CTL_DIR "/run/nvcachefs"
-#define CTL_PROTO_VERSION 1
+#define CTL_PROTO_VERSION 2
 
 #endif

@@ -29,6 +29,7 @@ struct cfg_key {
 static const char *const mode_names[] = { "writeback", "writethrough",
 					  "writearound", NULL };
 static const char *const unmount_names[] = { "flush", "keep", NULL };
+static const char *const onoff_names[] = { "off", "on", NULL };
 
 #define OFF(f) offsetof(struct cache_config, f)
 #define KIB 1024ull
@@ -75,6 +76,13 @@ static const struct cfg_key keys[] = {
 	  NULL, "kernel read-ahead of the mount (its bdi read_ahead_kb)" },
 	{ "fuse", "attr_timeout", T_TIME, OFF(attr_timeout_ms), 0, 3600000,
 	  "1s", 0, NULL, "how long the kernel may cache attributes" },
+	{ "stats", "latency", T_ENUM, OFF(stats_latency), 0, 1, "on", 0,
+	  onoff_names,
+	  "time every request for the latency histograms (off: counters "
+	  "only)" },
+	{ "stats", "readers", T_STR, OFF(stats_readers), 0, 0, "", 0, NULL,
+	  "a group whose members may read the statistics (empty: the "
+	  "owner only)" },
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))

@@ -66,7 +66,7 @@ struct run {
 static int run_flush(struct cache *c, struct cfile *f, char *buf, struct run *r)
 {
 	uint64_t size, len = r->len;
-	size_t done = 0;
+	int ret;
 
 	if (!r->len)
 		return 0;
@@ -78,19 +78,11 @@ static int run_flush(struct cache *c, struct cfile *f, char *buf, struct run *r)
 	else if (r->off + len > size)
 		len = size - r->off;
 	throttle(c, len);
-	while (done < len) {
-		ssize_t n =
-			pwrite(f->fd, buf + done, len - done, r->off + done);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		BK_HOOK(c, write, f->ino, buf + done, n, r->off + done);
-		done += n;
-	}
+	ret = len ? backing_write(c, f, buf, len, r->off) : 0;
+	if (ret)
+		return ret;
 	CNT_ADD(c, destaged_bytes, len);
+	stats_note_destaged(c, len);
 	r->len = 0;
 	return 0;
 }
@@ -105,7 +97,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	struct run run = { 0, 0 };
 	struct list *l;
 	struct stat st;
-	uint64_t size, n = 0, i, bytes = 0;
+	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats);
 	int ret = 0;
 
 	if (f->fd < 0 || f->ro)
@@ -232,7 +224,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 
 		futimens(f->fd, ts);
 	}
-	if (fdatasync(f->fd)) {
+	if (backing_sync(c, f, 1)) {
 		ret = -errno;
 		goto out_error;
 	}
@@ -256,8 +248,9 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		pthread_mutex_lock(&c->lock);
 		if (s->gen == gens[i] && s->state == SLOT_DIRTY) {
 			for (w = 0; w < META_MAX_WORDS; w++) {
-				c->dirty_pages -= __builtin_popcountll(
-					s->dirty[w] & snap[i][w]);
+				pages_dirty(c, s,
+					    -(int64_t)__builtin_popcountll(
+						    s->dirty[w] & snap[i][w]));
 				s->dirty[w] &= ~snap[i][w];
 			}
 			if (!bm_any(s->dirty))
@@ -306,6 +299,7 @@ out_free:
 	free(snap);
 	free(skip);
 	pthread_rwlock_unlock(&f->rw);
+	stat_lat_since(&c->stats, STAT_L_destage, t0);
 	return ret ? ret : partial;
 }
 
@@ -476,9 +470,7 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 
 		if (fn) {
 			pthread_mutex_unlock(&c->lock);
-			fn(arg, dirty,
-			   __atomic_load_n(&c->st.destaged_bytes,
-					   __ATOMIC_RELAXED));
+			fn(arg, dirty, CNT_GET(c, destaged_bytes));
 			pthread_mutex_lock(&c->lock);
 		}
 		/* what only a failed device holds can never be destaged */
@@ -512,7 +504,6 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 	c->flush_waiters--;
 	pthread_mutex_unlock(&c->lock);
 	if (fn && !ret)
-		fn(arg, 0,
-		   __atomic_load_n(&c->st.destaged_bytes, __ATOMIC_RELAXED));
+		fn(arg, 0, CNT_GET(c, destaged_bytes));
 	return ret;
 }

@@ -106,11 +106,11 @@ static void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p)
 {
 	if (bm_test(s->dirty, p)) {
 		bm_clear(s->dirty, p);
-		c->dirty_pages--;
+		pages_dirty(c, s, -1);
 	}
 	if (bm_test(s->valid, p)) {
 		bm_clear(s->valid, p);
-		c->valid_pages--;
+		pages_valid(c, s, -1);
 	}
 }
 
@@ -194,9 +194,9 @@ void slot_drop_locked(struct cache *c, struct cslot *s)
 		list_del(&s->link);
 	if (s->state == SLOT_DIRTY) {
 		file_mark_clean(c, f, s);
-		c->dirty_pages -= bm_count(s->dirty);
+		pages_dirty(c, s, -(int64_t)(bm_count(s->dirty)));
 	}
-	c->valid_pages -= bm_count(s->valid);
+	pages_valid(c, s, -(int64_t)(bm_count(s->valid)));
 	slot_hash_del(c, s);
 	list_del(&s->flink);
 	f->nslots--;
@@ -668,8 +668,10 @@ static void *io_buf(void)
 }
 
 /* Read [off, off+len) of the backing file, zeros past its end. */
-static int backing_read(struct cfile *f, void *buf, size_t len, uint64_t off)
+static int backing_read(struct cache *c, struct cfile *f, void *buf, size_t len,
+			uint64_t off)
 {
+	uint64_t t0 = stat_clock(&c->stats);
 	size_t done = 0;
 
 	while (done < len) {
@@ -687,12 +689,15 @@ static int backing_read(struct cfile *f, void *buf, size_t len, uint64_t off)
 		}
 		done += n;
 	}
+	CNT_ADD(c, backing_read_bytes, done);
+	stat_lat_since(&c->stats, STAT_L_backing_read, t0);
 	return 0;
 }
 
-static int backing_write(struct cache *c, struct cfile *f, const void *buf,
-			 size_t len, uint64_t off)
+int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
+		  uint64_t off)
 {
+	uint64_t t0 = stat_clock(&c->stats);
 	size_t done = 0;
 
 	while (done < len) {
@@ -704,9 +709,24 @@ static int backing_write(struct cache *c, struct cfile *f, const void *buf,
 				continue;
 			return -errno;
 		}
+		BK_HOOK(c, write, f->ino, (const char *)buf + done, n,
+			off + done);
 		done += n;
 	}
+	CNT_ADD(c, backing_write_bytes, len);
+	stat_lat_since(&c->stats, STAT_L_backing_write, t0);
 	return 0;
+}
+
+/* fsync (data_only: fdatasync) a backing file; 0 or -1 with errno set. */
+int backing_sync(struct cache *c, struct cfile *f, int data_only)
+{
+	uint64_t t0 = stat_clock(&c->stats);
+	int ret = data_only ? fdatasync(f->fd) : fsync(f->fd);
+
+	if (!ret)
+		stat_lat_since(&c->stats, STAT_L_backing_fsync, t0);
+	return ret;
 }
 
 void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
@@ -720,7 +740,6 @@ void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 		for (d = 0; d < c->ndevs; d++) {
 			if (c->devs[d] != ios[i].dev)
 				continue;
-			CNT_ADD(c, dev_errors[d], 1);
 			if (!__atomic_exchange_n(&c->dev_failed[d], 1,
 						 __ATOMIC_ACQ_REL))
 				log_msg(LOG_CRIT,
@@ -833,7 +852,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 				if (bm_test(want, p)) {
 					bm_set(s->valid, p);
 					bm_set(s->unsynced, p);
-					c->valid_pages++;
+					pages_valid(c, s, 1);
 				}
 			slot_settle(c, s);
 		}
@@ -855,7 +874,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 	uint32_t io_p0[SEG_MAX_BLOCKS * 4], io_p1[SEG_MAX_BLOCKS * 4];
 	int io_span[SEG_MAX_BLOCKS * 4];
 	uint64_t pstart, pend, blk, hit = 0, miss = 0;
-	unsigned nio = 0;
+	unsigned nio = 0, k;
 	int nsp = 0, i, ret = 0;
 	uint32_t p, run0;
 
@@ -945,6 +964,11 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		}
 		pthread_mutex_unlock(&c->lock);
 	}
+	for (k = 0; k < nio; k++)
+		if (!ios[k].res)
+			stat_dev_add(&c->stats,
+				     slot_idx(c, sp[io_span[k]].s) % c->ndevs,
+				     STAT_DC_hit_bytes, ios[k].len);
 	for (i = 0; i < nsp; i++)
 		if (sp[i].s)
 			pthread_rwlock_unlock(&sp[i].s->rw);
@@ -969,7 +993,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 					continue;
 				}
 				if (m1 > m0)
-					ret = backing_read(f,
+					ret = backing_read(c, f,
 							   buf + (m0 - pstart),
 							   m1 - m0, m0);
 				miss += m1 - m0;
@@ -977,7 +1001,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 				m1 = at + NVC_PAGE;
 			}
 			if (!x && m1 > m0) {
-				ret = backing_read(f, buf + (m0 - pstart),
+				ret = backing_read(c, f, buf + (m0 - pstart),
 						   m1 - m0, m0);
 				miss += m1 - m0;
 			}
@@ -1008,6 +1032,7 @@ int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		chunk = (uint64_t)SEG_MAX_BLOCKS * c->bs;
 	int ret = 0, nmiss = 0;
 
+	CNT_ADD(c, read_ops, 1);
 	*n = 0;
 	*data = vbuf;
 	if (chunk > IO_BUF_BYTES - 2 * NVC_PAGE)
@@ -1036,7 +1061,6 @@ int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 	}
 	if (ret)
 		goto out_unlock;
-	CNT_ADD(c, read_ops, 1);
 	CNT_ADD(c, read_bytes, len);
 	if (nmiss == 1)
 		CNT_ADD(c, read_hit_ops, 1);
@@ -1070,7 +1094,7 @@ static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
 				return twin_read(c, s, dst, p, p + 1) ? -EIO
 								      : 0;
 			if (at < f->bsize)
-				return backing_read(f, dst, NVC_PAGE, at);
+				return backing_read(c, f, dst, NVC_PAGE, at);
 			memset(dst, 0, NVC_PAGE);
 		}
 		return 0;
@@ -1079,7 +1103,7 @@ static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
 		memset(dst, 0, NVC_PAGE);
 		return 0;
 	}
-	return backing_read(f, dst, NVC_PAGE, at);
+	return backing_read(c, f, dst, NVC_PAGE, at);
 }
 
 /*
@@ -1224,7 +1248,7 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 			bm_set(sp[i].valid,
 			       p); /* the intent: pages to re-clean */
 			bm_set(s->dirty, p);
-			c->dirty_pages++;
+			pages_dirty(c, s, 1);
 			sp[i].miss = 1;
 		}
 		if (!was_dirty && bm_any(s->dirty)) {
@@ -1303,11 +1327,11 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 				bm_clear(s->unsynced, p);
 			if (!bm_test(s->valid, p)) {
 				bm_set(s->valid, p);
-				c->valid_pages++;
+				pages_valid(c, s, 1);
 			}
 			if (mode == MODE_WRITEBACK && !bm_test(s->dirty, p)) {
 				bm_set(s->dirty, p);
-				c->dirty_pages++;
+				pages_dirty(c, s, 1);
 			}
 		}
 		if (mode != MODE_WRITEBACK && sp[i].miss) {
@@ -1316,7 +1340,7 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 				if (!bm_test(sp[i].valid, p))
 					continue;
 				bm_clear(s->dirty, p);
-				c->dirty_pages--;
+				pages_dirty(c, s, -1);
 			}
 			if (was_dirty && !bm_any(s->dirty))
 				file_mark_clean(c, f, s);
@@ -1362,8 +1386,8 @@ out_unlock:
 static int write_around(struct cache *c, struct cfile *f, const char *src,
 			size_t len, uint64_t off);
 
-int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
-		uint64_t off)
+static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
+		     size_t len, uint64_t off)
 {
 	struct span sp[SEG_MAX_BLOCKS];
 	const char *src = vsrc;
@@ -1439,11 +1463,19 @@ int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
 		}
 	}
 	pthread_rwlock_unlock(&f->rw);
-	if (!ret) {
-		CNT_ADD(c, write_ops, 1);
-		CNT_ADD(c, write_bytes, len);
-	}
 	cache_touch(c);
+	return ret;
+}
+
+int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
+		uint64_t off)
+{
+	int ret;
+
+	CNT_ADD(c, write_ops, 1);
+	ret = write_any(c, f, vsrc, len, off);
+	if (!ret)
+		CNT_ADD(c, write_bytes, len);
 	return ret;
 }
 
@@ -1464,7 +1496,7 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 			pthread_mutex_unlock(&c->lock);
 			pthread_rwlock_unlock(&f->rw);
 			c->cfg->mode = MODE_WRITETHROUGH;
-			ret = cache_write(c, f, src, len, off);
+			ret = write_any(c, f, src, len, off);
 			c->cfg->mode = MODE_WRITEAROUND;
 			return ret;
 		}
@@ -1488,8 +1520,6 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 	pthread_mutex_unlock(&c->lock);
 	pthread_rwlock_unlock(&f->rw);
 	CNT_ADD(c, bypass_ops, 1);
-	CNT_ADD(c, write_ops, 1);
-	CNT_ADD(c, write_bytes, len);
 	return ret;
 }
 
@@ -1523,8 +1553,10 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 			s->pins++;
 			if (s->blk >= keep_blk) {
 				/* pinned by a fill: clear it in place */
-				c->valid_pages -= bm_count(s->valid);
-				c->dirty_pages -= bm_count(s->dirty);
+				pages_valid(c, s,
+					    -(int64_t)(bm_count(s->valid)));
+				pages_dirty(c, s,
+					    -(int64_t)(bm_count(s->dirty)));
 				if (bm_any(s->dirty))
 					file_mark_clean(c, f, s);
 				memset(s->valid, 0, sizeof(s->valid));
@@ -1571,7 +1603,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 					ret = -EIO;
 				} else {
 					bm_clear(edge->valid, tail_page);
-					c->valid_pages--;
+					pages_valid(c, edge, -1);
 					ret = 0;
 				}
 				pthread_mutex_unlock(&c->lock);
@@ -1708,19 +1740,18 @@ int cache_fsync(struct cache *c, struct cfile *f)
 		r = dev_flush(c->devs[d]);
 		if (r) {
 			c->dev_dirty[d] = 1;
-			CNT_ADD(c, dev_errors[d], 1);
 			ret = -EIO;
 		}
 	}
 	/* the backing file's own existence must survive power loss too */
 	if (!ret && f && !f->bk_durable) {
-		if (fsync(f->fd))
+		if (backing_sync(c, f, 0))
 			return -errno;
 		BK_HOOK(c, sync, f->ino);
 		f->bk_durable = 1;
 	}
 	if (!ret && c->cfg->mode != MODE_WRITEBACK && f) {
-		if (fdatasync(f->fd))
+		if (backing_sync(c, f, 1))
 			ret = -errno;
 		else
 			BK_HOOK(c, sync, f->ino);
@@ -1730,45 +1761,165 @@ int cache_fsync(struct cache *c, struct cfile *f)
 
 /* ---------------------------------------------------------------- stats */
 
-void cache_stats(struct cache *c, struct cache_stats *s)
+static void dev_observed(void *arg, enum dev_op op, uint32_t len, int res,
+			 uint64_t ns)
+{
+	struct dev_obs *o = arg;
+	struct stat_store *st = &o->c->stats;
+	int timed = st->timing;
+
+	if (res < 0)
+		stat_dev_add(st, o->d, STAT_DC_errors, 1);
+	switch (op) {
+	case DEV_READ:
+		stat_dev_add(st, o->d, STAT_DC_read_ops, 1);
+		stat_dev_add(st, o->d, STAT_DC_read_bytes, len);
+		if (timed)
+			stat_dev_lat(st, o->d, STAT_DL_read, ns);
+		break;
+	case DEV_WRITE:
+		stat_dev_add(st, o->d, STAT_DC_write_ops, 1);
+		stat_dev_add(st, o->d, STAT_DC_write_bytes, len);
+		if (timed)
+			stat_dev_lat(st, o->d, STAT_DL_write, ns);
+		break;
+	case DEV_FLUSH:
+		stat_dev_add(st, o->d, STAT_DC_flush_ops, 1);
+		if (timed)
+			stat_dev_lat(st, o->d, STAT_DL_flush, ns);
+		break;
+	}
+}
+
+/* Watch every cache device's I/O (called once the devices are known). */
+void stats_attach_devs(struct cache *c)
 {
 	int d;
 
-	memset(s, 0, sizeof(*s));
-#define LD(x) __atomic_load_n(&c->st.x, __ATOMIC_RELAXED)
-	s->read_ops = LD(read_ops);
-	s->read_hit_ops = LD(read_hit_ops);
-	s->read_miss_ops = LD(read_miss_ops);
-	s->read_partial_ops = LD(read_partial_ops);
-	s->read_bytes = LD(read_bytes);
-	s->read_hit_bytes = LD(read_hit_bytes);
-	s->read_miss_bytes = LD(read_miss_bytes);
-	s->write_ops = LD(write_ops);
-	s->write_hit_ops = LD(write_hit_ops);
-	s->write_bytes = LD(write_bytes);
-	s->bypass_ops = LD(bypass_ops);
-	s->destaged_bytes = LD(destaged_bytes);
-	s->destage_errors = LD(destage_errors);
-	s->evictions = LD(evictions);
-	s->fill_bytes = LD(fill_bytes);
 	for (d = 0; d < c->ndevs; d++) {
-		s->dev_errors[d] = LD(dev_errors[d]);
-		s->dev_failed[d] = c->dev_failed[d];
+		c->obs[d].c = c;
+		c->obs[d].d = d;
+		dev_set_observer(c->devs[d], dev_observed, &c->obs[d],
+				 c->stats.timing);
 	}
-#undef LD
-	s->ndevs = c->ndevs;
-	s->mirror_rebuilt[0] = c->meta.rebuilt[0];
-	s->mirror_rebuilt[1] = c->meta.rebuilt[1];
-	s->meta_repaired = c->meta_repaired;
+}
+
+/* The destage rate: bytes per wall-clock second, in a ring of 16 seconds. */
+void stats_note_destaged(struct cache *c, uint64_t bytes)
+{
+	uint64_t sec = now_ms() / 1000;
+	unsigned k = sec % 16;
+
+	pthread_mutex_lock(&c->stats_lock);
+	if (c->rate_sec[k] != sec) {
+		c->rate_sec[k] = sec;
+		c->rate_bytes[k] = 0;
+	}
+	c->rate_bytes[k] += bytes;
+	pthread_mutex_unlock(&c->stats_lock);
+}
+
+/* Average over the last 10 seconds (fewer right after mount), locked. */
+static uint64_t destage_rate_locked(struct cache *c)
+{
+	uint64_t now = now_ms(), sec = now / 1000, sum = 0, span_ms;
+	unsigned k;
+
+	for (k = 0; k < 16; k++)
+		if (c->rate_sec[k] + 10 > sec)
+			sum += c->rate_bytes[k];
+	/* the window: 9 whole seconds and the current part second */
+	span_ms = 9000 + now % 1000;
+	if (now - c->mount_ns / 1000000 < span_ms)
+		span_ms = now - c->mount_ns / 1000000;
+	return span_ms ? sum * 1000 / span_ms : 0;
+}
+
+int cache_snapshot(struct cache *c, struct stat_snap *s)
+{
+	struct timespec ts;
+	uint64_t now = now_ns();
+	int d;
+
+	stat_collect(&c->stats, c->ndevs, s);
+	pthread_mutex_lock(&c->stats_lock);
+	if (c->stats_base)
+		stat_diff(s, c->stats_base, s);
+	STAT_GAUGE(s, destage_rate) = destage_rate_locked(c);
+	STAT_GAUGE(s, since_reset) = (now - c->reset_ns) / 1000000000ull;
+	pthread_mutex_unlock(&c->stats_lock);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	s->time_ns = ts.tv_sec * 1000000000ull + ts.tv_nsec;
+	s->timing = c->stats.timing;
+	STAT_GAUGE(s, uptime) = (now - c->mount_ns) / 1000000000ull;
+	STAT_GAUGE(s, meta_repaired) = c->meta_repaired;
+	for (d = 0; d < 2; d++) {
+		s->mirror_rebuilt[d] = c->meta.rebuilt[d];
+		snprintf(s->mirror_path[d], sizeof(s->mirror_path[d]), "%s",
+			 c->cfg->meta_paths[d] ? c->cfg->meta_paths[d] : "");
+	}
 	pthread_mutex_lock(&c->lock);
-	s->nslots = c->nslots;
-	s->used_slots = c->nslots - c->nfree;
-	s->dirty_slots = c->ndirty_slots;
-	s->capacity_bytes = c->nslots * c->bs;
-	s->used_bytes = c->valid_pages * NVC_PAGE;
-	s->dirty_bytes = c->dirty_pages * NVC_PAGE;
-	s->destaging = c->active > 0;
+	STAT_GAUGE(s, slots) = c->nslots;
+	STAT_GAUGE(s, used_slots) = c->nslots - c->nfree;
+	STAT_GAUGE(s, dirty_slots) = c->ndirty_slots;
+	STAT_GAUGE(s, capacity_bytes) = c->nslots * c->bs;
+	STAT_GAUGE(s, used_bytes) = c->valid_pages * NVC_PAGE;
+	STAT_GAUGE(s, dirty_bytes) = c->dirty_pages * NVC_PAGE;
+	STAT_GAUGE(s, high_watermark_bytes) =
+		c->nslots * c->bs / 100 * c->cfg->high_wm;
+	STAT_GAUGE(s, destaging) = c->active > 0;
+	for (d = 0; d < c->ndevs; d++) {
+		STAT_DEV_GAUGE(s, d, used_bytes) =
+			c->dev_valid_pages[d] * NVC_PAGE;
+		STAT_DEV_GAUGE(s, d, dirty_bytes) =
+			c->dev_dirty_pages[d] * NVC_PAGE;
+		STAT_DEV_GAUGE(s, d, failed) = c->dev_failed[d];
+	}
 	pthread_mutex_unlock(&c->lock);
+	for (d = 0; d < c->ndevs; d++)
+		snprintf(s->dev[d].path, sizeof(s->dev[d].path), "%s",
+			 dev_path(c->devs[d]));
+	return 0;
+}
+
+int cache_stats_reset(struct cache *c)
+{
+	struct stat_snap *base;
+
+	pthread_mutex_lock(&c->stats_lock);
+	if (!c->stats_base)
+		c->stats_base = calloc(1, sizeof(*c->stats_base));
+	base = c->stats_base;
+	if (!base) {
+		pthread_mutex_unlock(&c->stats_lock);
+		return -ENOMEM;
+	}
+	stat_collect(&c->stats, c->ndevs, base);
+	stat_reset_max(&c->stats);
+	c->reset_ns = now_ns();
+	pthread_mutex_unlock(&c->stats_lock);
+	log_msg(LOG_NOTICE, "statistics reset");
+	return 0;
+}
+
+uint64_t cache_counter(struct cache *c, enum stat_counter k)
+{
+	return stat_total(&c->stats, k);
+}
+
+void cache_note_latency(struct cache *c, enum stat_lat k, uint64_t t0)
+{
+	stat_lat_since(&c->stats, k, t0);
+}
+
+void cache_count(struct cache *c, enum stat_counter k, uint64_t v)
+{
+	stat_add(&c->stats, k, v);
+}
+
+uint64_t cache_clock(struct cache *c)
+{
+	return stat_clock(&c->stats);
 }
 
 struct cache_config *cache_config(struct cache *c)

@@ -10,6 +10,7 @@
 
 #include "cache.h"
 #include "meta.h"
+#include "stats.h"
 
 struct list {
 	struct list *prev, *next;
@@ -135,14 +136,6 @@ struct cfile {
 	pthread_mutex_t rec_lock;
 };
 
-struct cache_counters {
-	uint64_t read_ops, read_hit_ops, read_miss_ops, read_partial_ops;
-	uint64_t read_bytes, read_hit_bytes, read_miss_bytes;
-	uint64_t write_ops, write_hit_ops, write_bytes, bypass_ops;
-	uint64_t destaged_bytes, destage_errors, evictions, fill_bytes;
-	uint64_t dev_errors[NVC_MAX_DEVS];
-};
-
 struct cache {
 	struct cache_config *cfg;
 	struct dev *devs[NVC_MAX_DEVS];
@@ -163,6 +156,7 @@ struct cache {
 	uint32_t nfree_recs;
 	struct list free_slots, lru, dirty_files;
 	uint64_t nfree, ndirty_slots, dirty_pages, valid_pages;
+	uint64_t dev_valid_pages[NVC_MAX_DEVS], dev_dirty_pages[NVC_MAX_DEVS];
 	int dev_dirty[NVC_MAX_DEVS];
 	int dev_failed[NVC_MAX_DEVS]; /* no new data goes there */
 
@@ -175,7 +169,17 @@ struct cache {
 	int ndestagers;
 	pthread_mutex_t rate_lock;
 	uint64_t rate_next_ns;
-	struct cache_counters st;
+	struct stat_store stats;
+	/* under stats_lock: the counters at the last reset, and samples of
+	 * destaged bytes for the destage rate */
+	pthread_mutex_t stats_lock;
+	struct stat_snap *stats_base;
+	uint64_t mount_ns, reset_ns;
+	uint64_t rate_sec[16], rate_bytes[16]; /* destaged per second */
+	struct dev_obs {
+		struct cache *c;
+		int d;
+	} obs[NVC_MAX_DEVS];
 	uint64_t meta_repaired;
 	const struct cache_bk_hooks *bk;
 };
@@ -186,8 +190,8 @@ struct cache {
 			(c)->bk->fn((c)->bk->arg, __VA_ARGS__); \
 	} while (0)
 
-#define CNT_ADD(c, field, v) \
-	__atomic_fetch_add(&(c)->st.field, (v), __ATOMIC_RELAXED)
+#define CNT_ADD(c, field, v) stat_add(&(c)->stats, STAT_C_##field, (v))
+#define CNT_GET(c, field) stat_total(&(c)->stats, STAT_C_##field)
 
 uint64_t now_ms(void);
 uint64_t now_ns(void);
@@ -200,6 +204,19 @@ static inline struct dev *slot_dev(struct cache *c, uint64_t s)
 static inline int slot_failed(struct cache *c, struct cslot *s)
 {
 	return c->dev_failed[(s - c->slots) % c->ndevs];
+}
+
+/* Cached and dirty page counts, in all and per device; under c->lock. */
+static inline void pages_valid(struct cache *c, struct cslot *s, int64_t n)
+{
+	c->valid_pages += n;
+	c->dev_valid_pages[(s - c->slots) % c->ndevs] += n;
+}
+
+static inline void pages_dirty(struct cache *c, struct cslot *s, int64_t n)
+{
+	c->dirty_pages += n;
+	c->dev_dirty_pages[(s - c->slots) % c->ndevs] += n;
 }
 
 static inline uint64_t slot_off(struct cache *c, uint64_t s)
@@ -269,6 +286,13 @@ void file_mark_clean(struct cache *c, struct cfile *f, struct cslot *s);
 
 /* recover.c */
 int recover_load(struct cache *c, char *err, size_t errlen);
+
+/* engine.c */
+void stats_attach_devs(struct cache *c);
+int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
+		  uint64_t off);
+int backing_sync(struct cache *c, struct cfile *f, int data_only);
+void stats_note_destaged(struct cache *c, uint64_t bytes);
 
 /* destage.c */
 int destage_start(struct cache *c);

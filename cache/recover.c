@@ -245,9 +245,9 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		slot_hash_add(c, s);
 		list_add_tail(&f->slots, &s->flink);
 		f->nslots++;
-		c->valid_pages += bm_count(s->valid);
+		pages_valid(c, s, (int64_t)(bm_count(s->valid)));
 		if (bm_any(s->dirty)) {
-			c->dirty_pages += bm_count(s->dirty);
+			pages_dirty(c, s, (int64_t)(bm_count(s->dirty)));
 			file_mark_dirty(c, f, s);
 		}
 		s->state = SLOT_FRESH;
@@ -369,6 +369,7 @@ static int cache_alloc(struct cache *c)
 	list_init(&c->dirty_files);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->rate_lock, NULL);
+	pthread_mutex_init(&c->stats_lock, NULL);
 	pthread_cond_init(&c->space_cond, NULL);
 	pthread_cond_init(&c->destage_cond, NULL);
 	pthread_cond_init(&c->flush_cond, NULL);
@@ -399,6 +400,11 @@ static void cache_free(struct cache *c)
 	if (c->slots)
 		for (i = 0; i < c->nslots; i++)
 			pthread_rwlock_destroy(&c->slots[i].rw);
+	for (i = 0; i < (uint64_t)c->ndevs; i++)
+		if (c->devs[i])
+			dev_set_observer(c->devs[i], NULL, NULL, 0);
+	stat_store_free(&c->stats);
+	free(c->stats_base);
 	free(c->slots);
 	free(c->shash);
 	free(c->fhash);
@@ -520,6 +526,11 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	c->backing_fd = backing_fd;
 	c->bs = cfg->block_size;
 	c->ppb = c->bs / NVC_PAGE;
+	c->mount_ns = c->reset_ns = now_ns();
+	ret = stat_store_init(&c->stats, cfg->stats_latency);
+	if (ret)
+		goto err_free;
+	stats_attach_devs(c);
 	dev_set_poll(cfg->io_poll_us * 1000);
 	ret = meta_attach(&c->meta, mirrors, err, errlen);
 	if (ret)

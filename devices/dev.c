@@ -32,6 +32,9 @@ struct dev {
 	char *path;
 	unsigned char *mem;
 	struct dev_faults faults;
+	dev_observe_fn obs;
+	void *obs_arg;
+	int obs_timing;
 };
 
 #define RING_DEPTH 128
@@ -394,21 +397,45 @@ static int poll_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
 	return 0;
 }
 
+void dev_set_observer(struct dev *d, dev_observe_fn fn, void *arg, int timing)
+{
+	d->obs = fn;
+	d->obs_arg = arg;
+	d->obs_timing = timing;
+}
+
+static void observe(const struct dev_io *io, uint64_t t0)
+{
+	struct dev *d = io->dev;
+
+	if (d->obs)
+		d->obs(d->obs_arg, io->op, io->len, io->res,
+		       d->obs_timing && t0 ? mono_ns() - t0 : 0);
+}
+
 int dev_io_run(struct dev_io *ios, unsigned n)
 {
 	struct io_uring *ring = NULL;
 	unsigned i, queued = 0, done = 0;
 	int ret, first = 0;
+	uint64_t t0 = 0;
+
+	for (i = 0; i < n && !t0; i++)
+		if (ios[i].dev->obs_timing)
+			t0 = mono_ns();
 
 	for (i = 0; i < n; i++) {
 		struct dev_io *io = &ios[i];
 		struct io_uring_sqe *sqe;
 
 		io->res = io_check(io);
-		if (io->res)
+		if (io->res) {
+			observe(io, t0);
 			continue;
+		}
 		if (io->dev->kind == DEV_KIND_MEM) {
 			io_mem(io);
+			observe(io, t0);
 			continue;
 		}
 		if (!ring) {
@@ -431,6 +458,7 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 				c->res = cqe->res < 0 ? cqe->res
 						      : io_finish(c, cqe->res);
 				io_uring_cqe_seen(ring, cqe);
+				observe(c, t0);
 				done++;
 			}
 			sqe = io_uring_get_sqe(ring);
@@ -467,6 +495,7 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 		c = io_uring_cqe_get_data(cqe);
 		c->res = cqe->res < 0 ? cqe->res : io_finish(c, cqe->res);
 		io_uring_cqe_seen(ring, cqe);
+		observe(c, t0);
 		done++;
 	}
 	for (i = 0; i < n; i++)
@@ -507,7 +536,19 @@ int dev_write_fua(struct dev *d, const void *buf, uint32_t len, uint64_t off)
 	return dev_write_io(d, buf, len, off, 1);
 }
 
+static int dev_flush_io(struct dev *d);
+
 int dev_flush(struct dev *d)
+{
+	struct dev_io io = { .dev = d, .op = DEV_FLUSH };
+	uint64_t t0 = d->obs_timing ? mono_ns() : 0;
+
+	io.res = dev_flush_io(d);
+	observe(&io, t0);
+	return io.res;
+}
+
+static int dev_flush_io(struct dev *d)
 {
 	struct io_uring *ring;
 	struct io_uring_sqe *sqe;

@@ -20,7 +20,7 @@
 
 #define DEV_ALIGN 4096u
 
-enum dev_op { DEV_READ, DEV_WRITE };
+enum dev_op { DEV_READ, DEV_WRITE, DEV_FLUSH };
 
 struct dev;
 
@@ -51,6 +51,16 @@ const char *dev_path(const struct dev *d);
 struct dev_faults *dev_faults(struct dev *d);
 
 int dev_io_run(struct dev_io *ios, unsigned n);
+
+/*
+ * An observer sees every completed request to a device: its operation,
+ * length, result and latency (submission to completion, in ns; 0 when the
+ * observer did not ask for timing).  The statistics use it; it runs on the
+ * I/O path, so it must be short and must not block.
+ */
+typedef void (*dev_observe_fn)(void *arg, enum dev_op op, uint32_t len, int res,
+			       uint64_t ns);
+void dev_set_observer(struct dev *d, dev_observe_fn fn, void *arg, int timing);
 int dev_read(struct dev *d, void *buf, uint32_t len, uint64_t off);
 int dev_write(struct dev *d, const void *buf, uint32_t len, uint64_t off);
 /* A write that is durable when it returns. */

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdarg.h>
 #include <poll.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ static int nclients;
 struct client {
 	struct fs *fs;
 	int fd;
+	int owner; /* may flush and reset, not only read */
 };
 
 static void say(int fd, const char *fmt, ...)
@@ -55,76 +57,130 @@ static void flush_progress(void *arg, uint64_t dirty, uint64_t destaged)
 	    (unsigned long long)destaged);
 }
 
-static void send_stats(struct fs *fs, int fd)
+static void send_all(int fd, const char *buf, size_t len)
 {
-	struct cache_stats s;
-	int d;
+	while (len) {
+		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
 
-	cache_stats(fs->cache, &s);
-#define KV(name) say(fd, "%s %llu\n", #name, (unsigned long long)s.name)
-	KV(read_ops);
-	KV(read_hit_ops);
-	KV(read_miss_ops);
-	KV(read_partial_ops);
-	KV(read_bytes);
-	KV(read_hit_bytes);
-	KV(read_miss_bytes);
-	KV(write_ops);
-	KV(write_hit_ops);
-	KV(write_bytes);
-	KV(bypass_ops);
-	KV(destaged_bytes);
-	KV(destage_errors);
-	KV(evictions);
-	KV(fill_bytes);
-	KV(capacity_bytes);
-	KV(used_bytes);
-	KV(dirty_bytes);
-	KV(nslots);
-	KV(used_slots);
-	KV(dirty_slots);
-	KV(destaging);
-	KV(meta_repaired);
-#undef KV
-	for (d = 0; d < s.ndevs; d++)
-		say(fd, "dev %d %s errors %llu %s\n", d, fs->cfg->dev_paths[d],
-		    (unsigned long long)s.dev_errors[d],
-		    s.dev_failed[d] ? "FAILED" : "ok");
-	for (d = 0; d < 2; d++)
-		say(fd, "mirror %d %s %s\n", d, fs->cfg->meta_paths[d],
-		    s.mirror_rebuilt[d] ? "rebuilt-at-mount" : "ok");
-	say(fd, "end\n");
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return;
+		buf += n;
+		len -= n;
+	}
 }
 
+/* A snapshot in the wire format of stats.h; no lock on the I/O path. */
+static void send_stats(struct fs *fs, int fd)
+{
+	struct stat_snap *s = malloc(sizeof(*s));
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (!s) {
+		say(fd, "error out of memory\n");
+		return;
+	}
+	f = open_memstream(&buf, &len);
+	if (!f) {
+		say(fd, "error out of memory\n");
+		goto out_free_snap;
+	}
+	cache_snapshot(fs->cache, s);
+	fprintf(f, "proto %d\n", CTL_PROTO_VERSION);
+	stat_write(f, s);
+	if (fclose(f))
+		say(fd, "error out of memory\n");
+	else
+		send_all(fd, buf, len);
+	free(buf);
+out_free_snap:
+	free(s);
+}
+
+static gid_t readers_gid = (gid_t)-1;
+
+/* The owner (and root) may do anything; the readers group may read. */
+static int may_command(const struct ucred *cred)
+{
+	return cred->uid == 0 || cred->uid == geteuid();
+}
+
+static int may_read(int fd, const struct ucred *cred)
+{
+	gid_t groups[256];
+	socklen_t len = sizeof(groups);
+	unsigned i;
+
+	if (may_command(cred))
+		return 1;
+	if (readers_gid == (gid_t)-1)
+		return 0;
+	if (cred->gid == readers_gid)
+		return 1;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len))
+		return 0;
+	for (i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == readers_gid)
+			return 1;
+	return 0;
+}
+
+/*
+ * Requests are one line, "COMMAND PROTO": the client's protocol version must
+ * be the daemon's, so that an older or newer nvcachectl says so instead of
+ * misreading the figures.  "version" is answered to anyone allowed in.
+ */
 static void *client_main(void *arg)
 {
 	struct client *cl = arg;
-	char line[128];
+	char line[128], cmd[32] = "";
+	int proto = 0;
 	ssize_t n;
 
 	n = recv(cl->fd, line, sizeof(line) - 1, 0);
 	if (n > 0) {
 		line[n] = 0;
 		line[strcspn(line, "\r\n")] = 0;
-		if (!strcmp(line, "version")) {
-			say(cl->fd, "nvcachefs %s proto %d\n", NVC_VERSION,
-			    CTL_PROTO_VERSION);
-		} else if (!strcmp(line, "stats")) {
-			say(cl->fd, "proto %d\n", CTL_PROTO_VERSION);
-			send_stats(cl->fs, cl->fd);
-		} else if (!strcmp(line, "flush")) {
-			int ret;
+		sscanf(line, "%31s %d", cmd, &proto);
+	}
+	if (n <= 0) {
+	} else if (!strcmp(cmd, "version")) {
+		say(cl->fd, "nvcachefs %s proto %d\n", NVC_VERSION,
+		    CTL_PROTO_VERSION);
+	} else if (proto != CTL_PROTO_VERSION) {
+		say(cl->fd,
+		    "error version mismatch: this nvcachefs daemon (%s) speaks "
+		    "control protocol %d, the client speaks %d; use the "
+		    "nvcachectl that came with the daemon\n",
+		    NVC_VERSION, CTL_PROTO_VERSION, proto);
+	} else if (!strcmp(cmd, "stats")) {
+		send_stats(cl->fs, cl->fd);
+	} else if (!cl->owner) {
+		say(cl->fd,
+		    "error permission denied: only the daemon's owner "
+		    "may %s\n",
+		    cmd);
+	} else if (!strcmp(cmd, "reset")) {
+		int ret = cache_stats_reset(cl->fs->cache);
 
-			log_msg(LOG_NOTICE, "flush requested");
-			ret = cache_flush(cl->fs->cache, flush_progress,
-					  &cl->fd);
-			if (ret)
-				say(cl->fd, "error %s\n", strerror(-ret));
-			else
-				say(cl->fd, "ok\n");
-		} else {
-			say(cl->fd, "error unknown command\n");
-		}
+		if (ret)
+			say(cl->fd, "error %s\n", strerror(-ret));
+		else
+			say(cl->fd, "ok\n");
+	} else if (!strcmp(cmd, "flush")) {
+		int ret;
+
+		log_msg(LOG_NOTICE, "flush requested");
+		ret = cache_flush(cl->fs->cache, flush_progress, &cl->fd);
+		if (ret)
+			say(cl->fd, "error %s\n", strerror(-ret));
+		else
+			say(cl->fd, "ok\n");
+	} else {
+		say(cl->fd, "error unknown command '%s'\n", cmd);
 	}
 	close(cl->fd);
 	free(cl);
@@ -155,9 +211,8 @@ static void *ctl_main(void *arg)
 		fd = accept4(ctl_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0)
 			continue;
-		/* only the daemon's owner (and root) may talk to it */
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) ||
-		    (cred.uid != 0 && cred.uid != geteuid())) {
+		    !may_read(fd, &cred)) {
 			say(fd, "error permission denied\n");
 			close(fd);
 			continue;
@@ -169,6 +224,7 @@ static void *ctl_main(void *arg)
 		}
 		cl->fs = fs;
 		cl->fd = fd;
+		cl->owner = may_command(&cred);
 		pthread_mutex_lock(&clients_lock);
 		nclients++;
 		pthread_mutex_unlock(&clients_lock);
@@ -200,8 +256,27 @@ int fs_ctl_start(struct fs *fs, const char *mountpoint)
 	if (ctl_fd < 0)
 		return -errno;
 	if (bind(ctl_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    chmod(ctl_path, 0600) || listen(ctl_fd, 16) ||
-	    pipe2(ctl_pipe, O_CLOEXEC)) {
+	    chmod(ctl_path, 0600)) {
+		ret = -errno;
+		goto err_close;
+	}
+	if (fs->cfg->stats_readers && *fs->cfg->stats_readers) {
+		struct group *g = getgrnam(fs->cfg->stats_readers);
+
+		if (!g) {
+			log_msg(LOG_ERR,
+				"stats.readers: no group named '%s'; the "
+				"statistics stay readable by the owner only",
+				fs->cfg->stats_readers);
+		} else if (chown(ctl_path, -1, g->gr_gid) ||
+			   chmod(ctl_path, 0660)) {
+			ret = -errno;
+			goto err_close;
+		} else {
+			readers_gid = g->gr_gid;
+		}
+	}
+	if (listen(ctl_fd, 16) || pipe2(ctl_pipe, O_CLOEXEC)) {
 		ret = -errno;
 		goto err_close;
 	}

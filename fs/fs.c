@@ -816,37 +816,149 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	fuse_reply_err(req, removexattr(path, name) ? errno : 0);
 }
 
+/*
+ * Every request the application waits for is timed from its arrival to the
+ * return of its reply: reads, writes, fsyncs and everything else as
+ * "metadata".  forget and release are not counted (nobody waits for them).
+ * The request is gone once replied to, so the cache is looked up first.
+ */
+enum fs_kind { FS_READ, FS_WRITE, FS_FSYNC, FS_META };
+
+static void fs_done(struct cache *c, enum fs_kind kind, uint64_t t0)
+{
+	static const enum stat_lat lat[] = { STAT_L_read, STAT_L_write,
+					     STAT_L_fsync, STAT_L_meta };
+
+	/* reads and writes are counted by the cache, which sees them */
+	if (kind == FS_FSYNC)
+		cache_count(c, STAT_C_fsync_ops, 1);
+	else if (kind == FS_META)
+		cache_count(c, STAT_C_meta_ops, 1);
+	cache_note_latency(c, lat[kind], t0);
+}
+
+#define TIMED(name, kind, params, args)              \
+	static void timed_##name params              \
+	{                                            \
+		struct cache *c = fs_of(req)->cache; \
+		uint64_t t0 = cache_clock(c);        \
+                                                     \
+		op_##name args;                      \
+		fs_done(c, FS_##kind, t0);           \
+	}
+
+TIMED(lookup, META, (fuse_req_t req, fuse_ino_t parent, const char *name),
+      (req, parent, name))
+TIMED(getattr, META,
+      (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi),
+      (req, ino, fi))
+TIMED(setattr, META,
+      (fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
+       struct fuse_file_info *fi),
+      (req, ino, attr, valid, fi))
+TIMED(readlink, META, (fuse_req_t req, fuse_ino_t ino), (req, ino))
+TIMED(mknod, META,
+      (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+       dev_t rdev),
+      (req, parent, name, mode, rdev))
+TIMED(mkdir, META,
+      (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode),
+      (req, parent, name, mode))
+TIMED(symlink, META,
+      (fuse_req_t req, const char *link, fuse_ino_t parent, const char *name),
+      (req, link, parent, name))
+TIMED(link, META,
+      (fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name),
+      (req, ino, parent, name))
+TIMED(unlink, META, (fuse_req_t req, fuse_ino_t parent, const char *name),
+      (req, parent, name))
+TIMED(rmdir, META, (fuse_req_t req, fuse_ino_t parent, const char *name),
+      (req, parent, name))
+TIMED(rename, META,
+      (fuse_req_t req, fuse_ino_t parent, const char *name,
+       fuse_ino_t newparent, const char *newname, unsigned int flags),
+      (req, parent, name, newparent, newname, flags))
+TIMED(open, META, (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi),
+      (req, ino, fi))
+TIMED(create, META,
+      (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+       struct fuse_file_info *fi),
+      (req, parent, name, mode, fi))
+TIMED(read, READ,
+      (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+       struct fuse_file_info *fi),
+      (req, ino, size, off, fi))
+TIMED(write, WRITE,
+      (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+       struct fuse_file_info *fi),
+      (req, ino, buf, size, off, fi))
+TIMED(flush, META, (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi),
+      (req, ino, fi))
+TIMED(fsync, FSYNC,
+      (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi),
+      (req, ino, datasync, fi))
+TIMED(fallocate, META,
+      (fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+       struct fuse_file_info *fi),
+      (req, ino, mode, off, len, fi))
+TIMED(opendir, META,
+      (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi),
+      (req, ino, fi))
+TIMED(readdir, META,
+      (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+       struct fuse_file_info *fi),
+      (req, ino, size, off, fi))
+TIMED(readdirplus, META,
+      (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+       struct fuse_file_info *fi),
+      (req, ino, size, off, fi))
+TIMED(fsyncdir, FSYNC,
+      (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi),
+      (req, ino, datasync, fi))
+TIMED(statfs, META, (fuse_req_t req, fuse_ino_t ino), (req, ino))
+TIMED(setxattr, META,
+      (fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+       size_t size, int flags),
+      (req, ino, name, value, size, flags))
+TIMED(getxattr, META,
+      (fuse_req_t req, fuse_ino_t ino, const char *name, size_t size),
+      (req, ino, name, size))
+TIMED(listxattr, META, (fuse_req_t req, fuse_ino_t ino, size_t size),
+      (req, ino, size))
+TIMED(removexattr, META, (fuse_req_t req, fuse_ino_t ino, const char *name),
+      (req, ino, name))
+
 const struct fuse_lowlevel_ops fs_ops = {
 	.init = op_init,
-	.lookup = op_lookup,
+	.lookup = timed_lookup,
 	.forget = op_forget,
 	.forget_multi = op_forget_multi,
-	.getattr = op_getattr,
-	.setattr = op_setattr,
-	.readlink = op_readlink,
-	.mknod = op_mknod,
-	.mkdir = op_mkdir,
-	.symlink = op_symlink,
-	.link = op_link,
-	.unlink = op_unlink,
-	.rmdir = op_rmdir,
-	.rename = op_rename,
-	.open = op_open,
-	.create = op_create,
-	.read = op_read,
-	.write = op_write,
-	.flush = op_flush,
+	.getattr = timed_getattr,
+	.setattr = timed_setattr,
+	.readlink = timed_readlink,
+	.mknod = timed_mknod,
+	.mkdir = timed_mkdir,
+	.symlink = timed_symlink,
+	.link = timed_link,
+	.unlink = timed_unlink,
+	.rmdir = timed_rmdir,
+	.rename = timed_rename,
+	.open = timed_open,
+	.create = timed_create,
+	.read = timed_read,
+	.write = timed_write,
+	.flush = timed_flush,
 	.release = op_release,
-	.fsync = op_fsync,
-	.fallocate = op_fallocate,
-	.opendir = op_opendir,
-	.readdir = op_readdir,
-	.readdirplus = op_readdirplus,
+	.fsync = timed_fsync,
+	.fallocate = timed_fallocate,
+	.opendir = timed_opendir,
+	.readdir = timed_readdir,
+	.readdirplus = timed_readdirplus,
 	.releasedir = op_releasedir,
-	.fsyncdir = op_fsyncdir,
-	.statfs = op_statfs,
-	.setxattr = op_setxattr,
-	.getxattr = op_getxattr,
-	.listxattr = op_listxattr,
-	.removexattr = op_removexattr,
+	.fsyncdir = timed_fsyncdir,
+	.statfs = timed_statfs,
+	.setxattr = timed_setxattr,
+	.getxattr = timed_getxattr,
+	.listxattr = timed_listxattr,
+	.removexattr = timed_removexattr,
 };

@@ -10,9 +10,16 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../cache/cache.h"
+#include "show.h"
+
+/* a request line: the command and the protocol it is spoken in */
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define CTL_CMD(c) c " " STR(CTL_PROTO_VERSION) "\n"
 
 static void usage(FILE *f)
 {
@@ -21,8 +28,14 @@ static void usage(FILE *f)
 		   "  format -c FILE [--force] [-o section.key=value]...\n"
 		   "        write fresh superblocks and metadata to the "
 		   "configured devices\n"
-		   "  stats MOUNTPOINT [--json]\n"
-		   "        show the cache's statistics\n"
+		   "  stats MOUNTPOINT [-i SECONDS [--count N]] [--json | "
+		   "--prometheus]\n"
+		   "        show the cache's statistics; -i: what changed "
+		   "every interval,\n"
+		   "        with running totals, until interrupted\n"
+		   "  stats MOUNTPOINT --reset\n"
+		   "        start the counters and latency maxima again "
+		   "(owner only)\n"
 		   "  check -c FILE\n"
 		   "        offline consistency check of an unmounted cache; "
 		   "non-zero on any problem\n"
@@ -180,47 +193,103 @@ static int ctl_connect(const char *mountpoint, const char *cmd, FILE **out)
 	return *out ? 0 : fail("fdopen: %s", strerror(errno));
 }
 
-struct kv {
-	char key[64];
-	unsigned long long v;
-};
-
-static unsigned long long kv_get(const struct kv *k, int n, const char *name)
+/* One statistics snapshot from the daemon behind mnt; 0 or an exit code. */
+static int fetch(const char *mnt, struct stat_snap *s)
 {
-	int i;
+	char line[512], err[256];
+	int proto = 0;
+	FILE *f;
 
-	for (i = 0; i < n; i++)
-		if (!strcmp(k[i].key, name))
-			return k[i].v;
+	if (ctl_connect(mnt, CTL_CMD("stats"), &f))
+		return 1;
+	if (!fgets(line, sizeof(line), f)) {
+		fclose(f);
+		return fail("the daemon closed the connection without an "
+			    "answer");
+	}
+	line[strcspn(line, "\n")] = 0;
+	if (!strncmp(line, "error ", 6)) {
+		fclose(f);
+		return fail("%s", line + 6);
+	}
+	if (sscanf(line, "proto %d", &proto) != 1 ||
+	    proto != CTL_PROTO_VERSION) {
+		fclose(f);
+		return fail("version mismatch: the daemon answered '%.100s', "
+			    "this nvcachectl (%s) speaks control protocol %d; "
+			    "use the nvcachectl that came with the daemon",
+			    line, NVC_VERSION, CTL_PROTO_VERSION);
+	}
+	if (stat_read(f, s, err, sizeof(err))) {
+		fclose(f);
+		return fail("%s", err);
+	}
+	fclose(f);
 	return 0;
 }
 
-static void human(double b, char *out, size_t len)
+static int simple_command(const char *mnt, const char *cmd)
 {
-	const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	int i = 0;
+	char line[512];
+	FILE *f;
+	int ok = 0;
 
-	while (b >= 1024 && i < 4) {
-		b /= 1024;
-		i++;
+	if (ctl_connect(mnt, cmd, &f))
+		return 1;
+	if (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		ok = !strcmp(line, "ok");
+		if (!ok)
+			fail("%s",
+			     !strncmp(line, "error ", 6) ? line + 6 : line);
+	} else {
+		fail("the daemon closed the connection without an answer");
 	}
-	snprintf(out, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+	fclose(f);
+	return ok ? 0 : 1;
 }
 
 static int cmd_stats(int argc, char **argv)
 {
-	static const struct option lo[] = { { "json", no_argument, NULL, 'j' },
-					    { "help", no_argument, NULL, 'h' },
-					    { NULL, 0, NULL, 0 } };
-	struct kv kv[64];
-	char line[512], devs[16][512], mirrors[2][512];
-	int nkv = 0, ndev = 0, nmir = 0, json = 0, opt, proto = 0, i;
-	FILE *f;
+	static const struct option lo[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "prometheus", no_argument, NULL, 'p' },
+		{ "interval", required_argument, NULL, 'i' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "reset", no_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct stat_snap *cur = NULL, *prev = NULL, *diff = NULL;
+	int json = 0, prom = 0, reset = 0, opt, ret = 1;
+	double interval = 0;
+	long count = -1, n;
+	char mnt[PATH_MAX], *e;
 
-	while ((opt = getopt_long(argc, argv, "jh", lo, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "jpi:n:rh", lo, NULL)) != -1) {
 		switch (opt) {
 		case 'j':
 			json = 1;
+			break;
+		case 'p':
+			prom = 1;
+			break;
+		case 'i':
+			interval = strtod(optarg, &e);
+			if (*e || !(interval >= 0.1 && interval <= 86400))
+				return fail("-i takes seconds between 0.1 and "
+					    "86400, not '%s'",
+					    optarg);
+			break;
+		case 'n':
+			count = strtol(optarg, &e, 10);
+			if (*e || count < 1)
+				return fail("--count takes a positive number, "
+					    "not '%s'",
+					    optarg);
+			break;
+		case 'r':
+			reset = 1;
 			break;
 		case 'h':
 			usage(stdout);
@@ -232,131 +301,115 @@ static int cmd_stats(int argc, char **argv)
 	}
 	if (optind != argc - 1)
 		return fail("stats needs one MOUNTPOINT");
-	if (ctl_connect(argv[optind], "stats\n", &f))
-		return 1;
-	while (fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = 0;
-		if (!strcmp(line, "end"))
-			break;
-		if (!strncmp(line, "error ", 6)) {
-			fclose(f);
-			return fail("daemon: %s", line + 6);
-		}
-		if (sscanf(line, "proto %d", &proto) == 1)
-			continue;
-		if (!strncmp(line, "dev ", 4)) {
-			if (ndev < 16)
-				snprintf(devs[ndev++], sizeof(devs[0]),
-					 "%.500s", line + 4);
-			continue;
-		}
-		if (!strncmp(line, "mirror ", 7)) {
-			if (nmir < 2)
-				snprintf(mirrors[nmir++], sizeof(mirrors[0]),
-					 "%.500s", line + 7);
-			continue;
-		}
-		if (nkv < 64 &&
-		    sscanf(line, "%63s %llu", kv[nkv].key, &kv[nkv].v) == 2)
-			nkv++;
+	if (json + prom + reset > 1)
+		return fail("--json, --prometheus and --reset exclude each "
+			    "other");
+	if (interval && (prom || reset))
+		return fail("-i goes with the text or --json output only");
+	if (!realpath(argv[optind], mnt))
+		return fail("%s: %s", argv[optind], strerror(errno));
+	if (reset) {
+		ret = simple_command(mnt, CTL_CMD("reset"));
+		if (!ret)
+			printf("statistics of %s reset\n", mnt);
+		return ret;
 	}
-	fclose(f);
-	if (proto != CTL_PROTO_VERSION)
-		return fail("the daemon speaks statistics protocol %d, this "
-			    "nvcachectl "
-			    "speaks %d; use the nvcachectl of the same version",
-			    proto, CTL_PROTO_VERSION);
-#define GET(name) kv_get(kv, nkv, name)
-	if (json) {
-		struct json_object *o = json_object_new_object(),
-				   *d = json_object_new_array();
+	cur = malloc(sizeof(*cur));
+	prev = malloc(sizeof(*prev));
+	diff = malloc(sizeof(*diff));
+	if (!cur || !prev || !diff) {
+		fail("out of memory");
+		goto out_free;
+	}
+	if (fetch(mnt, cur))
+		goto out_free;
+	if (!interval) {
+		if (json)
+			show_json(stdout, mnt, cur, NULL, 0, 1);
+		else if (prom)
+			show_prometheus(stdout, mnt, cur);
+		else
+			show_text(stdout, mnt, cur);
+		ret = 0;
+		goto out_free;
+	}
+	/* every interval: what happened in it, and the running totals */
+	if (!json)
+		show_interval_header(stdout);
+	for (n = 0; count < 0 || n < count; n++) {
+		struct stat_snap *t = prev;
+		struct timespec ts = { (time_t)interval,
+				       (long)((interval - (time_t)interval) *
+					      1e9) };
 
-		for (i = 0; i < nkv; i++)
-			json_object_object_add(o, kv[i].key,
-					       json_object_new_int64(kv[i].v));
-		for (i = 0; i < ndev; i++)
-			json_object_array_add(d,
-					      json_object_new_string(devs[i]));
-		json_object_object_add(o, "devices", d);
-		d = json_object_new_array();
-		for (i = 0; i < nmir; i++)
-			json_object_array_add(
-				d, json_object_new_string(mirrors[i]));
-		json_object_object_add(o, "mirrors", d);
-		puts(json_object_to_json_string_ext(o,
-						    JSON_C_TO_STRING_PRETTY));
-		json_object_put(o);
-		return 0;
+		fflush(stdout);
+		prev = cur;
+		cur = t;
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
+		if (fetch(mnt, cur))
+			goto out_free;
+		stat_diff(cur, prev, diff);
+		if (json)
+			show_json(stdout, mnt, cur, diff,
+				  (cur->time_ns - prev->time_ns) / 1e9, 0);
+		else
+			show_interval(stdout, diff, cur,
+				      (cur->time_ns - prev->time_ns) / 1e9);
 	}
-	{
-		unsigned long long rops = GET("read_ops"),
-				   hit = GET("read_hit_ops");
-		unsigned long long rb = GET("read_bytes"),
-				   hb = GET("read_hit_bytes");
-		unsigned long long cap = GET("capacity_bytes"),
-				   used = GET("used_bytes");
-		unsigned long long dirty = GET("dirty_bytes");
-		char a[32], b[32], c[32];
-
-		printf("reads       %llu ops, %llu hits, %llu misses, %llu "
-		       "partial; hit ratio %.1f%% (ops), %.1f%% (bytes)\n",
-		       rops, hit, GET("read_miss_ops"), GET("read_partial_ops"),
-		       rops ? 100.0 * hit / rops : 0.0,
-		       rb ? 100.0 * hb / rb : 0.0);
-		human(hb, a, sizeof(a));
-		human(GET("read_miss_bytes"), b, sizeof(b));
-		printf("read bytes  %s from cache, %s from backing\n", a, b);
-		human(GET("write_bytes"), a, sizeof(a));
-		printf("writes      %llu ops (%llu hit cached blocks), %s, "
-		       "%llu bypassed\n",
-		       GET("write_ops"), GET("write_hit_ops"), a,
-		       GET("bypass_ops"));
-		human(used, a, sizeof(a));
-		human(cap, b, sizeof(b));
-		human(dirty, c, sizeof(c));
-		printf("occupancy   %s of %s (%.1f%%), dirty %s (%.1f%%)\n", a,
-		       b, cap ? 100.0 * used / cap : 0.0, c,
-		       cap ? 100.0 * dirty / cap : 0.0);
-		human(GET("destaged_bytes"), a, sizeof(a));
-		printf("destage     %s, %s destaged, %llu errors, %llu "
-		       "evictions\n",
-		       GET("destaging") ? "destaging" : "idle", a,
-		       GET("destage_errors"), GET("evictions"));
-		for (i = 0; i < ndev; i++)
-			printf("device      %s\n", devs[i]);
-		for (i = 0; i < nmir; i++)
-			printf("mirror      %s\n", mirrors[i]);
-		if (GET("meta_repaired"))
-			printf("metadata    %llu records repaired at mount\n",
-			       GET("meta_repaired"));
-	}
-	return 0;
+	ret = 0;
+out_free:
+	free(cur);
+	free(prev);
+	free(diff);
+	return ret;
 }
 
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Progress on a terminal only: bytes left, destage rate, time left. */
 static int cmd_flush(int argc, char **argv)
 {
-	char line[256];
+	char line[256], a[32], b[32], c[32];
 	int tty = isatty(STDOUT_FILENO), ok = 0;
-	unsigned long long dirty, destaged, first = 0;
+	unsigned long long dirty, destaged, d0 = 0;
+	double t0 = mono_s(), t;
 	FILE *f;
 
 	if (argc != 2)
 		return fail("flush needs one MOUNTPOINT");
-	if (ctl_connect(argv[1], "flush\n", &f))
+	if (ctl_connect(argv[1], CTL_CMD("flush"), &f))
 		return 1;
 	while (fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = 0;
 		if (sscanf(line, "progress %llu %llu", &dirty, &destaged) ==
 		    2) {
-			char a[32];
+			if (!d0)
+				d0 = destaged + 1;
+			if (!tty)
+				continue;
+			t = mono_s() - t0;
+			show_bytes(dirty, a, sizeof(a));
+			if (t > 0.5 && destaged + 1 > d0) {
+				double rate = (destaged + 1 - d0) / t;
 
-			if (!first)
-				first = destaged + 1;
-			if (tty) {
-				human(dirty, a, sizeof(a));
-				printf("\rflush: %s dirty left      ", a);
-				fflush(stdout);
+				show_bytes(rate, b, sizeof(b));
+				show_span(dirty / rate, c, sizeof(c));
+				printf("\rflush: %s left, %s/s, about %s to "
+				       "go     ",
+				       a, b, c);
+			} else {
+				printf("\rflush: %s left                    "
+				       "      ",
+				       a);
 			}
+			fflush(stdout);
 			continue;
 		}
 		if (!strcmp(line, "ok")) {
@@ -371,8 +424,12 @@ static int cmd_flush(int argc, char **argv)
 		}
 	}
 	fclose(f);
-	if (tty)
-		printf("\rflush: done                      \n");
+	if (tty && ok) {
+		show_bytes(d0 ? destaged + 1 - d0 : 0, a, sizeof(a));
+		printf("\rflush: done, %s destaged in %.1f s                  "
+		       "      \n",
+		       a, mono_s() - t0);
+	}
 	return ok ? 0 : fail("the daemon went away before the flush finished");
 }
 

@@ -118,9 +118,38 @@ class Cache:
             assert r.returncode == 0, r.stderr
         return r
 
-    def stats(self):
+    def stats_json(self):
         import json
         return json.loads(self.ctl("stats", self.mnt, "--json").stdout)
+
+    def stats(self):
+        """Counters and gauges in one flat dict, plus devices, mirrors and latency."""
+        t = self.stats_json()["total"]
+        st = dict(t["counters"])
+        st.update(t["gauges"])
+        st["nslots"] = st["slots"]
+        st["devices"] = t["devices"]
+        st["mirrors"] = t["mirrors"]
+        st["latency"] = t.get("latency", {})
+        return st
+
+    def ctl_socket(self):
+        """The daemon's control socket: the listening Unix socket among its descriptors."""
+        inodes = set()
+        fd_dir = f"/proc/{self.proc.pid}/fd"
+        for fd in os.listdir(fd_dir):
+            try:
+                t = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if t.startswith("socket:["):
+                inodes.add(t[8:-1])
+        with open("/proc/net/unix") as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if len(parts) >= 8 and parts[6] in inodes and parts[7].startswith("/run/nvcachefs/"):
+                    return parts[7]
+        raise AssertionError("no control socket")
 
     def flush(self):
         return self.ctl("flush", self.mnt)

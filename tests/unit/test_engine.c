@@ -11,6 +11,9 @@
 #include "../../cache/meta.h"
 #include "check.h"
 
+/* one snapshot for every test (it is large) */
+static struct stat_snap snap;
+
 #define KiB 1024u
 #define MiB (1024u * 1024)
 
@@ -150,7 +153,7 @@ static int backing_same(int fd, const char *want, size_t len)
 static void test_write_read_unaligned(void)
 {
 	struct env e;
-	struct cache_stats s;
+	struct stat_snap *s = &snap;
 	size_t size = 3 * MiB;
 	char *ref = calloc(1, size), *src = malloc(300 * KiB);
 	uint64_t offs[] = { 0,	   1,	  4095,	       4096,
@@ -167,16 +170,16 @@ static void test_write_read_unaligned(void)
 		memcpy(ref + offs[i], src, lens[i]);
 	}
 	CHECK(same(&e, f, ref, 2 * MiB + 12345 + 12, 0));
-	cache_stats(e.c, &s);
-	CHECK(s.read_hit_bytes > 0);
-	CHECK_EQ(s.read_miss_ops, 0);
-	CHECK(s.dirty_slots > 0);
-	CHECK_EQ(s.destaged_bytes, 0);
+	cache_snapshot(e.c, s);
+	CHECK(STAT_CTR(s, read_hit_bytes) > 0);
+	CHECK_EQ(STAT_CTR(s, read_miss_ops), 0);
+	CHECK(STAT_GAUGE(s, dirty_slots) > 0);
+	CHECK_EQ(STAT_CTR(s, destaged_bytes), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK(backing_same(fd, ref, 2 * MiB + 12345 + 12));
-	cache_stats(e.c, &s);
-	CHECK_EQ(s.dirty_slots, 0);
-	CHECK_EQ(s.dirty_bytes, 0);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_GAUGE(s, dirty_slots), 0);
+	CHECK_EQ(STAT_GAUGE(s, dirty_bytes), 0);
 	cache_file_put(e.c, f);
 	close(fd);
 	env_fini(&e);
@@ -187,7 +190,7 @@ static void test_write_read_unaligned(void)
 static void test_miss_then_hit(void)
 {
 	struct env e;
-	struct cache_stats s;
+	struct stat_snap *s = &snap;
 	char *src = malloc(MiB);
 	struct cfile *f;
 	int fd;
@@ -199,15 +202,15 @@ static void test_miss_then_hit(void)
 	close(fd);
 	f = file_open(&e, "b", &fd);
 	CHECK(same(&e, f, src, MiB, 0));
-	cache_stats(e.c, &s);
-	CHECK_EQ(s.read_miss_ops, 1);
-	CHECK_EQ(s.read_hit_ops, 0);
-	CHECK_EQ(s.fill_bytes, MiB);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, read_miss_ops), 1);
+	CHECK_EQ(STAT_CTR(s, read_hit_ops), 0);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), MiB);
 	CHECK(same(&e, f, src, MiB, 0));
-	cache_stats(e.c, &s);
-	CHECK_EQ(s.read_hit_ops, 1);
-	CHECK_EQ(s.read_hit_bytes, MiB);
-	CHECK_EQ(s.read_miss_bytes, MiB);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, read_hit_ops), 1);
+	CHECK_EQ(STAT_CTR(s, read_hit_bytes), MiB);
+	CHECK_EQ(STAT_CTR(s, read_miss_bytes), MiB);
 	/* a partial write into a cached clean page keeps the rest of it */
 	CHECK_EQ(cache_write(e.c, f, "XY", 2, 10), 0);
 	memcpy(src + 10, "XY", 2);
@@ -222,7 +225,7 @@ static void test_miss_then_hit(void)
 static void test_lru_eviction(void)
 {
 	struct env e;
-	struct cache_stats s;
+	struct stat_snap *s = &snap;
 	char *src = malloc(8 * 64 * KiB), *other = malloc(64 * KiB);
 	struct cfile *a, *b;
 	int fa, fb;
@@ -239,15 +242,15 @@ static void test_lru_eviction(void)
 	fill(other, 64 * KiB, 4);
 	CHECK_EQ(cache_write(e.c, b, other, 64 * KiB, 0),
 		 0); /* evicts block 1 */
-	cache_stats(e.c, &s);
-	CHECK_EQ(s.evictions, 1);
-	hits = s.read_hit_ops;
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, evictions), 1);
+	hits = STAT_CTR(s, read_hit_ops);
 	CHECK(same(&e, a, src, 64 * KiB, 0));
-	cache_stats(e.c, &s);
-	CHECK_EQ(s.read_hit_ops, hits + 1);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, read_hit_ops), hits + 1);
 	CHECK(same(&e, a, src + 64 * KiB, 64 * KiB, 64 * KiB));
-	cache_stats(e.c, &s);
-	CHECK_EQ(s.read_miss_ops, 1);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, read_miss_ops), 1);
 	CHECK(same(&e, b, other, 64 * KiB, 0));
 	cache_file_put(e.c, a);
 	cache_file_put(e.c, b);
@@ -262,7 +265,7 @@ static void test_lru_eviction(void)
 static void test_backpressure(void)
 {
 	struct env e;
-	struct cache_stats s;
+	struct stat_snap *s = &snap;
 	size_t size = 6 * MiB;
 	char *src = malloc(size);
 	struct cfile *f;
@@ -280,9 +283,9 @@ static void test_backpressure(void)
 	CHECK(same(&e, f, src, size, 0));
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK(backing_same(fd, src, size));
-	cache_stats(e.c, &s);
-	CHECK(s.evictions > 0);
-	CHECK(s.destaged_bytes >= size);
+	cache_snapshot(e.c, s);
+	CHECK(STAT_CTR(s, evictions) > 0);
+	CHECK(STAT_CTR(s, destaged_bytes) >= size);
 	cache_file_put(e.c, f);
 	close(fd);
 	env_fini(&e);
@@ -318,7 +321,7 @@ static void test_truncate(void)
 static void test_recovery_and_torn_mirror(void)
 {
 	struct env e;
-	struct cache_stats s;
+	struct stat_snap *s = &snap;
 	size_t size = 700 * KiB + 3;
 	char *src = malloc(size);
 	struct cfile *f;
@@ -329,8 +332,8 @@ static void test_recovery_and_torn_mirror(void)
 	f = file_open(&e, "r", &fd);
 	fill(src, size, 8);
 	CHECK_EQ(cache_write(e.c, f, src, size, 0), 0);
-	cache_stats(e.c, &s);
-	dirty = s.dirty_slots;
+	cache_snapshot(e.c, s);
+	dirty = STAT_GAUGE(s, dirty_slots);
 	cache_file_put(e.c, f);
 	cache_abandon(e.c); /* the daemon dies */
 	e.c = NULL;
@@ -347,8 +350,8 @@ static void test_recovery_and_torn_mirror(void)
 		memset((uint8_t *)e.mirrors[0].addr + h->files_off, 0x5a, 64);
 	}
 	env_open(&e);
-	cache_stats(e.c, &s);
-	CHECK_EQ(s.dirty_slots, dirty);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_GAUGE(s, dirty_slots), dirty);
 	CHECK(!memcmp((char *)e.mirrors[0].addr + META_HDR_SIZE,
 		      (char *)e.mirrors[1].addr + META_HDR_SIZE,
 		      e.mlen - META_HDR_SIZE));
@@ -367,7 +370,7 @@ static void test_recovery_and_torn_mirror(void)
 static void test_recovery_drops_deleted_file(void)
 {
 	struct env e;
-	struct cache_stats s;
+	struct stat_snap *s = &snap;
 	char buf[8192];
 	struct cfile *f;
 	int fd;
@@ -381,9 +384,9 @@ static void test_recovery_drops_deleted_file(void)
 	cache_abandon(e.c);
 	CHECK_EQ(unlinkat(e.backing_fd, "gone", 0), 0);
 	env_open(&e);
-	cache_stats(e.c, &s);
-	CHECK_EQ(s.dirty_slots, 0);
-	CHECK_EQ(s.used_slots, 0);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_GAUGE(s, dirty_slots), 0);
+	CHECK_EQ(STAT_GAUGE(s, used_slots), 0);
 	env_fini(&e);
 }
 
@@ -456,7 +459,7 @@ static void test_destage_oldest_first(void)
 static void test_failed_device(void)
 {
 	struct env e;
-	struct cache_stats st;
+	struct stat_snap *st = &snap;
 	size_t size = 1 * MiB;
 	char *src = malloc(size), *more = malloc(size), *data;
 	struct cfile *a, *b;
@@ -490,8 +493,9 @@ static void test_failed_device(void)
 	CHECK_EQ(cache_write(e.c, a, "tail", 4, size + 10), 0);
 	CHECK(same(&e, a, src, size, 0));
 	CHECK(same(&e, a, "tail", 4, size + 10));
-	cache_stats(e.c, &st);
-	CHECK(st.dev_failed[1] && !st.dev_failed[0] && st.dev_errors[1] > 0);
+	cache_snapshot(e.c, st);
+	CHECK(STAT_DEV_GAUGE(st, 1, failed) && !STAT_DEV_GAUGE(st, 0, failed) &&
+	      STAT_DEV_CTR(st, 1, errors) > 0);
 	CHECK_EQ(cache_fsync(e.c, b), -EIO);
 	CHECK_EQ(cache_fsync(e.c, a), 0);
 	cache_file_put(e.c, a);
@@ -510,7 +514,7 @@ static void test_failed_device(void)
 static void test_recovery_of_entry_without_pages(void)
 {
 	struct env e;
-	struct cache_stats st;
+	struct stat_snap *st = &snap;
 	struct meta m;
 	struct meta_slot ms;
 	char buf[8192], err[256];
@@ -539,9 +543,9 @@ static void test_recovery_of_entry_without_pages(void)
 	CHECK_EQ(unlinkat(e.backing_fd, "edge", 0),
 		 0); /* and the file is gone */
 	env_open(&e);
-	cache_stats(e.c, &st);
-	CHECK_EQ(st.used_slots, 0);
-	CHECK_EQ(st.dirty_slots, 0);
+	cache_snapshot(e.c, st);
+	CHECK_EQ(STAT_GAUGE(st, used_slots), 0);
+	CHECK_EQ(STAT_GAUGE(st, dirty_slots), 0);
 	env_fini(&e);
 }
 
@@ -576,7 +580,7 @@ static void test_flush_drains_while_reporting(void)
 static void test_two_copies_survive_a_device(void)
 {
 	struct env e;
-	struct cache_stats st;
+	struct stat_snap *st = &snap;
 	size_t size = 1 * MiB + 12345;
 	char *src = malloc(size);
 	struct cfile *f;
@@ -590,9 +594,12 @@ static void test_two_copies_survive_a_device(void)
 		CHECK_EQ(cache_write(e.c, f, src, size, 0), 0);
 		CHECK_EQ(cache_write(e.c, f, "patch", 5, 70000), 0);
 		memcpy(src + 70000, "patch", 5);
-		cache_stats(e.c, &st);
-		CHECK_EQ(st.used_slots,
-			 2 * st.dirty_slots); /* every dirty slot has a twin */
+		cache_snapshot(e.c, st);
+		CHECK_EQ(
+			STAT_GAUGE(st, used_slots),
+			2 * STAT_GAUGE(
+				    st,
+				    dirty_slots)); /* every dirty slot has a twin */
 		if (pass) {
 			/* the second copies are found again after a crash */
 			cache_file_put(e.c, f);
@@ -608,8 +615,8 @@ static void test_two_copies_survive_a_device(void)
 		CHECK_EQ(cache_flush(e.c, NULL, NULL),
 			 0); /* destaged from the copies */
 		CHECK(backing_same(fd, src, size));
-		cache_stats(e.c, &st);
-		CHECK_EQ(st.dirty_slots, 0);
+		cache_snapshot(e.c, st);
+		CHECK_EQ(STAT_GAUGE(st, dirty_slots), 0);
 		dev_faults(e.devs[pass])->fail_reads = 0;
 		dev_faults(e.devs[pass])->fail_writes = 0;
 		cache_file_put(e.c, f);
