@@ -19,8 +19,8 @@ j=json.load(sys.stdin)["jobs"][0]
 print("%.0f %d" % (j["read"]["iops"] + j["write"]["iops"], j["read"]["total_ios"] + j["write"]["total_ios"]))'
 }
 
-# the daemon's instructions (user and kernel) while fio runs: unlike time, a
-# count that the neighbours on a shared machine do not move
+# the daemon's CPU time (user and kernel, task-clock in ms) while fio runs:
+# CPU spent per request moves less with the neighbours than wall time does
 daemon_pid() { pgrep -f "nvcachefs -c $dir/" | head -1; }
 common="--ioengine=psync --time_based --runtime=$secs --group_reporting --name=j --direct=1 --bs=4k --size=256M"
 out=$dir/results
@@ -33,13 +33,13 @@ for r in $(seq "$rounds"); do
 		"$B/fs/nvcachefs" -c "$conf" -o "stats.latency=$mode" -o cache.io_poll_us=0 "$mnt" 2>/dev/null
 		[ -f "$mnt/f" ] || dd if=/dev/urandom of="$mnt/f" bs=1M count=256 status=none
 		for wl in "randread --numjobs=1" "randwrite --numjobs=4"; do
-			perf stat -x, -e instructions -p "$(daemon_pid)" -o "$dir/perf" &
+			perf stat -x, -e task-clock -p "$(daemon_pid)" -o "$dir/perf" &
 			perf_pid=$!
 			# shellcheck disable=SC2086
 			set -- $(iops $common --filename="$mnt/f" --rw=$wl)
 			kill -INT $perf_pid
 			wait $perf_pid || true
-			insns=$(awk -F, '/instructions/ {print $1}' "$dir/perf")
+			insns=$(awk -F, '/task-clock/ {print $1}' "$dir/perf")
 			echo "$r $mode ${wl%% *} $1 $2 $insns" >>"$out"
 		done
 		fusermount3 -u "$mnt"
@@ -52,9 +52,9 @@ import collections, statistics, sys
 runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     r, mode, wl, iops, ios, insns = line.split()
-    runs[(wl, r)][mode] = (float(iops), int(insns) / max(int(ios), 1))
+    runs[(wl, r)][mode] = (float(iops), 1000 * float(insns) / max(int(ios), 1))
 print("%-12s %12s %12s %10s %16s %16s %10s" % ("workload", "IOPS on", "IOPS off", "on/off",
-                                            "insns/op on", "insns/op off", "on/off"))
+                                            "CPU us/op on", "CPU us/op off", "on/off"))
 for wl in ("randread", "randwrite"):
     pairs = [v for (w, _), v in sorted(runs.items()) if w == wl and len(v) == 2]
     ion = statistics.median(p["on"][0] for p in pairs)
@@ -63,7 +63,7 @@ for wl in ("randread", "randwrite"):
     coff = statistics.median(p["off"][1] for p in pairs)
     iratio = statistics.median(p["on"][0] / p["off"][0] for p in pairs)
     cratio = statistics.median(p["on"][1] / p["off"][1] for p in pairs)
-    print("%-12s %12.0f %12.0f %9.3fx %16.0f %16.0f %9.3fx" % (wl, ion, ioff, iratio, con, coff, cratio))
+    print("%-12s %12.0f %12.0f %9.3fx %16.2f %16.2f %9.3fx" % (wl, ion, ioff, iratio, con, coff, cratio))
 print("(%d rounds; ratios are medians of the per-round ratios; randread 1 job on cached data, randwrite 4 jobs)"
       % len(pairs))
 PY
