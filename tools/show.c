@@ -437,10 +437,14 @@ int show_json(FILE *out, const char *mnt, const struct stat_snap *t,
 	      const struct stat_snap *d, double secs, int pretty)
 {
 	struct json_object *o = json_object_new_object();
+	int flags = JSON_C_TO_STRING_NOSLASHESCAPE |
+		    (pretty ? JSON_C_TO_STRING_PRETTY : JSON_C_TO_STRING_PLAIN);
 
+	/* microseconds to the nanosecond, ratios to 1e-6: enough, and short */
+	json_c_set_serialization_double_format("%.6g", JSON_C_OPTION_GLOBAL);
 	json_object_object_add(o, "mountpoint", json_object_new_string(mnt));
-	json_object_object_add(o, "time",
-			       json_object_new_double(t->time_ns / 1e9));
+	json_object_object_add(o, "time_unix_ns",
+			       json_object_new_uint64(t->time_ns));
 	json_object_object_add(o, "latency_measured",
 			       json_object_new_boolean(t->timing));
 	if (d) {
@@ -449,10 +453,7 @@ int show_json(FILE *out, const char *mnt, const struct stat_snap *t,
 		json_object_object_add(o, "interval", json_snap(d, 0));
 	}
 	json_object_object_add(o, "total", json_snap(t, 1));
-	fprintf(out, "%s\n",
-		json_object_to_json_string_ext(
-			o, pretty ? JSON_C_TO_STRING_PRETTY
-				  : JSON_C_TO_STRING_PLAIN));
+	fprintf(out, "%s\n", json_object_to_json_string_ext(o, flags));
 	json_object_put(o);
 	return 0;
 }

@@ -1,0 +1,682 @@
+#!/usr/bin/python3
+"""tools/bench/suite.py: nvcachefs against the raw DIMMs, the backing store and the peers, in one run; writes a Markdown report and PNG plots."""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("NVC_BUILD", os.path.join(ROOT, "build"))
+DAEMON = os.path.join(BUILD, "fs", "nvcachefs")
+CTL = os.path.join(BUILD, "tools", "nvcachectl")
+MiB, GiB = 1 << 20, 1 << 30
+PEERS = ("rclone", "mergerfs", "bindfs", "ext4-dimm")
+BANDS = ("<1ms", "1ms", "2-10ms", "11-50ms", "51-100ms", ">100ms")
+
+
+def sh(*a, check=True, **kw):
+    r = subprocess.run(list(a), capture_output=True, text=True, **kw)
+    if check and r.returncode:
+        raise RuntimeError(f"{' '.join(a)}: {r.stderr.strip() or r.stdout.strip()}")
+    return r
+
+
+def mounted(p):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == p for line in f)
+
+
+def wait_mounted(p, proc=None, timeout=30):
+    t = time.time()
+    while time.time() - t < timeout:
+        if mounted(p):
+            return time.time() - t
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    raise RuntimeError(f"{p} did not mount")
+
+
+def band(ns):
+    ms = ns // 1000000
+    return 0 if ms < 1 else 1 if ms < 2 else 2 if ms <= 10 else 3 if ms <= 50 else 4 if ms <= 100 else 5
+
+
+class Bench:
+    def __init__(self, quick, out):
+        self.quick = quick
+        self.secs = 2 if quick else 10
+        self.ws = (256 if quick else 1024) * MiB          # working set of the random and read workloads
+        self.dimm = (512 if quick else 2048) * MiB        # each of the two emulated DIMMs
+        self.small = (96 if quick else 256) * MiB         # each DIMM of the small cache (destage under load)
+        self.out = out
+        self.tag = "nvc-bench-" + uuid.uuid4().hex[:6]
+        self.dir = f"/var/tmp/{self.tag}"
+        self.loops, self.images, self.procs, self.mounts = [], [], [], []
+        self.results = {}        # (workload, target) -> dict or {"skip": reason}
+        self.lat = {}            # target -> sorted latencies (ns) of 4K randread QD1
+        self.notes = []
+        self.rss = {}
+
+    # ------------------------------------------------------------ devices
+    def loop(self, name, size):
+        img = f"/dev/shm/{self.tag}-{name}.img"
+        with open(img, "wb") as f:
+            f.truncate(size)
+        self.images.append(img)
+        dev = sh("losetup", "--find", "--show", "--direct-io=on", img).stdout.strip()
+        self.loops.append(dev)
+        return dev
+
+    def cleanup(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for m in reversed(self.mounts):
+            if mounted(m):
+                sh("umount", m, check=False)
+                if mounted(m):
+                    sh("umount", "-l", m, check=False)
+        for p in self.procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for lo in self.loops:
+            sh("losetup", "-d", lo, check=False)
+        for f in self.images:
+            if os.path.exists(f):
+                os.unlink(f)
+        for f in os.listdir("/dev/shm"):
+            if f.startswith(self.tag):
+                os.unlink("/dev/shm/" + f)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ------------------------------------------------------------ targets
+    def setup(self):
+        os.makedirs(self.dir)
+        self.backing = os.path.join(self.dir, "backing")
+        os.makedirs(self.backing)
+        self.dimms = [self.loop(f"dimm{i}", self.dimm) for i in range(2)]
+        self.small_dimms = [self.loop(f"small{i}", self.small) for i in range(2)]
+        self.targets = {"raw": self.dimms[0], "backing": os.path.join(self.backing, "plain")}
+        os.makedirs(self.targets["backing"])
+        self.targets["nvcachefs"] = self.mount_nvc("nvc", self.dimms, "nvcachefs")
+        self.targets["nvcachefs-small"] = self.mount_nvc("nvcs", self.small_dimms, "small")
+        for peer in PEERS:
+            try:
+                self.targets[peer] = getattr(self, "mount_" + peer.replace("-", "_"))()
+            except Exception as e:                       # shown in the report, never left out
+                self.targets[peer] = None
+                self.notes.append(f"{peer} could not run: {e}")
+
+    def conf(self, name, devs, sub, extra=""):
+        os.makedirs(os.path.join(self.backing, sub), exist_ok=True)
+        path = os.path.join(self.dir, name + ".conf")
+        with open(path, "w") as f:
+            f.write(f"[cache]\ndevices = {', '.join(devs)}\n"
+                    f"metadata = /dev/shm/{self.tag}-{name}-m0, /dev/shm/{self.tag}-{name}-m1\n"
+                    f"[backing]\npath = {os.path.join(self.backing, sub)}\n{extra}")
+        return path
+
+    def mount_nvc(self, name, devs, sub, extra=""):
+        conf = self.conf(name, devs, sub, extra)
+        sh(CTL, "format", "-c", conf, "--force")
+        mnt = os.path.join(self.dir, name)
+        os.makedirs(mnt, exist_ok=True)
+        t0 = time.time()
+        p = subprocess.Popen([DAEMON, "-f", "-c", conf, mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        self.mounts.append(mnt)
+        wait_mounted(mnt, p)
+        self.results[("mount time", name)] = {"secs": time.time() - t0}
+        setattr(self, name + "_proc", p)
+        setattr(self, name + "_conf", conf)
+        return mnt
+
+    def peer_dir(self, name):
+        d = os.path.join(self.backing, name)
+        os.makedirs(d, exist_ok=True)
+        m = os.path.join(self.dir, "mnt-" + name)
+        os.makedirs(m, exist_ok=True)
+        return d, m
+
+    def mount_rclone(self):
+        if not shutil.which("rclone"):
+            raise RuntimeError("rclone is not installed")
+        d, m = self.peer_dir("rclone")
+        dev = self.loop("rclone-cache", 2 * self.dimm)   # the same capacity as nvcachefs' two DIMMs
+        sh("mkfs.ext4", "-q", "-F", dev)
+        cache = os.path.join(self.dir, "rclone-cache")
+        os.makedirs(cache)
+        sh("mount", dev, cache)
+        self.mounts.append(cache)
+        p = subprocess.Popen(["rclone", "mount", d, m, "--vfs-cache-mode", "full", "--cache-dir", cache,
+                              "--vfs-cache-max-size", str(2 * self.dimm * 9 // 10), "--config", "/dev/null"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        self.mounts.append(m)
+        wait_mounted(m, p)
+        return m
+
+    def mount_mergerfs(self):
+        if not shutil.which("mergerfs"):
+            raise RuntimeError("mergerfs is not installed")
+        d, m = self.peer_dir("mergerfs")
+        sh("mergerfs", "-o", "allow_other,use_ino,cache.files=partial,dropcacheonclose=true", d, m)
+        self.mounts.append(m)
+        return m
+
+    def mount_bindfs(self):
+        if not shutil.which("bindfs"):
+            raise RuntimeError("bindfs is not installed")
+        d, m = self.peer_dir("bindfs")
+        sh("bindfs", d, m)
+        self.mounts.append(m)
+        return m
+
+    def mount_ext4_dimm(self):
+        dev = self.loop("ext4", 2 * self.dimm)
+        sh("mkfs.ext4", "-q", "-F", dev)
+        m = os.path.join(self.dir, "ext4-dimm")
+        os.makedirs(m)
+        sh("mount", dev, m)
+        self.mounts.append(m)
+        return m
+
+    # ------------------------------------------------------------ fio
+    def fio(self, target, wl, args, size, lat_log=False, file="data"):
+        where = self.targets[target]
+        if where is None:
+            return {"skip": "not mounted (see notes)"}
+        if target == "raw":
+            args = args + [f"--filename={where}"]
+        else:
+            args = args + [f"--filename={os.path.join(where, file)}"]
+        log = os.path.join(self.dir, "lat")
+        cmd = ["fio", "--output-format=json", "--name=j", f"--size={size}", "--group_reporting"] + args
+        if lat_log:
+            cmd += [f"--write_lat_log={log}", "--log_avg_msec=0", "--per_job_logs=1"]
+        r = sh(*cmd, check=False)
+        if r.returncode:
+            return {"skip": "fio failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:120]}
+        j = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]
+        res = {"iops": 0, "bw": 0}
+        lat = None
+        for d in ("read", "write"):
+            x = j[d]
+            if not x["io_bytes"]:
+                continue
+            res["iops"] += x["iops"]
+            res["bw"] += x["bw_bytes"]
+            c = x["clat_ns"]
+            if lat is None or c["N"] > lat["N"]:
+                lat = c
+        if j["sync"]["lat_ns"]["N"]:
+            res["sync_p99_us"] = j["sync"]["lat_ns"]["percentile"]["99.000000"] / 1e3
+        if lat:
+            p = lat.get("percentile", {})
+            res.update(p50=p.get("50.000000", 0) / 1e3, p99=p.get("99.000000", 0) / 1e3,
+                       p999=p.get("99.900000", 0) / 1e3, max=lat["max"] / 1e3)
+        if lat_log:
+            vals = []
+            for f in os.listdir(self.dir):
+                if f.startswith("lat_clat.") and f.endswith(".log"):
+                    with open(os.path.join(self.dir, f)) as fh:
+                        vals += [int(line.split(",")[1]) for line in fh if line.strip()]
+                    os.unlink(os.path.join(self.dir, f))
+                elif f.startswith("lat_"):
+                    os.unlink(os.path.join(self.dir, f))
+            vals.sort()
+            res["bands"] = [0] * 6
+            for v in vals:
+                res["bands"][band(v)] += 1
+            res["_lat"] = vals
+        return res
+
+    def drop_caches(self):
+        sh("sync")
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+
+    def prepare(self, target, size, file="data"):
+        """Write the working set, then read it once, so that it is cached where the target caches."""
+        where = self.targets[target]
+        if where is None or target == "raw":
+            return
+        path = os.path.join(where, file)
+        sh("fio", "--name=p", f"--filename={path}", f"--size={size}", "--rw=write", "--bs=1M", "--direct=1",
+           "--ioengine=psync", check=False)
+        sh("dd", f"if={path}", "of=/dev/null", "bs=1M", "iflag=direct", check=False)
+
+    # ------------------------------------------------------------ workloads
+    def run(self):
+        t = self.targets
+        all_t = list(t)
+        cached = [x for x in all_t if x != "nvcachefs-small"]
+        common = ["--time_based", f"--runtime={self.secs}", "--direct=1"]
+        qd1 = ["--ioengine=psync"]
+        qd32 = ["--ioengine=libaio", "--iodepth=32"]
+        ws = self.ws
+        for x in cached:
+            self.prepare(x, ws)
+        jobs = [
+            ("4K randread QD1 (cached)", cached, qd1 + ["--rw=randread", "--bs=4k"], True),
+            ("4K randread QD32 (cached)", cached, qd32 + ["--rw=randread", "--bs=4k"], False),
+            ("4K randwrite QD1", all_t, qd1 + ["--rw=randwrite", "--bs=4k"], False),
+            ("4K randwrite QD32", all_t, qd32 + ["--rw=randwrite", "--bs=4k"], False),
+            ("4K write + fdatasync (log)", all_t, qd1 + ["--rw=write", "--bs=4k", "--fdatasync=1"], False),
+            ("1M seqread (cached)", cached, qd1 + ["--rw=read", "--bs=1M"], False),
+            ("Iometer File Server", cached,
+             ["--ioengine=libaio", "--iodepth=16", "--rw=randrw", "--rwmixread=80", "--percentage_random=75",
+              "--bssplit=512/10:1k/5:2k/5:4k/60:8k/2:16k/4:32k/4:64k/10"], False),
+            ("Iometer Web Server", cached,
+             ["--ioengine=libaio", "--iodepth=16", "--rw=randread",
+              "--bssplit=512/22:1k/15:2k/8:4k/23:8k/15:16k/2:32k/6:64k/7:128k/1:512k/1"], False),
+        ]
+        for name, targets, args, lat in jobs:
+            for x in all_t:
+                if x not in targets:
+                    self.results[(name, x)] = {"skip": "not this workload (the small cache is for writes)"}
+                    continue
+                r = self.fio(x, name, common + args, ws, lat_log=lat)
+                if "_lat" in r:
+                    self.lat[x] = r.pop("_lat")
+                self.results[(name, x)] = r
+            print(f"  {name}: done", flush=True)
+        self.uncached_read()
+        self.btest()
+        self.checkpoint()
+        self.metadata()
+        self.bonnie()
+        self.destage()
+        self.resources()
+
+    def uncached_read(self):
+        name = "1M seqread (uncached)"
+        size = self.ws
+        for x, where in self.targets.items():
+            if x == "nvcachefs-small":
+                self.results[(name, x)] = {"skip": "not this workload"}
+                continue
+            if where is None:
+                self.results[(name, x)] = {"skip": "not mounted (see notes)"}
+                continue
+            if x == "raw":
+                self.drop_caches()
+                self.results[(name, x)] = self.fio(x, name, ["--rw=read", "--bs=1M", "--direct=1"], size)
+                continue
+            # a file the target has never seen: written behind it, on its own store
+            store = {"nvcachefs": os.path.join(self.backing, "nvcachefs"), "backing": where,
+                     "ext4-dimm": where}.get(x, os.path.join(self.backing, x))
+            with open(os.path.join(store, "cold"), "wb") as f:
+                for _ in range(size // MiB):
+                    f.write(os.urandom(MiB))
+            self.drop_caches()
+            self.results[(name, x)] = self.fio(x, name, ["--rw=read", "--bs=1M", "--direct=1"], size, file="cold")
+        print("  uncached read: done", flush=True)
+
+    def btest(self):
+        """One thread per device, 4 KiB random reads and writes, every latency counted in btest's bands."""
+        name = "btest 4K, one thread per device"
+        common = ["--time_based", f"--runtime={self.secs}", "--direct=1", "--ioengine=psync", "--rw=randrw",
+                  "--bs=4k", "--numjobs=2"]
+        for x in self.targets:
+            if x == "nvcachefs-small":
+                self.results[(name, x)] = {"skip": "not this workload"}
+                continue
+            if x == "raw":
+                # each job its own DIMM
+                args = common[:-1] + [f"--filename={self.dimms[0]}", "--name=k", f"--filename={self.dimms[1]}"]
+                r = self.fio_btest_raw(args)
+            else:
+                r = self.fio(x, name, common, 64 * MiB, lat_log=True, file="btest")
+                r.pop("_lat", None)
+            self.results[(name, x)] = r
+        print("  btest: done", flush=True)
+
+    def fio_btest_raw(self, args):
+        cmd = ["fio", "--output-format=json", "--size=256M", "--group_reporting", "--name=j"] + args
+        cmd += [f"--write_lat_log={os.path.join(self.dir, 'lat')}", "--log_avg_msec=0"]
+        r = sh(*cmd, check=False)
+        if r.returncode:
+            return {"skip": "fio failed"}
+        j = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]
+        vals = []
+        for f in os.listdir(self.dir):
+            if f.startswith("lat_"):
+                if "clat" in f:
+                    with open(os.path.join(self.dir, f)) as fh:
+                        vals += [int(line.split(",")[1]) for line in fh if line.strip()]
+                os.unlink(os.path.join(self.dir, f))
+        vals.sort()
+        res = {"iops": j["read"]["iops"] + j["write"]["iops"], "bw": j["read"]["bw_bytes"] + j["write"]["bw_bytes"],
+               "bands": [0] * 6}
+        for v in vals:
+            res["bands"][band(v)] += 1
+        if vals:
+            res.update(p50=vals[len(vals) // 2] / 1e3, p99=vals[int(len(vals) * 0.99)] / 1e3,
+                       p999=vals[int(len(vals) * 0.999)] / 1e3, max=vals[-1] / 1e3)
+        return res
+
+    def store_of(self, x):
+        return {"nvcachefs": os.path.join(self.backing, "nvcachefs"),
+                "nvcachefs-small": os.path.join(self.backing, "small")}.get(x, os.path.join(self.backing, x))
+
+    def checkpoint(self):
+        """1 MiB sequential writes of a checkpoint several times the small cache's high watermark, and the time
+        until the backing store holds all of it."""
+        name = "1M checkpoint write"
+        size = 3 * (2 * self.small * 80 // 100)
+        size -= size % MiB
+        for x, where in self.targets.items():
+            if where is None:
+                self.results[(name, x)] = {"skip": "not mounted (see notes)"}
+                continue
+            t0 = time.time()
+            r = self.fio(x, name, ["--rw=write", "--bs=1M", "--direct=1", "--ioengine=psync"], size, file="ckpt")
+            if "skip" in r:
+                self.results[(name, x)] = r
+                continue
+            t1 = time.time()
+            if x in ("nvcachefs", "nvcachefs-small"):
+                sh(CTL, "flush", where)
+            elif x == "raw":
+                sh("blockdev", "--flushbufs", where)
+            elif x == "rclone":
+                # rclone uploads a closed file from its cache after --vfs-write-back (5 s)
+                dst = os.path.join(self.store_of(x), "ckpt")
+                deadline = time.time() + 600
+                while time.time() < deadline:
+                    if os.path.exists(dst) and os.path.getsize(dst) == size:
+                        break
+                    time.sleep(0.1)
+            sh("sync")
+            r["write_secs"] = t1 - t0
+            r["durable_secs"] = time.time() - t0
+            r["bytes"] = size
+            self.results[(name, x)] = r
+        print("  checkpoint: done", flush=True)
+
+    def metadata(self):
+        """mdtest-like: create, stat and unlink N empty files, one directory."""
+        name = "metadata"
+        n = 10000 if self.quick else 100000
+        for x, where in self.targets.items():
+            if x == "raw":
+                self.results[(name, x)] = {"skip": "a block device has no files"}
+                continue
+            if where is None or x == "nvcachefs-small":
+                self.results[(name, x)] = {"skip": "not mounted (see notes)" if where is None else "not this workload"}
+                continue
+            d = os.path.join(where, "md")
+            os.makedirs(d, exist_ok=True)
+            names = [os.path.join(d, f"f{i:06d}") for i in range(n)]
+            res = {"files": n}
+            t0 = time.time()
+            for p in names:
+                os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644))
+            res["create"] = n / (time.time() - t0)
+            t0 = time.time()
+            for p in names:
+                os.stat(p)
+            res["stat"] = n / (time.time() - t0)
+            t0 = time.time()
+            for p in names:
+                os.unlink(p)
+            res["unlink"] = n / (time.time() - t0)
+            res["iops"] = res["create"]
+            self.results[(name, x)] = res
+        print("  metadata: done", flush=True)
+
+    def bonnie(self):
+        name = "bonnie++"
+        for x, where in self.targets.items():
+            if self.quick:
+                self.results[(name, x)] = {"skip": "skipped by --quick (minutes per target)"}
+                continue
+            if x == "raw" or where is None or x == "nvcachefs-small":
+                self.results[(name, x)] = {"skip": "a block device has no files" if x == "raw" else "not run"}
+                continue
+            r = sh("bonnie++", "-q", "-d", where, "-s", "1024", "-r", "512", "-n", "4", "-u", "root", "-f",
+                   check=False)
+            if r.returncode:
+                self.results[(name, x)] = {"skip": "bonnie++ failed: " + r.stderr.strip()[:100]}
+                continue
+            f = r.stdout.strip().splitlines()[-1].split(",")
+            # CSV: ... 9 seq output block K/s, 11 rewrite K/s, 15 seq input block K/s, 17 random seeks /s
+            num = lambda v: float(v) if re.fullmatch(r"[0-9.]+", v or "") else 0.0
+            self.results[(name, x)] = {"bw": num(f[9]) * 1024, "rewrite": num(f[11]) * 1024,
+                                       "read": num(f[15]) * 1024, "iops": num(f[17])}
+        print("  bonnie++: done", flush=True)
+
+    def destage(self):
+        """Sustained destage bandwidth against the backing store's own sequential write bandwidth."""
+        mnt = self.targets["nvcachefs"]
+        size = min(self.dimm, (512 if self.quick else 2048) * MiB)
+        sh(CTL, "flush", mnt)
+        # nothing leaves the cache while it is written: watermark, age and idle destage out of the way
+        path = os.path.join(mnt, "destage")
+        with open(self.nvc_conf, "a") as f:
+            f.write("[destage]\nhigh_watermark = 100\nlow_watermark = 99\nmax_dirty_age = 0\nidle_after = 0\n")
+        os.kill(self.nvc_proc.pid, 1)                  # SIGHUP: reload
+        time.sleep(0.5)
+        sh("fio", "--name=d", f"--filename={path}", f"--size={size}", "--rw=write", "--bs=1M", "--direct=1")
+        t0 = time.time()
+        sh(CTL, "flush", mnt)
+        secs = time.time() - t0
+        own = self.fio("backing", "seqwrite", ["--rw=write", "--bs=1M", "--direct=1", "--ioengine=psync"], size,
+                       file="seq")
+        self.results[("destage", "nvcachefs")] = {"bw": size / secs, "bytes": size, "secs": secs}
+        self.results[("destage", "backing")] = {"bw": own.get("bw", 0), "note": "its own 1M sequential write"}
+        print("  destage: done", flush=True)
+
+    def resources(self):
+        p = self.nvc_proc
+        with open(f"/proc/{p.pid}/status") as f:
+            hwm = int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) * 1024
+        with open(f"/proc/{p.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        st = json.loads(sh(CTL, "stats", self.targets["nvcachefs"], "--json").stdout)["total"]
+        k = st["counters"]
+        moved = k["read_bytes"] + k["write_bytes"] + k["destaged_bytes"]
+        cap = st["gauges"]["capacity_bytes"]
+        self.rss = {"peak_rss": hwm, "cache": cap, "rss_per_gib": hwm / (cap / GiB), "cpu": cpu, "moved": moved,
+                    "cpu_per_gib": cpu / (moved / GiB) if moved else 0}
+        # recovery: kill -9 with dirty data, then mount again
+        mnt = self.targets["nvcachefs"]
+        sh("fio", "--name=r", f"--filename={os.path.join(mnt, 'dirty')}", "--size=256M", "--rw=write", "--bs=1M",
+           "--direct=1")
+        p.kill()
+        p.wait()
+        sh("umount", "-l", mnt, check=False)
+        t0 = time.time()
+        q = subprocess.Popen([DAEMON, "-f", "-c", self.nvc_conf, mnt], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.procs.append(q)
+        wait_mounted(mnt, q)
+        self.rss["recovery_secs"] = time.time() - t0
+        self.rss["dirty_recovered"] = json.loads(sh(CTL, "stats", mnt, "--json").stdout)["total"]["gauges"][
+            "dirty_bytes"]
+
+    # ------------------------------------------------------------ report
+    def fmt(self, r, key):
+        v = r.get(key)
+        if v is None:
+            return "-"
+        if key in ("bw", "read", "rewrite"):
+            return f"{v / 1e6:.1f}"
+        if key in ("iops", "create", "stat", "unlink"):
+            return f"{v:.0f}"
+        return f"{v:.1f}"
+
+    def ratio(self, wl, x, key, lower_better):
+        def val(t):
+            r = self.results.get((wl, t), {})
+            return r.get(key) if r and "skip" not in r else None
+        mine = val(x)
+        if not mine:
+            return "-", "-", "-"
+        out = []
+        peers = [v for v in (val(p) for p in PEERS) if v]
+        best = (min(peers) if lower_better else max(peers)) if peers else None
+        for ref in (val("raw"), val("backing"), best):
+            out.append(f"{mine / ref:.2f}x" if ref else "-")
+        return tuple(out)
+
+    def report(self, started):
+        os.makedirs(self.out, exist_ok=True)
+        md = []
+        w = md.append
+        w(f"# nvcachefs benchmark ({'quick' if self.quick else 'full'})\n")
+        w(f"Run {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, {time.time() - started:.0f} s; "
+          f"fio {self.secs} s per cell; working set {self.ws // MiB} MiB; nvcachefs: two {self.dimm // MiB} MiB "
+          f"emulated DIMMs (loop devices over /dev/shm, direct I/O), small cache two {self.small // MiB} MiB; "
+          f"backing store: a directory on the machine's disk. Ratios: this figure over raw, over backing, over "
+          f"the best peer (rclone, mergerfs, bindfs, ext4 on a DIMM) of the same run; for latency lower is better.\n")
+        for n in self.notes:
+            w(f"- {n}")
+        w("")
+        workloads = []
+        for (wl, _x) in self.results:
+            if wl not in workloads and wl not in ("mount time",):
+                workloads.append(wl)
+        for wl in workloads:
+            rows = [(x, self.results[(wl, x)]) for x in self.targets if (wl, x) in self.results]
+            if not rows:
+                continue
+            w(f"## {wl}\n")
+            if wl == "metadata":
+                w("| target | files | create/s | stat/s | unlink/s | create vs backing | vs best peer |")
+                w("|---|---|---|---|---|---|---|")
+                for x, r in rows:
+                    if "skip" in r:
+                        w(f"| {x} | {r['skip']} | | | | | |")
+                        continue
+                    _, b, p = self.ratio(wl, x, "create", False)
+                    w(f"| {x} | {r['files']} | {self.fmt(r, 'create')} | {self.fmt(r, 'stat')} | "
+                      f"{self.fmt(r, 'unlink')} | {b} | {p} |")
+            elif wl == "bonnie++":
+                w("| target | block write MB/s | rewrite MB/s | block read MB/s | seeks/s |")
+                w("|---|---|---|---|---|")
+                for x, r in rows:
+                    if "skip" in r:
+                        w(f"| {x} | {r['skip']} | | | |")
+                        continue
+                    w(f"| {x} | {self.fmt(r, 'bw')} | {self.fmt(r, 'rewrite')} | {self.fmt(r, 'read')} | "
+                      f"{self.fmt(r, 'iops')} |")
+            elif wl == "destage":
+                d, b = self.results[("destage", "nvcachefs")], self.results[("destage", "backing")]
+                w("| | MB/s | ratio |")
+                w("|---|---|---|")
+                w(f"| nvcachefs destage ({d['bytes'] // MiB} MiB in {d['secs']:.1f} s) | {d['bw'] / 1e6:.1f} | "
+                  f"{d['bw'] / b['bw']:.2f}x of backing |" if b.get("bw") else "| nvcachefs destage | - | - |")
+                w(f"| backing store, its own 1M sequential write | {b.get('bw', 0) / 1e6:.1f} | 1.00x |")
+            else:
+                extra = wl == "1M checkpoint write"
+                bands = wl.startswith("btest")
+                head = "| target | MB/s | IOPS | p50 us | p99 us | p99.9 us | max us | IOPS vs raw | vs backing | " \
+                       "vs best peer | p99 vs raw | vs backing | vs best peer |"
+                if extra:
+                    head += " written s | in backing s |"
+                if bands:
+                    head += " " + " | ".join(BANDS) + " |"
+                w(head)
+                w("|" + "---|" * (head.count("|") - 1))
+                for x, r in rows:
+                    if "skip" in r:
+                        w(f"| {x} | {r['skip']} |" + " |" * (head.count("|") - 3))
+                        continue
+                    a = self.ratio(wl, x, "iops", False)
+                    l = self.ratio(wl, x, "p99", True)
+                    line = (f"| {x} | {self.fmt(r, 'bw')} | {self.fmt(r, 'iops')} | {self.fmt(r, 'p50')} | "
+                            f"{self.fmt(r, 'p99')} | {self.fmt(r, 'p999')} | {self.fmt(r, 'max')} | "
+                            f"{' | '.join(a)} | {' | '.join(l)} |")
+                    if extra:
+                        line += f" {r['write_secs']:.1f} | {r['durable_secs']:.1f} |"
+                    if bands:
+                        line += " " + " | ".join(str(v) for v in r.get("bands", [0] * 6)) + " |"
+                    w(line)
+            w("")
+        w("## The daemon\n")
+        r = self.rss
+        w("| figure | value |")
+        w("|---|---|")
+        w(f"| peak RSS | {r['peak_rss'] / MiB:.1f} MiB for {r['cache'] / GiB:.2f} GiB of cache: "
+          f"{r['rss_per_gib'] / MiB:.1f} MiB per GiB |")
+        w(f"| CPU | {r['cpu']:.1f} s for {r['moved'] / GiB:.2f} GiB read, written and destaged: "
+          f"{r['cpu_per_gib']:.2f} s per GiB |")
+        w(f"| mount time (empty cache) | {self.results[('mount time', 'nvc')]['secs'] * 1000:.0f} ms |")
+        w(f"| recovery after kill -9 | {r['recovery_secs'] * 1000:.0f} ms to mount again, "
+          f"{r['dirty_recovered'] / MiB:.0f} MiB dirty recovered |")
+        w("")
+        w("Plots: `throughput.png` (throughput per workload and target), `latency_cdf.png` (4K random read "
+          "QD1 latency CDF per target).")
+        with open(os.path.join(self.out, "report.md"), "w") as f:
+            f.write("\n".join(md) + "\n")
+        with open(os.path.join(self.out, "results.json"), "w") as f:
+            json.dump({f"{k[0]} | {k[1]}": v for k, v in self.results.items()}, f, indent=1)
+        self.plots(workloads)
+
+    def plots(self, workloads):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        wls = [wl for wl in workloads if wl not in ("metadata", "bonnie++", "destage")]
+        fig, axes = plt.subplots(len(wls), 1, figsize=(10, 2.6 * len(wls)))
+        for ax, wl in zip(axes, wls):
+            xs = [x for x in self.targets if "skip" not in self.results.get((wl, x), {"skip": 1})]
+            ys = [self.results[(wl, x)]["bw"] / 1e6 for x in xs]
+            ax.barh(xs, ys, color=["#c44" if x.startswith("nvcachefs") else "#888" for x in xs])
+            ax.set_title(wl, fontsize=9)
+            ax.set_xlabel("MB/s", fontsize=8)
+            ax.tick_params(labelsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(self.out, "throughput.png"), dpi=90)
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for x, vals in self.lat.items():
+            if not vals:
+                continue
+            n = len(vals)
+            step = max(1, n // 2000)
+            pts = vals[::step]
+            ax.plot([v / 1e3 for v in pts], [i * step / n for i in range(len(pts))], label=x)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency, us (log)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title("4K random read, QD1, cached data")
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+        fig.savefig(os.path.join(self.out, "latency_cdf.png"), dpi=90)
+        plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="short runs and a small working set: under 5 minutes")
+    ap.add_argument("--out", help="results folder (default results/DATE-quick|full)")
+    a = ap.parse_args()
+    if os.geteuid():
+        sys.exit("suite.py: run as root (loop devices, mounts)")
+    out = a.out or os.path.join(ROOT, "results", time.strftime("%Y%m%d-%H%M%S") + ("-quick" if a.quick else "-full"))
+    b = Bench(a.quick, out)
+    started = time.time()
+    try:
+        b.setup()
+        b.run()
+        b.report(started)
+    finally:
+        b.cleanup()
+    print(f"report: {os.path.join(out, 'report.md')} ({time.time() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
