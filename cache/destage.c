@@ -87,12 +87,89 @@ static int run_flush(struct cache *c, struct cfile *f, char *buf, struct run *r)
 	return 0;
 }
 
+/*
+ * The reads of one run (up to DESTAGE_BUF of the file, several slots) are
+ * issued together, so that the devices work on them in parallel; each slot
+ * stays read-locked until its reads are done, and is unlocked before the
+ * backing write.  Slots are locked in ascending block order, like writers.
+ */
+#define BATCH_IOS (DESTAGE_BUF / NVC_PAGE)
+
+struct batch {
+	struct dev_io io[BATCH_IOS];
+	uint64_t owner[BATCH_IOS]; /* index into v[] of the slot read */
+	uint64_t held[BATCH_IOS]; /* slots read-locked for this batch */
+	unsigned nio, nheld;
+};
+
+/*
+ * Read what the batch queued, fall back to the twin for a failed read, then
+ * write the run to the backing file.  A slot whose pages could be read from
+ * no copy is marked skip (it stays dirty) and the run is written around it.
+ * Every held slot but keep (the one being queued, or -1) is unlocked.
+ */
+static int batch_flush(struct cache *c, struct cfile *f, char *buf,
+		       struct run *run, struct batch *b, struct cslot **v,
+		       char *skip, int *partial, int64_t keep)
+{
+	uint64_t s0 = run->off;
+	unsigned k, held = 0;
+	int bad = 0, ret = 0;
+
+	if (b->nio && dev_io_run(b->io, b->nio)) {
+		for (k = 0; k < b->nio; k++) {
+			struct dev_io *io = &b->io[k];
+			struct cslot *s = v[b->owner[k]];
+			uint64_t p0 = (io->off - slot_off(c, slot_idx(c, s))) /
+				      NVC_PAGE;
+
+			if (!io->res)
+				continue;
+			note_dev_error(c, io, 1);
+			if (!twin_read(c, s, io->buf, p0,
+				       p0 + io->len / NVC_PAGE)) {
+				io->res = 0;
+				continue;
+			}
+			/* these dirty pages exist only on a failed device */
+			skip[b->owner[k]] = 1;
+			*partial = -EIO;
+			bad = 1;
+		}
+	}
+	for (k = 0; k < b->nheld; k++) {
+		if ((int64_t)b->held[k] == keep)
+			b->held[held++] = b->held[k];
+		else
+			pthread_rwlock_unlock(&v[b->held[k]]->rw);
+	}
+	b->nheld = held;
+	if (!bad) {
+		ret = run_flush(c, f, buf, run);
+	} else {
+		/* write each stretch of good reads on its own */
+		uint64_t at = s0;
+
+		for (k = 0; k < b->nio && !ret; k++) {
+			struct run part = { at, b->io[k].len };
+
+			if (!b->io[k].res)
+				ret = run_flush(c, f, (char *)b->io[k].buf,
+						&part);
+			at += b->io[k].len;
+		}
+		run->len = 0;
+	}
+	b->nio = 0;
+	return ret;
+}
+
 int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 {
 	struct cslot **v = NULL;
 	uint64_t *gens = NULL, (*snap)[META_MAX_WORDS] = NULL;
 	char *buf = NULL, *skip = NULL;
-	struct dev_io io;
+	struct batch *b = NULL;
 	int partial = 0;
 	struct run run = { 0, 0 };
 	struct list *l;
@@ -129,7 +206,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	pthread_mutex_unlock(&c->lock);
 	qsort(v, n, sizeof(*v), cmp_blk);
 	buf = dev_alloc_buf(DESTAGE_BUF);
-	if (!buf) {
+	b = calloc(1, sizeof(*b));
+	if (!buf || !b) {
 		ret = -ENOMEM;
 		goto out_unpin;
 	}
@@ -139,6 +217,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		uint32_t p = 0, run0;
 
 		pthread_rwlock_rdlock(&s->rw);
+		b->held[b->nheld++] = i;
 		pthread_mutex_lock(&c->lock);
 		gens[i] = s->gen;
 		memcpy(snap[i], s->dirty, sizeof(snap[i]));
@@ -156,11 +235,13 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 			at = s->blk * c->bs + run0 * NVC_PAGE;
 			len = (p - run0) * NVC_PAGE;
 			while (len && !ret) {
+				struct dev_io *io;
 				uint32_t part;
 
 				if (run.len && (run.off + run.len != at ||
 						run.len == DESTAGE_BUF))
-					ret = run_flush(c, f, buf, &run);
+					ret = batch_flush(c, f, buf, &run, b, v,
+							  skip, &partial, i);
 				if (ret)
 					break;
 				if (!run.len)
@@ -168,39 +249,31 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 				part = DESTAGE_BUF - run.len;
 				if (part > len)
 					part = len;
-				io.dev = slot_dev(c, slot_idx(c, s));
-				io.op = DEV_READ;
-				io.buf = buf + run.len;
-				io.len = part;
-				io.off = slot_off(c, slot_idx(c, s)) +
-					 (at - s->blk * c->bs);
-				io.fua = 0;
-				if (dev_io_run(&io, 1) &&
-				    twin_read(c, s, io.buf,
-					      (at - s->blk * c->bs) / NVC_PAGE,
-					      (at - s->blk * c->bs + part) /
-						      NVC_PAGE)) {
-					/*
-					 * This slot's dirty pages exist only on
-					 * a device that fails: they stay dirty,
-					 * the others go out.
-					 */
-					note_dev_error(c, &io, 1);
-					skip[i] = 1;
-					partial = -EIO;
-					ret = run_flush(c, f, buf, &run);
-					p = c->ppb;
-					break;
-				}
+				io = &b->io[b->nio];
+				b->owner[b->nio++] = i;
+				io->dev = slot_dev(c, slot_idx(c, s));
+				io->op = DEV_READ;
+				io->buf = buf + run.len;
+				io->len = part;
+				io->off = slot_off(c, slot_idx(c, s)) +
+					  (at - s->blk * c->bs);
+				io->fua = 0;
 				run.len += part;
 				at += part;
 				len -= part;
 			}
 		}
-		pthread_rwlock_unlock(&s->rw);
+		/* a slot with no read pending needs no lock any more */
+		if (b->nheld && b->held[b->nheld - 1] == i &&
+		    (!b->nio || b->owner[b->nio - 1] != i)) {
+			pthread_rwlock_unlock(&s->rw);
+			b->nheld--;
+		}
 	}
 	if (!ret)
-		ret = run_flush(c, f, buf, &run);
+		ret = batch_flush(c, f, buf, &run, b, v, skip, &partial, -1);
+	while (b->nheld) /* after an error */
+		pthread_rwlock_unlock(&v[b->held[--b->nheld]]->rw);
 	if (ret)
 		goto out_error;
 
@@ -293,6 +366,7 @@ out_unpin:
 	pthread_cond_broadcast(&c->flush_cond);
 	pthread_mutex_unlock(&c->lock);
 out_free:
+	free(b);
 	free(buf);
 	free(v);
 	free(gens);
