@@ -410,9 +410,9 @@ class Bench:
         print("  checkpoint: done", flush=True)
 
     def metadata(self):
-        """mdtest-like: create, stat and unlink N empty files, one directory."""
+        """mdtest-like: create, stat and unlink N small files, one directory."""
         name = "metadata"
-        n = 5000 if self.quick else 100000
+        n = 3000 if self.quick else 100000
         for x, where in self.targets.items():
             if x == "raw":
                 self.results[(name, x)] = {"skip": "a block device has no files"}
@@ -427,14 +427,17 @@ class Bench:
         print("  metadata: done", flush=True)
 
     def md_one(self, where, n):
-        """Create, stat and unlink n empty files in one directory; operations per second of each."""
+        """Create (with 4 KiB of data), stat and unlink n small files in one directory; operations per second."""
         d = os.path.join(where, "md")
         os.makedirs(d, exist_ok=True)
         names = [os.path.join(d, f"f{i:06d}") for i in range(n)]
         res = {"files": n}
         t0 = time.time()
+        small = b"x" * 4096
         for p in names:
-            os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644))
+            fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+            os.write(fd, small)
+            os.close(fd)
         res["create"] = n / (time.time() - t0)
         t0 = time.time()
         for p in names:
