@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <json-c/json.h>
 #include <limits.h>
+#include <mntent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +162,47 @@ static int cmd_check(int argc, char **argv)
 	return ret ? 1 : 0;
 }
 
+/* Is mnt a mounted nvcachefs, by its type in the mount table? */
+static int is_nvcachefs_mount(const char *mnt)
+{
+	FILE *f = setmntent("/proc/self/mounts", "r");
+	struct mntent *m;
+	int yes = 0;
+
+	if (!f)
+		return 0;
+	while ((m = getmntent(f)))
+		if (!strcmp(m->mnt_dir, mnt) &&
+		    !strcmp(m->mnt_type, "fuse.nvcachefs"))
+			yes = 1;
+	endmntent(f);
+	return yes;
+}
+
+/*
+ * The kernel shows the mount a moment before the daemon listens on its
+ * socket: on an nvcachefs mount, a missing socket is waited for (2 s at
+ * most), so that "mount; nvcachectl stats" works.
+ */
+static int connect_retry(const struct sockaddr_un *sa, const char *mnt)
+{
+	int tries, fd, e;
+
+	for (tries = 0;; tries++) {
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		if (!connect(fd, (const struct sockaddr *)sa, sizeof(*sa)))
+			return fd;
+		e = errno;
+		close(fd);
+		if ((e != ENOENT && e != ECONNREFUSED) || tries >= 100 ||
+		    !is_nvcachefs_mount(mnt))
+			return -e;
+		usleep(20000);
+	}
+}
+
 static int ctl_connect(const char *mountpoint, const char *cmd, FILE **out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -172,13 +214,10 @@ static int ctl_connect(const char *mountpoint, const char *cmd, FILE **out)
 	if (ctl_socket_path(mnt, path, sizeof(path)))
 		return fail("%s: path too long", mnt);
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return fail("socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		int e = errno;
+	fd = connect_retry(&sa, mnt);
+	if (fd < 0) {
+		int e = -fd;
 
-		close(fd);
 		if (e == ENOENT || e == ECONNREFUSED)
 			return fail("%s is not an nvcachefs mount (no daemon "
 				    "answers at %s)",

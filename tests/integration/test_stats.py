@@ -353,3 +353,22 @@ def test_flush_shows_progress_on_a_terminal(make_cache):
     assert "flush: done, 40.0 MiB destaged" in r.stdout, r.stdout
     assert c.stats()["dirty_bytes"] == 0
     c.unmount()
+
+
+def test_stats_right_after_mount_waits_for_the_socket(cache):
+    """The kernel shows the mount a moment before the daemon listens: nvcachectl waits for it rather than
+    saying that this is no nvcachefs mount (the socket is moved away and back to make the moment long)."""
+    path = cache.ctl_socket()
+    os.rename(path, path + ".away")
+    try:
+        p = subprocess.Popen([CTL, "stats", cache.mnt, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        threading.Event().wait(0.5)
+    finally:
+        os.rename(path + ".away", path)
+    out, err = p.communicate(timeout=10)
+    assert p.returncode == 0, err
+    assert json.loads(out)["total"]["gauges"]["uptime"] >= 0
+    # not a mount at all: told at once
+    r = sh(CTL, "stats", "/tmp", check=False)
+    assert r.returncode != 0 and "is not an nvcachefs mount" in r.stderr
