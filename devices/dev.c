@@ -367,13 +367,20 @@ static int io_finish(struct dev_io *io, uint32_t done)
  * Waiting for a completion by sleeping costs a wake-up, which on an idle,
  * virtualised CPU can take longer than the I/O itself.  A flash DIMM answers
  * in microseconds, so the submitting thread first spins on the completion
- * queue for up to poll_ns, and only then sleeps.
+ * queue for up to poll_ns, and only then sleeps.  Spinning only pays while
+ * CPUs are idle: once half the CPUs already spin, further waiters sleep, so
+ * that under a deep queue the spinning does not take the CPU from the
+ * threads with work to do.
  */
 static uint64_t poll_ns = 30000;
+static int spinners, max_spinners = 1;
 
 void dev_set_poll(uint64_t ns)
 {
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
 	poll_ns = ns;
+	max_spinners = cpus > 2 ? cpus / 2 : 1;
 }
 
 static uint64_t mono_ns(void)
@@ -417,7 +424,7 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 {
 	struct io_uring *ring = NULL;
 	unsigned i, queued = 0, done = 0;
-	int ret, first = 0;
+	int ret, first = 0, spin = 0;
 	uint64_t t0 = 0;
 
 	for (i = 0; i < n && !t0; i++)
@@ -477,27 +484,38 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 		queued++;
 	}
 	if (queued > done) {
-		ret = poll_ns ? io_uring_submit(ring)
-			      : io_uring_submit_and_wait(ring, queued - done);
+		spin = poll_ns &&
+		       __atomic_add_fetch(&spinners, 1, __ATOMIC_RELAXED) <=
+			       max_spinners;
+		if (poll_ns && !spin)
+			__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
+		ret = spin ? io_uring_submit(ring)
+			   : io_uring_submit_and_wait(ring, queued - done);
 		if (ret < 0 && ret != -EINTR)
-			return ret;
+			goto out_spin;
 	}
+	ret = 0;
 	while (done < queued) {
 		struct io_uring_cqe *cqe;
 		struct dev_io *c;
 
-		ret = poll_ns ? poll_cqe(ring, &cqe)
-			      : io_uring_wait_cqe(ring, &cqe);
+		ret = spin ? poll_cqe(ring, &cqe)
+			   : io_uring_wait_cqe(ring, &cqe);
 		if (ret == -EINTR)
 			continue;
 		if (ret)
-			return ret;
+			goto out_spin;
 		c = io_uring_cqe_get_data(cqe);
 		c->res = cqe->res < 0 ? cqe->res : io_finish(c, cqe->res);
 		io_uring_cqe_seen(ring, cqe);
 		observe(c, t0);
 		done++;
 	}
+out_spin:
+	if (spin)
+		__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
+	if (ret)
+		return ret;
 	for (i = 0; i < n; i++)
 		if (ios[i].res && !first)
 			first = ios[i].res;

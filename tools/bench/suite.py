@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -714,6 +715,8 @@ def main():
         sys.exit("suite.py: run as root (loop devices, mounts)")
     out = a.out or os.path.join(ROOT, "results", time.strftime("%Y%m%d-%H%M%S") + ("-quick" if a.quick else "-full"))
     b = Bench(a.quick, out)
+    # a kill still tears down the mounts and loop devices
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("suite.py: terminated"))
     started = time.time()
     try:
         b.setup()
