@@ -1847,6 +1847,7 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 		stat_diff(s, c->stats_base, s);
 	STAT_GAUGE(s, destage_rate) = destage_rate_locked(c);
 	STAT_GAUGE(s, since_reset) = (now - c->reset_ns) / 1000000000ull;
+	STAT_GAUGE(s, resets) = c->resets;
 	pthread_mutex_unlock(&c->stats_lock);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	s->time_ns = ts.tv_sec * 1000000000ull + ts.tv_nsec;
@@ -1897,6 +1898,7 @@ int cache_stats_reset(struct cache *c)
 	stat_collect(&c->stats, c->ndevs, base);
 	stat_reset_max(&c->stats);
 	c->reset_ns = now_ns();
+	c->resets++;
 	pthread_mutex_unlock(&c->stats_lock);
 	log_msg(LOG_NOTICE, "statistics reset");
 	return 0;

@@ -174,7 +174,7 @@ struct cache {
 	 * destaged bytes for the destage rate */
 	pthread_mutex_t stats_lock;
 	struct stat_snap *stats_base;
-	uint64_t mount_ns, reset_ns;
+	uint64_t mount_ns, reset_ns, resets;
 	uint64_t rate_sec[16], rate_bytes[16]; /* destaged per second */
 	struct dev_obs {
 		struct cache *c;

@@ -56,7 +56,8 @@
 	  "destage bandwidth over the last 10 seconds")                      \
 	X(meta_repaired, "", "metadata records repaired at mount")           \
 	X(uptime, "seconds", "seconds since mount")                          \
-	X(since_reset, "seconds", "seconds since the counters were reset")
+	X(since_reset, "seconds", "seconds since the counters were reset")   \
+	X(resets, "", "times the counters were reset since mount")
 
 /* Latencies as the application sees them, and of the store behind. */
 #define STAT_LATS(X)                                               \

@@ -288,6 +288,20 @@ static int simple_command(const char *mnt, const char *cmd)
 	return ok ? 0 : 1;
 }
 
+/* The counters went back to zero between two snapshots: a reset (counted)
+ * or a new daemon (some counter smaller than before). */
+static int restarted(const struct stat_snap *prev, const struct stat_snap *cur)
+{
+	int k;
+
+	if (STAT_GAUGE(cur, resets) != STAT_GAUGE(prev, resets))
+		return 1;
+	for (k = 0; k < STAT_NCOUNTERS; k++)
+		if (cur->ctr[k] < prev->ctr[k])
+			return 1;
+	return 0;
+}
+
 static int cmd_stats(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -388,6 +402,12 @@ static int cmd_stats(int argc, char **argv)
 			;
 		if (fetch(mnt, cur))
 			goto out_free;
+		/* after a reset or a restart, the interval starts from zero */
+		if (restarted(prev, cur)) {
+			memset(prev->ctr, 0, sizeof(prev->ctr));
+			memset(prev->lat, 0, sizeof(prev->lat));
+			memset(prev->dev, 0, sizeof(prev->dev));
+		}
 		stat_diff(cur, prev, diff);
 		if (json)
 			show_json(stdout, mnt, cur, diff,

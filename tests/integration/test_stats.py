@@ -372,3 +372,21 @@ def test_stats_right_after_mount_waits_for_the_socket(cache):
     # not a mount at all: told at once
     r = sh(CTL, "stats", "/tmp", check=False)
     assert r.returncode != 0 and "is not an nvcachefs mount" in r.stderr
+
+
+def test_interval_after_a_reset_starts_from_zero(cache):
+    c = cache
+    mixed_workload(c)
+    time_ = __import__("time")
+    p = subprocess.Popen([CTL, "stats", c.mnt, "-i", "0.4", "--count", "4", "--json"], stdout=subprocess.PIPE,
+                         text=True)
+    time_.sleep(1.1)                      # the counters go back to zero between two intervals
+    c.ctl("stats", c.mnt, "--reset")
+    with open(c.path("after"), "wb") as f:
+        f.write(b"z" * 8192)
+    out, _ = p.communicate(timeout=20)
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert len(lines) == 4
+    for x in lines:
+        for k, v in x["interval"]["counters"].items():
+            assert 0 <= v <= x["total"]["counters"][k] or x["total"]["counters"][k] == 0 == v, (k, v)
