@@ -177,6 +177,11 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats);
 	int ret = 0;
 
+	if (f->fd < 0 && !f->bk_missing) {
+		ret = file_reopen_by_handle(c, f);
+		if (ret)
+			return ret;
+	}
 	if (f->fd < 0 || f->ro)
 		return -EBADF;
 	pthread_rwlock_rdlock(&f->rw);
@@ -410,7 +415,7 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 	for (l = c->dirty_files.next; l != &c->dirty_files; l = l->next) {
 		struct cfile *f = list_entry(l, struct cfile, dlink);
 
-		if (f->destaging || f->fd < 0)
+		if (f->destaging || f->bk_missing || (f->fd < 0 && !f->hbytes))
 			continue;
 		if (urgent || (age && now - f->dirty_since >= age))
 			return f;
@@ -427,7 +432,7 @@ static void *destage_main(void *arg)
 {
 	struct cache *c = arg;
 	uint64_t wait_ms;
-	int backoff = 0;
+	int backoff = 0, idle_fd;
 
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping) {
@@ -465,7 +470,10 @@ static void *destage_main(void *arg)
 		c->last_destage_err = ret;
 		if (ret)
 			backoff = 1;
+		idle_fd = file_idle_fd_locked(c, f);
 		file_put_locked(c, f);
+		if (idle_fd >= 0)
+			close(idle_fd);
 		pthread_cond_broadcast(&c->flush_cond);
 		pthread_cond_broadcast(&c->space_cond);
 	}

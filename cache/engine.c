@@ -352,6 +352,8 @@ void file_put_locked(struct cache *c, struct cfile *f)
 	file_free(f);
 }
 
+static int file_reopen(struct cache *c, struct cfile *f, int fd);
+
 int cache_file_get(struct cache *c, int fd, struct cfile **out)
 {
 	struct {
@@ -372,6 +374,13 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 	if (f) {
 		f->refs++;
 		pthread_mutex_unlock(&c->lock);
+		if (f->fd < 0 && !f->unlinked) {
+			ret = file_reopen(c, f, fd);
+			if (ret) {
+				cache_file_put(c, f);
+				return ret;
+			}
+		}
 		*out = f;
 		return 0;
 	}
@@ -427,11 +436,103 @@ err_free:
 	return ret;
 }
 
+/*
+ * A file nobody has open keeps its cached blocks but not its backing
+ * descriptor: a cache of many small files would otherwise hold one descriptor
+ * per file and run the daemon out of them.  The backing file's look (size,
+ * mtime) is recorded first, for the check at the next mount; the descriptor
+ * comes back with the next open, or by the file's handle for destage.
+ */
+static int file_idle(const struct cfile *f)
+{
+	return f->refs == 1 && !f->destaging && !f->unlinked && f->fd >= 0 &&
+	       f->nslots;
+}
+
+/*
+ * With c->lock held and one reference on f (about to be put): if f is idle,
+ * record its backing file's look and take its descriptor away; c->lock is
+ * dropped meanwhile.  Returns the descriptor to close, or -1.
+ */
+int file_idle_fd_locked(struct cache *c, struct cfile *f)
+{
+	int ok, fd = -1;
+
+	if (!file_idle(f))
+		return -1;
+	pthread_mutex_unlock(&c->lock);
+	ok = !file_note_backing(c, f);
+	pthread_mutex_lock(&c->lock);
+	if (ok && file_idle(f)) {
+		fd = f->fd;
+		f->fd = -1;
+	}
+	return fd;
+}
+
 void cache_file_put(struct cache *c, struct cfile *f)
 {
+	int fd;
+
 	pthread_mutex_lock(&c->lock);
+	fd = file_idle_fd_locked(c, f);
 	file_put_locked(c, f);
 	pthread_mutex_unlock(&c->lock);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* A descriptor for the destage of a file nobody has open (f referenced). */
+int file_reopen_by_handle(struct cache *c, struct cfile *f)
+{
+	struct {
+		struct file_handle fh;
+		uint8_t buf[META_HANDLE_MAX];
+	} h;
+	int fd;
+
+	h.fh.handle_bytes = f->hbytes;
+	h.fh.handle_type = f->htype;
+	memcpy(h.fh.f_handle, f->handle, f->hbytes);
+	fd = open_by_handle_at(c->backing_fd, &h.fh, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	if (f->fd < 0) {
+		f->fd = fd;
+		fd = -1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (fd >= 0)
+		close(fd);
+	return 0;
+}
+
+/* Give a file found without a descriptor one again, from the caller's fd. */
+static int file_reopen(struct cache *c, struct cfile *f, int fd)
+{
+	char path[64];
+	int nfd, ro = 0;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	nfd = open(path, O_RDWR | O_CLOEXEC);
+	if (nfd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM ||
+			errno == ETXTBSY)) {
+		nfd = open(path, O_RDONLY | O_CLOEXEC);
+		ro = 1;
+	}
+	if (nfd < 0)
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	if (f->fd < 0) {
+		f->fd = nfd;
+		f->ro = ro;
+		nfd = -1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (nfd >= 0)
+		close(nfd);
+	return 0;
 }
 
 int cache_file_readonly(const struct cfile *f)
@@ -470,6 +571,27 @@ void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* The backing file of f has no link left (checked by its handle). */
+static int file_gone(struct cache *c, struct cfile *f)
+{
+	struct {
+		struct file_handle fh;
+		uint8_t buf[META_HANDLE_MAX];
+	} h;
+	struct stat st;
+	int fd, gone;
+
+	h.fh.handle_bytes = f->hbytes;
+	h.fh.handle_type = f->htype;
+	memcpy(h.fh.f_handle, f->handle, f->hbytes);
+	fd = open_by_handle_at(c->backing_fd, &h.fh, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ESTALE || errno == ENOENT;
+	gone = !fstat(fd, &st) && st.st_nlink == 0;
+	close(fd);
+	return gone;
+}
+
 void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino)
 {
 	struct cfile *f;
@@ -477,7 +599,12 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino)
 
 	pthread_mutex_lock(&c->lock);
 	f = file_find(c, dev, ino);
-	if (f && f->fd >= 0 && !fstat(f->fd, &st) && st.st_nlink == 0) {
+	if (f && f->fd < 0 && !f->unlinked && file_gone(c, f)) {
+		/* an idle file: its handle tells whether it still exists */
+		f->unlinked = 1;
+		f->refs++;
+		file_put_locked(c, f);
+	} else if (f && f->fd >= 0 && !fstat(f->fd, &st) && st.st_nlink == 0) {
 		f->unlinked = 1;
 		f->refs++;
 		file_put_locked(c, f);

@@ -125,6 +125,7 @@ struct cfile {
 	int destaging;
 	int unlinked;
 	int bk_durable;
+	int bk_missing; /* the backing file could not be opened at mount */
 	uint64_t bk_mtime_ns;
 	uint32_t hbytes;
 	int32_t htype;
@@ -277,6 +278,8 @@ int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
 void file_hash_add(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
 void file_put_locked(struct cache *c, struct cfile *f);
+int file_idle_fd_locked(struct cache *c, struct cfile *f);
+int file_reopen_by_handle(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
 int file_note_backing(struct cache *c, struct cfile *f);
 int file_trim(struct cache *c, struct cfile *f, uint64_t size);

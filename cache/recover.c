@@ -52,6 +52,7 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 				"recovery: cannot open backing file (inode "
 				"%llu): %s; its dirty data stays in the cache",
 				(unsigned long long)f->ino, strerror(errno));
+			f->bk_missing = 1;
 		}
 		return;
 	}
@@ -313,6 +314,16 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		f->refs = 1;
 		file_put_locked(c, f);
 	}
+	/* files wait for their next open or destage without a descriptor
+	 * (see cache_file_put) */
+	for (r = 0; r < c->meta.nfiles; r++) {
+		struct cfile *f = c->recs[r];
+
+		if (f && !f->refs && f->fd >= 0) {
+			close(f->fd);
+			f->fd = -1;
+		}
+	}
 	return 0;
 }
 
@@ -343,7 +354,6 @@ static uint64_t probe_max_file_size(int dirfd)
 static int cache_alloc(struct cache *c)
 {
 	uint64_t i, hsize = 1;
-	struct rlimit rl;
 
 	c->slots = calloc(c->nslots, sizeof(*c->slots));
 	while (hsize < c->nslots * 2)
@@ -373,11 +383,6 @@ static int cache_alloc(struct cache *c)
 	pthread_cond_init(&c->space_cond, NULL);
 	pthread_cond_init(&c->destage_cond, NULL);
 	pthread_cond_init(&c->flush_cond, NULL);
-	/* each cached file keeps a backing descriptor open */
-	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
 	return 0;
 }
 

@@ -51,8 +51,91 @@ static void proc_path(int fd, char *buf, size_t len)
 	snprintf(buf, len, "/proc/self/fd/%d", fd);
 }
 
+struct fs_fhandle {
+	struct file_handle fh;
+	unsigned char bytes[FS_HANDLE_MAX];
+};
+
+/* Remember fd's handle in in and close fd, when the inode can do without. */
+static void inode_drop_fd(struct fs *fs, struct fs_inode *in,
+			  const struct stat *st)
+{
+	struct fs_fhandle h;
+	int mnt;
+
+	if (!fs->by_handle || S_ISDIR(st->st_mode))
+		return;
+	h.fh.handle_bytes = FS_HANDLE_MAX;
+	if (name_to_handle_at(in->fd, "", &h.fh, &mnt, AT_EMPTY_PATH))
+		return;
+	in->htype = h.fh.handle_type;
+	in->hbytes = h.fh.handle_bytes;
+	memcpy(in->handle, h.fh.f_handle, h.fh.handle_bytes);
+	close(in->fd);
+	in->fd = -1;
+}
+
+/* An O_PATH descriptor for in, or -errno; give it back with inode_fd_put. */
+static int inode_fd(struct fs *fs, struct fs_inode *in)
+{
+	int fd = __atomic_load_n(&in->fd, __ATOMIC_ACQUIRE);
+	struct fs_fhandle h;
+
+	if (fd >= 0)
+		return fd;
+	h.fh.handle_bytes = in->hbytes;
+	h.fh.handle_type = in->htype;
+	memcpy(h.fh.f_handle, in->handle, in->hbytes);
+	fd = open_by_handle_at(fs->backing_fd, &h.fh, O_PATH | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static void inode_fd_put(struct fs_inode *in, int fd)
+{
+	if (fd >= 0 && fd != __atomic_load_n(&in->fd, __ATOMIC_ACQUIRE))
+		close(fd);
+}
+
+/*
+ * A name is about to go and may be the inode's last: an inode the kernel
+ * still holds (an open, unlinked file) keeps a descriptor from now on, as its
+ * handle will not open any more.
+ */
+static void inode_pin(struct fs *fs, const struct stat *st)
+{
+	struct fs_inode *in;
+	int fd;
+
+	pthread_mutex_lock(&fs->ilock);
+	for (in = fs->itab[(st->st_ino * 0x9e3779b97f4a7c15ull ^ st->st_dev) &
+			   fs->imask];
+	     in; in = in->next)
+		if (in->ino == st->st_ino && in->dev == st->st_dev)
+			break;
+	if (in && in->fd < 0) {
+		fd = inode_fd(fs, in);
+		if (fd >= 0)
+			__atomic_store_n(&in->fd, fd, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&fs->ilock);
+}
+
 int fs_init_table(struct fs *fs)
 {
+	struct fs_fhandle h;
+	int mnt, fd;
+
+	/* can this daemon open by handle (CAP_DAC_READ_SEARCH)? */
+	h.fh.handle_bytes = FS_HANDLE_MAX;
+	if (!name_to_handle_at(fs->backing_fd, "", &h.fh, &mnt,
+			       AT_EMPTY_PATH)) {
+		fd = open_by_handle_at(fs->backing_fd, &h.fh,
+				       O_PATH | O_CLOEXEC);
+		if (fd >= 0) {
+			fs->by_handle = 1;
+			close(fd);
+		}
+	}
 	fs->imask = (1u << 16) - 1;
 	fs->itab = calloc(fs->imask + 1, sizeof(*fs->itab));
 	pthread_mutex_init(&fs->ilock, NULL);
@@ -68,7 +151,8 @@ void fs_free_table(struct fs *fs)
 
 		for (in = fs->itab[i]; in; in = n) {
 			n = in->next;
-			close(in->fd);
+			if (in->fd >= 0)
+				close(in->fd);
 			free(in);
 		}
 	}
@@ -114,6 +198,7 @@ static struct fs_inode *inode_get(struct fs *fs, int fd, const struct stat *st)
 	in->dev = st->st_dev;
 	in->ino = st->st_ino;
 	in->nlookup = 1;
+	inode_drop_fd(fs, in, st);
 	in->next = fs->itab[h];
 	fs->itab[h] = in;
 	pthread_mutex_unlock(&fs->ilock);
@@ -135,7 +220,8 @@ static void inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
 				*p = in->next;
 				break;
 			}
-		close(in->fd);
+		if (in->fd >= 0)
+			close(in->fd);
 		free(in);
 	}
 	pthread_mutex_unlock(&fs->ilock);
@@ -238,13 +324,27 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
+	struct fs_inode *in = inode_of(fs, ino);
 	struct stat st;
-	int ret = fs_stat(fs, inode_of(fs, ino)->fd, &st);
+	int fd = inode_fd(fs, in), ret = fd < 0 ? fd : fs_stat(fs, fd, &st);
 
+	inode_fd_put(in, fd);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_attr(req, &st, fs->timeout);
+}
+
+/* The cache's object for a regular file's inode. */
+static int inode_cfile(struct fs *fs, struct fs_inode *in, struct cfile **cf)
+{
+	int fd = inode_fd(fs, in), ret;
+
+	if (fd < 0)
+		return fd;
+	ret = cache_file_get(fs->cache, fd, cf);
+	inode_fd_put(in, fd);
+	return ret;
 }
 
 static int with_cfile(struct fs *fs, struct fs_inode *in,
@@ -256,7 +356,7 @@ static int with_cfile(struct fs *fs, struct fs_inode *in,
 		return 0;
 	}
 	*got = 1;
-	return cache_file_get(fs->cache, in->fd, cf);
+	return inode_cfile(fs, in, cf);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
@@ -266,9 +366,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	struct fs_inode *in = inode_of(fs, ino);
 	char path[64];
 	struct stat st;
-	int ret = 0;
+	int ret = 0, fd = inode_fd(fs, in);
 
-	proc_path(in->fd, path, sizeof(path));
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	proc_path(fd, path, sizeof(path));
 	if (valid & FUSE_SET_ATTR_MODE) {
 		if (chmod(path, attr->st_mode))
 			ret = -errno;
@@ -277,8 +381,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		uid_t u = valid & FUSE_SET_ATTR_UID ? attr->st_uid : (uid_t)-1;
 		gid_t g = valid & FUSE_SET_ATTR_GID ? attr->st_gid : (gid_t)-1;
 
-		if (fchownat(in->fd, "", u, g,
-			     AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		if (fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 			ret = -errno;
 	}
 	if (!ret && (valid & FUSE_SET_ATTR_SIZE)) {
@@ -310,7 +413,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			cache_file_times_set(fs->cache, in->dev, in->ino);
 	}
 	if (!ret)
-		ret = fs_stat(fs, in->fd, &st);
+		ret = fs_stat(fs, fd, &st);
+	inode_fd_put(in, fd);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -319,12 +423,17 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
+	struct fs_inode *in = inode_of(fs_of(req), ino);
 	char buf[PATH_MAX + 1];
-	ssize_t n =
-		readlinkat(inode_of(fs_of(req), ino)->fd, "", buf, sizeof(buf));
+	int fd = inode_fd(fs_of(req), in);
+	ssize_t n = fd < 0 ? (errno = -fd, -1)
+			   : readlinkat(fd, "", buf, sizeof(buf));
 
 	if (n < 0)
-		fuse_reply_err(req, errno);
+		n = -errno;
+	inode_fd_put(in, fd);
+	if (n < 0)
+		fuse_reply_err(req, -n);
 	else if (n == sizeof(buf))
 		fuse_reply_err(req, ENAMETOOLONG);
 	else {
@@ -399,13 +508,23 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 		    const char *name)
 {
 	struct fs *fs = fs_of(req);
+	struct fs_inode *in = inode_of(fs, ino);
 	struct fuse_entry_param e;
 	char path[64];
+	int fd = inode_fd(fs, in), ret;
 
-	proc_path(inode_of(fs, ino)->fd, path, sizeof(path));
-	if (linkat(AT_FDCWD, path, inode_of(fs, parent)->fd, name,
-		   AT_SYMLINK_FOLLOW)) {
-		fuse_reply_err(req, errno);
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	proc_path(fd, path, sizeof(path));
+	ret = linkat(AT_FDCWD, path, inode_of(fs, parent)->fd, name,
+		     AT_SYMLINK_FOLLOW)
+		      ? -errno
+		      : 0;
+	inode_fd_put(in, fd);
+	if (ret) {
+		fuse_reply_err(req, -ret);
 		return;
 	}
 	reply_entry_or_err(req, do_lookup(fs, parent, name, &e), &e);
@@ -425,6 +544,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct stat st;
 	int known = !name_ino(pfd, name, &st);
 
+	if (known)
+		inode_pin(fs, &st);
 	if (unlinkat(pfd, name, 0)) {
 		fuse_reply_err(req, errno);
 		return;
@@ -451,6 +572,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct stat st;
 	int known = !(flags & RENAME_EXCHANGE) && !name_ino(nfd, newname, &st);
 
+	if (known)
+		inode_pin(fs, &st);
 	if (renameat2(inode_of(fs, parent)->fd, name, nfd, newname, flags)) {
 		fuse_reply_err(req, errno);
 		return;
@@ -468,7 +591,7 @@ static int open_fh(struct fs *fs, struct fs_inode *in,
 
 	if (!fh)
 		return -ENOMEM;
-	ret = cache_file_get(fs->cache, in->fd, &fh->cf);
+	ret = inode_cfile(fs, in, &fh->cf);
 	if (ret) {
 		free(fh);
 		return ret;
@@ -765,31 +888,48 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags)
 {
+	struct fs_inode *in = inode_of(fs_of(req), ino);
+	int fd = inode_fd(fs_of(req), in), ret;
 	char path[64];
 
-	proc_path(inode_of(fs_of(req), ino)->fd, path, sizeof(path));
-	fuse_reply_err(req,
-		       setxattr(path, name, value, size, flags) ? errno : 0);
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	proc_path(fd, path, sizeof(path));
+	ret = setxattr(path, name, value, size, flags) ? errno : 0;
+	inode_fd_put(in, fd);
+	fuse_reply_err(req, ret);
 }
 
 /* getxattr and listxattr: size 0 asks for the length, else for the bytes. */
 static void xattr_reply(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
+	struct fs_inode *in = inode_of(fs_of(req), ino);
 	char path[64], *buf = NULL;
+	int fd = inode_fd(fs_of(req), in);
 	ssize_t n;
 
-	proc_path(inode_of(fs_of(req), ino)->fd, path, sizeof(path));
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	proc_path(fd, path, sizeof(path));
 	if (size) {
 		buf = malloc(size);
 		if (!buf) {
+			inode_fd_put(in, fd);
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
 	}
 	n = name ? getxattr(path, name, buf, size) : listxattr(path, buf, size);
 	if (n < 0)
-		fuse_reply_err(req, errno);
+		n = -errno;
+	inode_fd_put(in, fd);
+	if (n < 0)
+		fuse_reply_err(req, -n);
 	else if (size)
 		fuse_reply_buf(req, buf, n);
 	else
@@ -810,10 +950,18 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
+	struct fs_inode *in = inode_of(fs_of(req), ino);
+	int fd = inode_fd(fs_of(req), in), ret;
 	char path[64];
 
-	proc_path(inode_of(fs_of(req), ino)->fd, path, sizeof(path));
-	fuse_reply_err(req, removexattr(path, name) ? errno : 0);
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	proc_path(fd, path, sizeof(path));
+	ret = removexattr(path, name) ? errno : 0;
+	inode_fd_put(in, fd);
+	fuse_reply_err(req, ret);
 }
 
 /*

@@ -9,12 +9,25 @@
 
 #include "../cache/cache.h"
 
+#define FS_HANDLE_MAX 48
+
+/*
+ * An inode the kernel has looked up.  Directories keep an O_PATH descriptor
+ * (they are the dirfd of every name operation); other inodes keep only their
+ * file handle and are opened by it for the moment they are needed, so that a
+ * kernel holding millions of inodes does not need millions of descriptors.
+ * An inode whose handle is too long, or a daemon not allowed to open by
+ * handle, keeps its descriptor.
+ */
 struct fs_inode {
-	int fd; /* O_PATH on the backing inode */
+	int fd; /* O_PATH on the backing inode, or -1: open by handle */
 	dev_t dev;
 	ino_t ino;
 	uint64_t nlookup;
 	struct fs_inode *next;
+	int htype;
+	uint8_t hbytes;
+	unsigned char handle[FS_HANDLE_MAX];
 };
 
 struct fs {
@@ -26,6 +39,7 @@ struct fs {
 	struct fs_inode **itab;
 	size_t imask;
 	double timeout;
+	int by_handle; /* open_by_handle_at works here */
 	const char *mountpoint;
 	const char *config_file;
 	char **overrides;

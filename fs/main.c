@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <syslog.h>
@@ -188,6 +189,34 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
+/*
+ * Every inode the kernel has looked up holds an O_PATH descriptor, and every
+ * cached file an open one: a mount with many files needs many descriptors.
+ * Take the system's maximum (nr_open) when privileged, else the hard limit.
+ */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	unsigned long nr_open = 0;
+	FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+
+	if (f) {
+		if (fscanf(f, "%lu", &nr_open) != 1)
+			nr_open = 0;
+		fclose(f);
+	}
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (nr_open > rl.rlim_max) {
+		struct rlimit want = { nr_open, nr_open };
+
+		if (!setrlimit(RLIMIT_NOFILE, &want))
+			return;
+	}
+	rl.rlim_cur = rl.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -288,6 +317,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mnt, cfg.backing_path))
 		die("the mount point cannot be the backing directory");
 
+	raise_fd_limit();
 	if (!foreground && daemon_begin())
 		die("cannot daemonise: %s", strerror(errno));
 	umask(0);

@@ -76,8 +76,8 @@ class Cache:
             assert r.returncode == 0, r.stderr
         return r
 
-    def mount(self, *opts, check=True):
-        cmd = [DAEMON, "-f", "-c", self.conf, "-o", "allow_other"]
+    def mount(self, *opts, check=True, wrapper=()):
+        cmd = [*wrapper, DAEMON, "-f", "-c", self.conf, "-o", "allow_other"]
         for o in opts:
             cmd += ["-o", o]
         cmd.append(self.mnt)

@@ -79,6 +79,13 @@ def test_unlink_open_file_and_hard_links(cache):
     os.unlink(b)
     os.pwrite(fd, b"still here", 0)
     assert os.pread(fd, 10, 0) == b"still here"
+    # attributes, times, mode and xattrs of the open, unlinked file
+    assert os.fstat(fd).st_size == 100000 and os.fstat(fd).st_nlink == 0
+    os.fchmod(fd, 0o600)
+    os.ftruncate(fd, 50)
+    assert os.fstat(fd).st_mode & 0o777 == 0o600 and os.fstat(fd).st_size == 50
+    os.setxattr(fd, "user.k", b"v")
+    assert os.getxattr(fd, "user.k") == b"v"
     os.close(fd)
     assert os.listdir(cache.mnt) == []
     cache.flush()

@@ -142,3 +142,59 @@ def test_permissions_enforced_and_owner_is_caller(public_cache):
     assert r.returncode != 0
     with open(secret, "rb") as f:
         assert f.read() == b"root only"
+
+
+def test_closed_cached_files_hold_no_descriptor(make_cache):
+    """A file that nobody has open and that has nothing dirty keeps its cached data but not a descriptor:
+    under a limit of 1024 descriptors, 2000 cached small files must not make the daemon fail with EMFILE."""
+    c = make_cache()
+    c.format()
+    c.mount(wrapper=("prlimit", "--nofile=1024:1024"))
+    d = c.path("many")
+    os.mkdir(d)
+    for batch in range(5):
+        for i in range(batch * 400, batch * 400 + 400):
+            with open(os.path.join(d, f"f{i}"), "wb") as f:
+                f.write(b"%d" % i)
+        c.flush()                                # clean: nothing holds them
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2\n")                       # the kernel forgets the inodes it looked up
+    assert c.stats()["used_bytes"] >= 2000 * 4096  # still cached
+    for i in range(0, 2000, 7):                  # and read back right, reopened
+        with open(os.path.join(d, f"f{i}"), "rb") as f:
+            assert f.read() == b"%d" % i
+    nfds = len(os.listdir(f"/proc/{c.proc.pid}/fd"))
+    assert nfds < 400, nfds
+    os.unlink(os.path.join(d, "f7"))             # an idle file's data goes with it
+    assert not os.path.exists(os.path.join(d, "f7"))
+    assert c.unmount() == 0
+    assert len(os.listdir(os.path.join(c.backing, "many"))) == 1999
+
+
+def test_many_looked_up_files_need_no_descriptor_each(make_cache):
+    """The kernel may hold any number of inodes: under a limit of 1024 descriptors, 3000 files looked up at
+    once (and kept by the kernel) must all work, their attributes, links, xattrs and data."""
+    c = make_cache()
+    c.format()
+    c.mount(wrapper=("prlimit", "--nofile=1024:1024"))
+    d = c.path("many")
+    os.mkdir(d)
+    for i in range(3000):
+        with open(os.path.join(d, f"f{i}"), "wb") as f:
+            f.write(b"%d" % i)
+    held = [os.open(os.path.join(d, f"f{i}"), os.O_PATH) for i in range(0, 3000, 3)]   # pinned in the kernel
+    try:
+        for i in range(3000):
+            assert os.stat(os.path.join(d, f"f{i}")).st_size == len(b"%d" % i)
+        os.link(os.path.join(d, "f5"), os.path.join(d, "hard"))
+        os.setxattr(os.path.join(d, "f6"), "user.x", b"y")
+        assert os.getxattr(os.path.join(d, "f6"), "user.x") == b"y"
+        os.chmod(os.path.join(d, "f7"), 0o640)
+        assert stat.S_IMODE(os.stat(os.path.join(d, "f7")).st_mode) == 0o640
+        with open(os.path.join(d, "hard"), "rb") as f:
+            assert f.read() == b"5"
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert len(os.listdir(d)) == 3001
+    assert c.unmount() == 0
