@@ -513,9 +513,29 @@ static void prom_summary(FILE *out, const char *labels,
 		h->count);
 }
 
+/* One per-device family: counter k (or gauge k) of every device. */
+static void prom_dev_family(FILE *out, const char *m, const struct stat_snap *s,
+			    const struct stat_desc *desc, int gauge, int k)
+{
+	char name[128], help[256], p[600];
+	int d;
+
+	prom_name(name, sizeof(name), desc, "device_", gauge ? "" : "_total");
+	snprintf(help, sizeof(help), "per cache device: %s", desc->help);
+	prom_head(out, name, gauge ? "gauge" : "counter", help);
+	for (d = 0; d < s->ndevs; d++) {
+		prom_escape(s->dev[d].path, p, sizeof(p));
+		fprintf(out,
+			"nvcachefs_%s{mountpoint=\"%s\",device=\"%s\"} %" PRIu64
+			"\n",
+			name, m, p,
+			gauge ? s->dev[d].gauge[k] : s->dev[d].ctr[k]);
+	}
+}
+
 void show_prometheus(FILE *out, const char *mnt, const struct stat_snap *s)
 {
-	char m[1024], p[600], name[128], help[256], labels[2048];
+	char m[1024], p[600], name[128], labels[2048];
 	int i, d, k;
 
 	prom_escape(mnt, m, sizeof(m));
@@ -564,34 +584,10 @@ void show_prometheus(FILE *out, const char *mnt, const struct stat_snap *s)
 					lat_hiccup_names[k],
 					s->lat[i].hiccup[k]);
 	}
-	for (i = 0; i < STAT_NDEV_COUNTERS; i++) {
-		prom_name(name, sizeof(name), &stat_dev_counter_desc[i],
-			  "device_", "_total");
-		snprintf(help, sizeof(help), "per cache device: %s",
-			 stat_dev_counter_desc[i].help);
-		prom_head(out, name, "counter", help);
-		for (d = 0; d < s->ndevs; d++) {
-			prom_escape(s->dev[d].path, p, sizeof(p));
-			fprintf(out,
-				"nvcachefs_%s{mountpoint=\"%s\",device=\"%s\"} "
-				"%" PRIu64 "\n",
-				name, m, p, s->dev[d].ctr[i]);
-		}
-	}
-	for (i = 0; i < STAT_NDEV_GAUGES; i++) {
-		prom_name(name, sizeof(name), &stat_dev_gauge_desc[i],
-			  "device_", "");
-		snprintf(help, sizeof(help), "per cache device: %s",
-			 stat_dev_gauge_desc[i].help);
-		prom_head(out, name, "gauge", help);
-		for (d = 0; d < s->ndevs; d++) {
-			prom_escape(s->dev[d].path, p, sizeof(p));
-			fprintf(out,
-				"nvcachefs_%s{mountpoint=\"%s\",device=\"%s\"} "
-				"%" PRIu64 "\n",
-				name, m, p, s->dev[d].gauge[i]);
-		}
-	}
+	for (i = 0; i < STAT_NDEV_COUNTERS; i++)
+		prom_dev_family(out, m, s, &stat_dev_counter_desc[i], 0, i);
+	for (i = 0; i < STAT_NDEV_GAUGES; i++)
+		prom_dev_family(out, m, s, &stat_dev_gauge_desc[i], 1, i);
 	if (s->timing) {
 		prom_head(out, "device_latency_seconds", "summary",
 			  "latency of I/O to each cache device");

@@ -45,8 +45,16 @@ def wait_mounted(p, proc=None, timeout=30):
 
 
 def band(ns):
+    """btest's bands in whole milliseconds: <1ms 1ms 2-10ms 11-50ms 51-100ms >100ms."""
     ms = ns // 1000000
     return 0 if ms < 1 else 1 if ms < 2 else 2 if ms <= 10 else 3 if ms <= 50 else 4 if ms <= 100 else 5
+
+
+def bands(vals):
+    out = [0] * 6
+    for v in vals:
+        out[band(v)] += 1
+    return out
 
 
 class Bench:
@@ -231,20 +239,22 @@ class Bench:
             res.update(p50=p.get("50.000000", 0) / 1e3, p99=p.get("99.000000", 0) / 1e3,
                        p999=p.get("99.900000", 0) / 1e3, max=lat["max"] / 1e3)
         if lat_log:
-            vals = []
-            for f in os.listdir(self.dir):
+            vals = self.lat_logs()
+            res["bands"] = bands(vals)
+            res["_lat"] = vals
+        return res
+
+    def lat_logs(self):
+        """Every completion latency (ns) in fio's latency logs, sorted; the logs are removed."""
+        vals = []
+        for f in os.listdir(self.dir):
+            if f.startswith("lat_"):
                 if f.startswith("lat_clat.") and f.endswith(".log"):
                     with open(os.path.join(self.dir, f)) as fh:
                         vals += [int(line.split(",")[1]) for line in fh if line.strip()]
-                    os.unlink(os.path.join(self.dir, f))
-                elif f.startswith("lat_"):
-                    os.unlink(os.path.join(self.dir, f))
-            vals.sort()
-            res["bands"] = [0] * 6
-            for v in vals:
-                res["bands"][band(v)] += 1
-            res["_lat"] = vals
-        return res
+                os.unlink(os.path.join(self.dir, f))
+        vals.sort()
+        return vals
 
     def drop_caches(self):
         sh("sync")
@@ -354,18 +364,9 @@ class Bench:
         if r.returncode:
             return {"skip": "fio failed"}
         j = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]
-        vals = []
-        for f in os.listdir(self.dir):
-            if f.startswith("lat_"):
-                if "clat" in f:
-                    with open(os.path.join(self.dir, f)) as fh:
-                        vals += [int(line.split(",")[1]) for line in fh if line.strip()]
-                os.unlink(os.path.join(self.dir, f))
-        vals.sort()
+        vals = self.lat_logs()
         res = {"iops": j["read"]["iops"] + j["write"]["iops"], "bw": j["read"]["bw_bytes"] + j["write"]["bw_bytes"],
-               "bands": [0] * 6}
-        for v in vals:
-            res["bands"][band(v)] += 1
+               "bands": bands(vals)}
         if vals:
             res.update(p50=vals[len(vals) // 2] / 1e3, p99=vals[int(len(vals) * 0.99)] / 1e3,
                        p999=vals[int(len(vals) * 0.999)] / 1e3, max=vals[-1] / 1e3)
