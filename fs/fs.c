@@ -96,6 +96,11 @@ static void inode_fd_put(struct fs_inode *in, int fd)
 		close(fd);
 }
 
+static size_t ihash(struct fs *fs, dev_t dev, ino_t ino)
+{
+	return (ino * 0x9e3779b97f4a7c15ull ^ dev) & fs->imask;
+}
+
 /*
  * A name is about to go and may be the inode's last: an inode the kernel
  * still holds (an open, unlinked file) keeps a descriptor from now on, as its
@@ -107,9 +112,8 @@ static void inode_pin(struct fs *fs, const struct stat *st)
 	int fd;
 
 	pthread_mutex_lock(&fs->ilock);
-	for (in = fs->itab[(st->st_ino * 0x9e3779b97f4a7c15ull ^ st->st_dev) &
-			   fs->imask];
-	     in; in = in->next)
+	for (in = fs->itab[ihash(fs, st->st_dev, st->st_ino)]; in;
+	     in = in->next)
 		if (in->ino == st->st_ino && in->dev == st->st_dev)
 			break;
 	if (in && in->fd < 0) {
@@ -158,11 +162,6 @@ void fs_free_table(struct fs *fs)
 	}
 	free(fs->itab);
 	fs->itab = NULL;
-}
-
-static size_t ihash(struct fs *fs, dev_t dev, ino_t ino)
-{
-	return (ino * 0x9e3779b97f4a7c15ull ^ dev) & fs->imask;
 }
 
 /* Find or add the inode for fd (which we then own or close). */

@@ -130,8 +130,10 @@ def test_latency_counts_equal_operation_counts(cache):
     assert st["read_ops"] > 0 and st["write_ops"] > 0 and st["fsync_ops"] > 0 and st["meta_ops"] > 0
     assert lat(st, "read")["count"] == st["read_ops"]
     assert lat(st, "write")["count"] == st["write_ops"]
-    assert lat(st, "fsync")["count"] == st["fsync_ops"]
-    assert lat(st, "meta")["count"] == st["meta_ops"]
+    # fsync and metadata are counted where they are timed, so compare with what the workload did:
+    # 7 fsyncs; 20 creates, 20 stats, 20 opens, a mkdir, a listdir, a rename and an unlink at least
+    assert lat(st, "fsync")["count"] == st["fsync_ops"] >= 7
+    assert lat(st, "meta")["count"] == st["meta_ops"] >= 20 + 20 + 20 + 4
     for h in st["latency"].values():
         check_hist(h)
     for d in st["devices"]:
