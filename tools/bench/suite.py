@@ -202,18 +202,19 @@ class Bench:
         return m
 
     # ------------------------------------------------------------ fio
-    def fio(self, target, wl, args, size, lat_log=False, file="data"):
+    def fio(self, target, wl, args, size, lat_log=False, file="data", files=None):
+        """One fio run; args are global options, shared by one job per file (default: the target's file)."""
         where = self.targets[target]
         if where is None:
             return {"skip": "not mounted (see notes)"}
-        if target == "raw":
-            args = args + [f"--filename={where}"]
-        else:
-            args = args + [f"--filename={os.path.join(where, file)}"]
+        if files is None:
+            files = [where if target == "raw" else os.path.join(where, file)]
         log = os.path.join(self.dir, "lat")
-        cmd = ["fio", "--output-format=json", "--name=j", f"--size={size}", "--group_reporting"] + args
+        cmd = ["fio", "--output-format=json", f"--size={size}", "--group_reporting"] + args
         if lat_log:
             cmd += [f"--write_lat_log={log}", "--log_avg_msec=0", "--per_job_logs=1"]
+        for k, f in enumerate(files):
+            cmd += [f"--name=j{k}", f"--filename={f}"]
         r = sh(*cmd, check=False)
         if r.returncode:
             if target == "mergerfs" and "Invalid argument" in r.stderr:
@@ -349,28 +350,13 @@ class Bench:
                 continue
             if x == "raw":
                 # each job its own DIMM
-                args = common[:-1] + [f"--filename={self.raw_dimms[0]}", "--name=k", f"--filename={self.raw_dimms[1]}"]
-                r = self.fio_btest_raw(args)
+                r = self.fio(x, name, common[:-1], 256 * MiB, lat_log=True, files=self.raw_dimms)
+                r.pop("_lat", None)
             else:
                 r = self.fio(x, name, common, 64 * MiB, lat_log=True, file="btest")
                 r.pop("_lat", None)
             self.results[(name, x)] = r
         print("  btest: done", flush=True)
-
-    def fio_btest_raw(self, args):
-        cmd = ["fio", "--output-format=json", "--size=256M", "--group_reporting", "--name=j"] + args
-        cmd += [f"--write_lat_log={os.path.join(self.dir, 'lat')}", "--log_avg_msec=0"]
-        r = sh(*cmd, check=False)
-        if r.returncode:
-            return {"skip": "fio failed"}
-        j = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]
-        vals = self.lat_logs()
-        res = {"iops": j["read"]["iops"] + j["write"]["iops"], "bw": j["read"]["bw_bytes"] + j["write"]["bw_bytes"],
-               "bands": bands(vals)}
-        if vals:
-            res.update(p50=vals[len(vals) // 2] / 1e3, p99=vals[int(len(vals) * 0.99)] / 1e3,
-                       p999=vals[int(len(vals) * 0.999)] / 1e3, max=vals[-1] / 1e3)
-        return res
 
     def store_of(self, x):
         return {"nvcachefs": os.path.join(self.backing, "nvcachefs"),
