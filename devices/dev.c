@@ -92,6 +92,7 @@ void *dev_alloc_buf(size_t len)
 int dev_open(const char *path, struct dev **out)
 {
 	struct stat st;
+	int tries;
 	struct dev *d;
 	int ret;
 
@@ -108,9 +109,19 @@ int dev_open(const char *path, struct dev **out)
 		ret = -errno;
 		goto err_path;
 	}
-	/* a block device is ours alone: not mounted, not in another cache */
-	d->fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC |
-				   (S_ISBLK(st.st_mode) ? O_EXCL : 0));
+	/*
+	 * A block device is ours alone: not mounted, not in another cache.
+	 * A daemon killed a moment ago still holds it until the kernel has
+	 * torn down its io_uring, which happens after the process is gone:
+	 * "busy" is retried for up to 3 s before it is believed.
+	 */
+	for (tries = 0;; tries++) {
+		d->fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC |
+					   (S_ISBLK(st.st_mode) ? O_EXCL : 0));
+		if (d->fd >= 0 || errno != EBUSY || tries >= 60)
+			break;
+		usleep(50000);
+	}
 	if (d->fd < 0) {
 		ret = -errno;
 		goto err_path;
