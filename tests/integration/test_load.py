@@ -1,0 +1,837 @@
+"""Load through the real mount: 32 workers race writes, reads, truncates, renames and unlinks on a small cache held
+at 100% dirty in front of a rate-capped destage, with a hang watchdog; then flush and compare every file byte for byte.
+
+Each worker owns its files and does its operations on them in sequence, so its in-memory reference is exact while
+all workers race inside the cache (shared slots, eviction, destage, waits for space). Readers re-read files that
+their owner has closed and parked for them. Knobs (environment):
+  NVC_LOAD_SECONDS (40; 600 by hand), NVC_LOAD_SEED, NVC_LOAD_WORKERS (32), NVC_LOAD_READERS (2),
+  NVC_LOAD_RATE (4M), NVC_LOAD_NDEVS (2), NVC_LOAD_DEV_MB (32), NVC_LOAD_BS (64K), NVC_LOAD_COPIES (1),
+  NVC_LOAD_MAX_SIZE_MB (2), NVC_LOAD_WATCHDOG (60 s without any completed operation),
+  NVC_LOAD_OP_LIMIT (150 s for one operation), NVC_LOAD_CONF ("section.key=value;..." extra config keys),
+  NVC_LOAD_EVIDENCE (a directory that receives the report, the figures and the daemon log).
+"""
+import collections
+import faulthandler
+import json
+import mmap
+import os
+import queue
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import CTL, sh
+
+KiB = 1024
+MiB = 1 << 20
+
+
+def env(name, default, conv=str):
+    v = os.environ.get(name)
+    return conv(v) if v not in (None, "") else default
+
+
+SECONDS = env("NVC_LOAD_SECONDS", 40.0, float)
+WORKERS = env("NVC_LOAD_WORKERS", 32, int)
+READERS = env("NVC_LOAD_READERS", 2, int)
+RATE = env("NVC_LOAD_RATE", "4M")
+NDEVS = env("NVC_LOAD_NDEVS", 2, int)
+DEV_MB = env("NVC_LOAD_DEV_MB", 32, int)
+BS = env("NVC_LOAD_BS", "64K")
+COPIES = env("NVC_LOAD_COPIES", 1, int)
+MAX_SIZE = env("NVC_LOAD_MAX_SIZE_MB", 2, float)
+WATCHDOG = env("NVC_LOAD_WATCHDOG", 60.0, float)
+OP_LIMIT = env("NVC_LOAD_OP_LIMIT", 150.0, float)
+EXTRA = env("NVC_LOAD_CONF", "")
+EVIDENCE = env("NVC_LOAD_EVIDENCE", "")
+
+NAMES_PER_WORKER = 4      # a worker's name pool; at most LIVE_PER_WORKER of them exist at once
+LIVE_PER_WORKER = 3
+SLOW_WRITE = 0.100        # a write slower than this waited (for space, most likely)
+MAGIC = b"NVCL"
+STAMP = struct.Struct("<4sIIII")  # magic, file serial, write generation, file offset / 512, worker
+UNIT = 512
+
+
+class Failure(Exception):
+    pass
+
+
+# ------------------------------------------------------------------------------------------------- reference
+
+class RefFile:
+    """One incarnation of a file: its exact expected content and the owner's descriptor."""
+
+    def __init__(self, name, serial):
+        self.name = name
+        self.serial = serial
+        self.data = bytearray()
+        self.fd = None
+        self.parked = None   # an Event while a reader has it
+
+    def write(self, off, buf):
+        if off > len(self.data):
+            self.data.extend(bytes(off - len(self.data)))
+        self.data[off:off + len(buf)] = buf
+
+    def truncate(self, size):
+        if size < len(self.data):
+            del self.data[size:]
+        else:
+            self.data.extend(bytes(size - len(self.data)))
+
+
+class Registry:
+    """Which worker and name each file serial belonged to, for telling where misplaced bytes came from."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.serials = {}
+        self.next = 1
+
+    def new(self, wid, name):
+        with self.lock:
+            s = self.next
+            self.next += 1
+            self.serials[s] = (wid, name)
+            return s
+
+    def describe(self, serial):
+        wid, name = self.serials.get(serial, (None, "?"))
+        return f"serial {serial} (worker {wid}, created as {name})"
+
+
+def make_data(rng, serial, gen, wid, off, n):
+    """Random bytes with a stamp at every 512-aligned file offset they cover."""
+    buf = bytearray(rng.randbytes(n))
+    p = (off + UNIT - 1) // UNIT * UNIT
+    while p + STAMP.size <= off + n:
+        STAMP.pack_into(buf, p - off, MAGIC, serial, gen, p // UNIT, wid)
+        p += UNIT
+    return buf
+
+
+def diagnose(reg, name, serial, base, want, got):
+    """What differs between want and got (both starting at file offset base), and whose bytes are there."""
+    n = min(len(want), len(got))
+    if len(want) != len(got):
+        head = f"{name}: length {len(got)} read, {len(want)} expected at offset {base}"
+    else:
+        head = f"{name}: content differs at offset {base}+"
+    ranges, i = [], 0
+    while i < n and len(ranges) < 6:
+        if want[i] != got[i]:
+            j = i
+            while j < n and want[j] != got[j]:
+                j += 1
+            ranges.append((i, j))
+            i = j
+        else:
+            i += 1
+    lines = [head, f"  file serial {serial}; differing ranges (relative): {ranges}"]
+    for a, _ in ranges[:3]:
+        u = (base + a) // UNIT * UNIT - base
+        if u < 0:
+            u += UNIT
+        if u + STAMP.size > n:
+            continue
+        for what, b in (("expected", want), ("found", got)):
+            m, s, g, o, w = STAMP.unpack_from(b, u)
+            if m == MAGIC:
+                lines.append(f"  at file offset {base + u}: {what} stamp of {reg.describe(s)} write gen {g} "
+                             f"for file offset {o * UNIT}")
+            elif not any(b[u:u + STAMP.size]):
+                lines.append(f"  at file offset {base + u}: {what} zeros")
+            else:
+                lines.append(f"  at file offset {base + u}: {what} unstamped bytes {bytes(b[u:u + 16]).hex()}")
+    return "\n".join(lines)
+
+
+# -------------------------------------------------------------------------------------------------- workers
+
+class Shared:
+    """What workers, readers, the watchdog and the test share."""
+
+    def __init__(self, root, seed):
+        self.root = root
+        self.seed = seed
+        self.stop = threading.Event()
+        self.reg = Registry()
+        self.errors = []
+        self.err_lock = threading.Lock()
+        self.last_done = time.monotonic()
+        self.parked = queue.Queue()
+        self.odirect = True
+        self.hang = None
+
+    def fail(self, who, msg):
+        with self.err_lock:
+            self.errors.append(f"[{who} at {time.strftime('%H:%M:%S')}] {msg}")
+        self.stop.set()
+
+
+class Actor(threading.Thread):
+    """A thread that counts its operations and says what it is doing, for the watchdog."""
+
+    def __init__(self, sh_, label):
+        super().__init__(name=label, daemon=True)
+        self.sh = sh_
+        self.label = label
+        self.ops = collections.Counter()
+        self.bytes_written = 0
+        self.bytes_read = 0
+        self.stack = []          # (description, start time) of the operations in progress, outermost first
+        self.log = collections.deque(maxlen=40)
+        self.write_lat = []
+
+    @property
+    def cur(self):
+        try:
+            return self.stack[0]
+        except IndexError:
+            return None
+
+    def begin(self, desc):
+        self.stack.append((desc, time.monotonic()))
+
+    def end(self, kind):
+        desc, t0 = self.stack.pop()
+        t = time.monotonic()
+        self.ops[kind] += 1
+        self.sh.last_done = t
+        self.log.append(f"{desc} {1000 * (t - t0):.1f} ms")
+        return t - t0
+
+    def run(self):
+        try:
+            self.body()
+        except Failure as e:
+            self.sh.fail(self.label, str(e))
+        except OSError as e:
+            desc = self.stack[-1][0] if self.stack else "?"
+            self.sh.fail(self.label, f"{desc}: {e!r}\n  recent: " + "\n          ".join(self.log))
+        except Exception as e:  # a bug in the test itself still fails the test
+            import traceback
+            self.sh.fail(self.label, "".join(traceback.format_exception(e)))
+
+
+class Worker(Actor):
+    """Random operations, in sequence, on files only this worker touches."""
+
+    def __init__(self, sh_, wid, deadline):
+        super().__init__(sh_, f"w{wid:02d}")
+        self.wid = wid
+        self.rng = random.Random(sh_.seed * 1000 + wid)
+        self.deadline = deadline
+        self.names = [f"w{wid:02d}-{k}" for k in range(NAMES_PER_WORKER)]
+        self.files = {}           # name -> RefFile
+        self.gen = 0
+        self.max_size = int(MAX_SIZE * MiB)
+
+    # ---------------------------------------------------------------- helpers
+    def path(self, name):
+        return os.path.join(self.sh.root, name)
+
+    def fd(self, f):
+        if f.fd is None:
+            self.begin(f"open {f.name}")
+            f.fd = os.open(self.path(f.name), os.O_RDWR)
+            self.end("open")
+        return f.fd
+
+    def close(self, f):
+        if f.fd is not None:
+            self.begin(f"close {f.name}")
+            os.close(f.fd)
+            f.fd = None
+            self.end("close")
+
+    def usable(self):
+        return [f for f in self.files.values() if f.parked is None or f.parked.is_set()]
+
+    def verify_range(self, f, off, n, what):
+        got = os.pread(self.fd(f), n, off)
+        exp = bytes(f.data[off:off + n])
+        if got != exp:
+            raise Failure(f"{what}: " + diagnose(self.sh.reg, f.name, f.serial, off, exp, got))
+        self.bytes_read += len(got)
+
+    def new_data(self, f, off, n):
+        self.gen += 1
+        return make_data(self.rng, f.serial, self.gen, self.wid, off, n)
+
+    def timed_write(self, desc, fn, n):
+        self.begin(desc)
+        t0 = time.monotonic()
+        r = fn()
+        lat = time.monotonic() - t0
+        self.end("write")
+        if r != n:
+            raise Failure(f"{desc}: short write {r} of {n}")
+        self.write_lat.append(lat)
+        self.bytes_written += n
+
+    def pick_size(self):
+        rng = self.rng
+        k = rng.random()
+        if k < 0.25:
+            return rng.randrange(1, 4096), False
+        if k < 0.55:
+            return 4096 * rng.randrange(1, 17), True
+        if k < 0.80:
+            return rng.randrange(4096, 256 * KiB), False
+        return rng.randrange(256 * KiB, MiB + 1), rng.random() < 0.5
+
+    # ---------------------------------------------------------------- operations
+    def op_create(self):
+        free = [n for n in self.names if n not in self.files]
+        name = self.rng.choice(free)
+        f = RefFile(name, self.sh.reg.new(self.wid, name))
+        self.begin(f"create {name}")
+        f.fd = os.open(self.path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self.end("create")
+        self.files[name] = f
+        if self.rng.random() < 0.7:
+            n, _ = self.pick_size()
+            data = self.new_data(f, 0, n)
+            self.timed_write(f"write {name} {n}@0 (new)", lambda: os.pwrite(f.fd, data, 0), n)
+            f.write(0, data)
+
+    def op_write(self, f):
+        n, aligned = self.pick_size()
+        off = self.rng.randrange(0, self.max_size)
+        if aligned:
+            off &= ~4095
+        data = self.new_data(f, off, n)
+        fd = self.fd(f)
+        self.timed_write(f"pwrite {f.name} {n}@{off} gen {self.gen}", lambda: os.pwrite(fd, data, off), n)
+        f.write(off, data)
+
+    def op_append(self, f):
+        n, _ = self.pick_size()
+        off = len(f.data)
+        data = self.new_data(f, off, n)
+        self.begin(f"open-append {f.name}")
+        fd = os.open(self.path(f.name), os.O_WRONLY | os.O_APPEND)
+        self.end("open")
+        try:
+            self.timed_write(f"append {f.name} {n}@{off} gen {self.gen}", lambda: os.write(fd, data), n)
+        finally:
+            os.close(fd)
+        f.write(off, data)
+
+    def op_direct(self, f):
+        n = 4096 * self.rng.randrange(1, 65)
+        off = self.rng.randrange(0, self.max_size) & ~4095
+        data = self.new_data(f, off, n)
+        buf = mmap.mmap(-1, n)   # page aligned, as O_DIRECT wants
+        buf[:] = data
+        self.begin(f"open-direct {f.name}")
+        fd = os.open(self.path(f.name), os.O_RDWR | os.O_DIRECT)
+        self.end("open")
+        try:
+            self.timed_write(f"direct pwrite {f.name} {n}@{off} gen {self.gen}", lambda: os.pwrite(fd, buf, off), n)
+            f.write(off, data)
+            # read back through the same O_DIRECT descriptor
+            self.begin(f"direct pread {f.name} {n}@{off}")
+            got = os.preadv(fd, [buf], off)
+            self.end("read")
+            if bytes(buf[:got]) != bytes(f.data[off:off + n]):
+                raise Failure("O_DIRECT read: " + diagnose(self.sh.reg, f.name, f.serial, off,
+                                                           bytes(f.data[off:off + n]), bytes(buf[:got])))
+            self.bytes_read += got
+        finally:
+            os.close(fd)
+            buf.close()
+
+    def op_read(self, f):
+        size = len(f.data)
+        off = self.rng.randrange(0, size + 4096)
+        n = self.rng.choice([1, 100, 4096, 65536, self.rng.randrange(1, MiB)])
+        fresh = self.rng.random() < 0.2
+        if fresh:
+            self.close(f)
+        self.begin(f"pread {f.name} {n}@{off} (size {size})")
+        self.verify_range(f, off, n, "read")
+        self.end("read")
+
+    def op_full(self, f):
+        self.begin(f"read-all {f.name} (size {len(f.data)})")
+        self.verify_range(f, 0, len(f.data) + 1, "full read")
+        self.end("read")
+
+    def op_stat(self, f):
+        self.begin(f"fstat {f.name}")
+        st = os.fstat(self.fd(f))
+        self.end("stat")
+        if st.st_size != len(f.data):
+            raise Failure(f"fstat {f.name} (serial {f.serial}): size {st.st_size}, expected {len(f.data)}")
+        self.begin(f"stat {f.name}")
+        st = os.stat(self.path(f.name))
+        self.end("stat")
+        if st.st_size != len(f.data):
+            raise Failure(f"stat {f.name} (serial {f.serial}): size {st.st_size}, expected {len(f.data)}")
+
+    def op_truncate(self, f):
+        rng = self.rng
+        k = rng.random()
+        size = 0 if k < 0.1 else rng.randrange(0, self.max_size + MiB)
+        if k < 0.1:
+            self.close(f)
+            self.begin(f"open O_TRUNC {f.name}")
+            f.fd = os.open(self.path(f.name), os.O_RDWR | os.O_TRUNC)
+        elif k < 0.5:
+            self.begin(f"truncate(path) {f.name} {len(f.data)}->{size}")
+            os.truncate(self.path(f.name), size)
+        else:
+            self.begin(f"ftruncate {f.name} {len(f.data)}->{size}")
+            os.ftruncate(self.fd(f), size)
+        self.end("truncate")
+        f.truncate(size)
+
+    def op_rename(self, f):
+        choices = [n for n in self.names if n != f.name and
+                   (n not in self.files or self.files[n].parked is None or self.files[n].parked.is_set())]
+        dst = self.rng.choice(choices)
+        victim = self.files.get(dst)
+        if victim is not None:
+            self.close(victim)
+        self.begin(f"rename {f.name} -> {dst}" + (" (replacing)" if victim else ""))
+        os.rename(self.path(f.name), self.path(dst))
+        self.end("rename_over" if victim else "rename")
+        del self.files[f.name]
+        f.name = dst
+        self.files[dst] = f
+
+    def op_unlink(self, f):
+        keep_fd = f.fd is not None and self.rng.random() < 0.3
+        if not keep_fd:
+            self.close(f)
+        self.begin(f"unlink {f.name}")
+        os.unlink(self.path(f.name))
+        self.end("unlink")
+        del self.files[f.name]
+        if keep_fd:
+            # the open, unlinked file still takes writes and reads
+            n, _ = self.pick_size()
+            off = self.rng.randrange(0, self.max_size)
+            data = self.new_data(f, off, n)
+            self.timed_write(f"pwrite unlinked {f.name} {n}@{off}", lambda: os.pwrite(f.fd, data, off), n)
+            f.write(off, data)
+            self.begin(f"pread unlinked {f.name} {n}@{off}")
+            self.verify_range(f, off, n, "read of an unlinked file")
+            self.end("read")
+            self.close(f)
+        if self.rng.random() < 0.5:
+            self.op_create()
+
+    def op_fsync(self, f):
+        fd = self.fd(f)
+        if self.rng.random() < 0.5:
+            self.begin(f"fsync {f.name}")
+            os.fsync(fd)
+        else:
+            self.begin(f"fdatasync {f.name}")
+            os.fdatasync(fd)
+        self.end("fsync")
+
+    def op_reopen(self, f):
+        self.close(f)
+        self.fd(f)
+
+    def op_mmap(self, f):
+        size = len(f.data)
+        if size == 0:
+            return self.op_write(f)
+        off = self.rng.randrange(0, size)
+        n = min(self.rng.randrange(1, 64 * KiB), size - off)
+        data = self.new_data(f, off, n)
+        self.begin(f"mmap write {f.name} {n}@{off} gen {self.gen}")
+        m = mmap.mmap(self.fd(f), size)
+        try:
+            m[off:off + n] = data
+            m.flush()
+        finally:
+            m.close()
+        self.end("mmap_write")
+        self.bytes_written += n
+        f.write(off, data)
+
+    def op_park(self, f):
+        """Close the file and hand it to a reader; leave it alone until the reader is done."""
+        self.close(f)
+        f.parked = threading.Event()
+        self.sh.parked.put((f.name, f.serial, bytes(f.data), f.parked))
+        self.ops["park"] += 1
+
+    OPS = [("write", 34), ("append", 5), ("direct", 3), ("read", 18), ("full", 2), ("stat", 4),
+           ("truncate", 7), ("rename", 5), ("unlink", 4), ("fsync", 4), ("reopen", 4), ("mmap", 2), ("park", 2)]
+
+    def body(self):
+        names = [n for n, _ in self.OPS]
+        weights = [w for _, w in self.OPS]
+        if not self.sh.odirect:
+            weights[names.index("direct")] = 0
+        if READERS == 0:
+            weights[names.index("park")] = 0
+        for _ in range(2):
+            self.op_create()
+        while not self.sh.stop.is_set() and time.monotonic() < self.deadline:
+            if len(self.files) < LIVE_PER_WORKER and (not self.files or self.rng.random() < 0.1):
+                self.op_create()
+                continue
+            files = self.usable()
+            if not files:
+                time.sleep(0.01)
+                continue
+            f = self.rng.choice(files)
+            op = self.rng.choices(names, weights)[0]
+            getattr(self, "op_" + op)(f)
+        # hand back: wait for parked files, close every descriptor
+        for f in self.files.values():
+            while f.parked is not None and not f.parked.wait(0.5):
+                if self.sh.stop.is_set() and self.sh.errors:
+                    return
+            self.close(f)
+
+
+class Reader(Actor):
+    """Re-reads files their owners have closed and parked, in random pieces, against the owner's snapshot."""
+
+    def __init__(self, sh_, rid, workers):
+        super().__init__(sh_, f"r{rid}")
+        self.rng = random.Random(sh_.seed * 1000 + 500 + rid)
+        self.workers = workers
+
+    def body(self):
+        while True:
+            try:
+                name, serial, want, done = self.sh.parked.get(timeout=0.2)
+            except queue.Empty:
+                if self.sh.stop.is_set() or not any(w.is_alive() for w in self.workers):
+                    return
+                continue
+            try:
+                self.begin(f"reader open {name}")
+                fd = os.open(os.path.join(self.sh.root, name), os.O_RDONLY)
+                self.end("open")
+                try:
+                    self.begin(f"reader fstat {name}")
+                    size = os.fstat(fd).st_size
+                    self.end("stat")
+                    if size != len(want):
+                        raise Failure(f"reader: {name} (serial {serial}) size {size}, expected {len(want)}")
+                    off = 0
+                    while off <= len(want):
+                        n = self.rng.choice([4096, 65536, 131072, self.rng.randrange(1, MiB)])
+                        self.begin(f"reader pread {name} {n}@{off}")
+                        got = os.pread(fd, n, off)
+                        self.end("read")
+                        if got != want[off:off + n]:
+                            raise Failure("reader: " + diagnose(self.sh.reg, name, serial, off,
+                                                                want[off:off + n], got))
+                        self.bytes_read += len(got)
+                        if not got:
+                            break
+                        off += len(got)
+                finally:
+                    os.close(fd)
+            finally:
+                done.set()
+
+
+# ------------------------------------------------------------------------------------------------- watchdog
+
+def daemon_stacks(pid):
+    out = []
+    if shutil.which("gdb"):
+        try:
+            r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                               capture_output=True, text=True, timeout=120)
+            out.append("== gdb thread apply all bt\n" + r.stdout + r.stderr[-2000:])
+        except subprocess.TimeoutExpired:
+            out.append("== gdb timed out")
+    else:
+        out.append("== gdb is not installed; kernel stacks only")
+    out.append("== /proc/PID/task/*: comm, wchan, kernel stack")
+    try:
+        for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+            d = f"/proc/{pid}/task/{tid}"
+            parts = []
+            for k in ("comm", "wchan", "stack"):
+                try:
+                    with open(f"{d}/{k}") as fh:
+                        parts.append(fh.read().strip())
+                except OSError as e:
+                    parts.append(f"({k}: {e.strerror})")
+            out.append(f"-- tid {tid} {parts[0]} wchan={parts[1]}\n{parts[2]}")
+    except OSError as e:
+        out.append(f"(no /proc/{pid}: {e})")
+    return "\n".join(out)
+
+
+def hang_report(cache, shd, actors, why):
+    lines = [f"HANG: {why}", f"seed {shd.seed}", "", "== operations in flight"]
+    now = time.monotonic()
+    for a in actors:
+        for desc, t in list(a.stack):
+            lines.append(f"{a.label}: {desc} for {now - t:.1f} s")
+    lines.append("\n== daemon stats")
+    try:
+        r = sh(CTL, "stats", cache.mnt, "--json", check=False, timeout=10) if cache.proc else None
+    except subprocess.TimeoutExpired:
+        r = None
+    if r is not None and r.returncode == 0:
+        t = json.loads(r.stdout)["total"]
+        lines.append(json.dumps({**t["counters"], **t["gauges"]}))
+    lines.append("\n" + daemon_stacks(cache.proc.pid) if cache.proc else "(no daemon)")
+    path = os.path.join(cache.tmp, "python-stacks.txt")
+    with open(path, "w") as fh:
+        faulthandler.dump_traceback(fh, all_threads=True)
+    with open(path) as fh:
+        lines.append("\n== test threads\n" + fh.read())
+    return "\n".join(lines)
+
+
+class Watchdog(threading.Thread):
+    """Fails the run when no operation completes for WATCHDOG seconds or one takes longer than OP_LIMIT: dumps the
+    daemon's stacks, then kills it so that the blocked callers get their errors and the test can end."""
+
+    def __init__(self, cache, shd, actors):
+        super().__init__(name="watchdog", daemon=True)
+        self.cache, self.sh, self.actors = cache, shd, actors
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.wait(1.0):
+            now = time.monotonic()
+            why = None
+            busy = [a for a in self.actors if a.cur]
+            if busy and now - self.sh.last_done > WATCHDOG:
+                why = f"no operation completed for {now - self.sh.last_done:.0f} s"
+            for a in busy:
+                c = a.cur
+                if c and now - c[1] > OP_LIMIT:
+                    why = f"{a.label}: '{c[0]}' in flight for {now - c[1]:.0f} s"
+            if why:
+                self.sh.hang = hang_report(self.cache, self.sh, self.actors, why)
+                self.sh.stop.set()
+                self.cache.proc.send_signal(signal.SIGKILL)
+                return
+
+
+class Sampler(threading.Thread):
+    """The daemon's statistics once a second: how full and how dirty the cache got."""
+
+    def __init__(self, cache):
+        super().__init__(name="sampler", daemon=True)
+        self.cache = cache
+        self.done = threading.Event()
+        self.samples = []
+
+    def run(self):
+        while not self.done.wait(0.5):
+            try:
+                r = sh(CTL, "stats", self.cache.mnt, "--json", check=False, timeout=10)
+            except subprocess.TimeoutExpired:
+                continue
+            if r.returncode == 0:
+                t = json.loads(r.stdout)["total"]
+                self.samples.append((time.monotonic(), t["derived"]["dirty_percent"], t["gauges"]["dirty_slots"],
+                                     t["gauges"]["slots"], t["counters"]["destaged_bytes"]))
+
+
+# ---------------------------------------------------------------------------------------------------- test
+
+def read_all(path):
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def compare_tree(reg, root, expect, where):
+    """expect: name -> RefFile.  Every name there, nothing else, every byte equal."""
+    names = sorted(os.listdir(root))
+    missing = sorted(set(expect) - set(names))
+    extra = sorted(set(names) - set(expect))
+    bad = []
+    for name in sorted(set(expect) & set(names)):
+        got = read_all(os.path.join(root, name))
+        f = expect[name]
+        if got != f.data:
+            bad.append(diagnose(reg, name, f.serial, 0, bytes(f.data), got))
+    errs = []
+    if missing:
+        errs.append(f"{where}: missing {missing}")
+    if extra:
+        errs.append(f"{where}: unexpected {extra}")
+    errs += [f"{where}: {b}" for b in bad[:8]]
+    return errs
+
+
+def save_evidence(cache, text, name):
+    path = os.path.join(cache.tmp, name)
+    with open(path, "w") as fh:
+        fh.write(text)
+    if EVIDENCE:
+        os.makedirs(EVIDENCE, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        shutil.copy(path, os.path.join(EVIDENCE, f"{stamp}-{name}"))
+        if os.path.exists(cache.log):
+            shutil.copy(cache.log, os.path.join(EVIDENCE, f"{stamp}-daemon.log"))
+    return path
+
+
+def config_keys():
+    keys = {
+        "cache.block_size": BS,
+        "cache.dirty_copies": str(COPIES),
+        "destage.max_rate": RATE,
+        "destage.high_watermark": "95",
+        "destage.low_watermark": "90",
+        "destage.threads": "2",
+    }
+    for kv in filter(None, EXTRA.split(";")):
+        k, v = kv.split("=", 1)
+        keys[k.strip()] = v.strip()
+    return keys
+
+
+def probe_odirect(root):
+    p = os.path.join(root, ".odirect-probe")
+    buf = mmap.mmap(-1, 4096)
+    try:
+        fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644)
+        try:
+            os.pwrite(fd, buf, 0)
+        finally:
+            os.close(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        buf.close()
+        if os.path.exists(p):
+            os.unlink(p)
+
+
+def figures(workers, readers, sampler, st, elapsed, flush_s, seed, shd):
+    ops = collections.Counter()
+    for a in workers + readers:
+        ops.update(a.ops)
+    lat = sorted(x for w in workers for x in w.write_lat)
+    slow = [x for x in lat if x > SLOW_WRITE]
+    dirty = [s[1] for s in sampler.samples]                      # dirty bytes / capacity
+    dslots = [100.0 * s[2] / s[3] for s in sampler.samples]      # dirty slots / slots
+    c, g = st["counters"], st["gauges"]
+    return {
+        "seed": seed, "seconds": round(elapsed, 1), "workers": len(workers), "readers": len(readers),
+        "o_direct": shd.odirect,
+        "config": {"rate": RATE, "devices": NDEVS, "device_mib": DEV_MB, "block_size": BS, "dirty_copies": COPIES,
+                   **config_keys()},
+        "ops": dict(sorted(ops.items())), "ops_total": sum(ops.values()),
+        "bytes_written": sum(w.bytes_written for w in workers),
+        "bytes_read": sum(a.bytes_read for a in workers + readers),
+        "writes": len(lat),
+        "writes_over_100ms": len(slow),
+        "seconds_in_writes_over_100ms": round(sum(slow), 1),
+        "write_latency_ms": {"p50": round(1000 * lat[len(lat) // 2], 2) if lat else None,
+                             "p99": round(1000 * lat[int(len(lat) * 0.99)], 1) if lat else None,
+                             "max": round(1000 * lat[-1], 1) if lat else None},
+        "dirty_slots_percent_max": round(max(dslots), 1) if dslots else None,
+        "seconds_with_all_slots_dirty": sum(0.5 for d in dslots if d >= 100.0),
+        "dirty_bytes_percent_max": max(dirty) if dirty else None,
+        "samples": len(dirty),
+        "dirty_slots_percent_timeline": [round(d) for d in dslots],
+        "flush_seconds": round(flush_s, 1),
+        "daemon": {k: c[k] for k in ("write_ops", "write_bytes", "read_ops", "read_bytes", "destaged_bytes",
+                                     "evictions", "destage_errors", "fsync_ops", "backing_write_bytes")}
+        | {k: g[k] for k in ("slots", "dirty_slots", "used_slots", "capacity_bytes")},
+        "losses": 0,
+    }
+
+
+def test_load_full_dirty_cache(make_cache):
+    seed = env("NVC_LOAD_SEED", int(time.time()) % 100000, int)
+    c = make_cache(ndevs=NDEVS, dev_size=DEV_MB * MiB, extra=config_keys())
+    c.format()
+    c.mount()
+    root = c.path("load")
+    os.mkdir(root)
+    shd = Shared(root, seed)
+    shd.odirect = probe_odirect(root)
+    repro = (f"NVC_LOAD_SEED={seed} NVC_LOAD_SECONDS={SECONDS:g} NVC_LOAD_COPIES={COPIES} NVC_LOAD_RATE={RATE} "
+             f"NVC_LOAD_CONF='{EXTRA}' tools/load/run.sh")
+    print(f"\nload: seed {seed}, {WORKERS} workers, {READERS} readers, {SECONDS:g} s, O_DIRECT {shd.odirect}; "
+          f"tmp {c.tmp}")
+
+    t0 = time.monotonic()
+    workers = [Worker(shd, i, t0 + SECONDS) for i in range(WORKERS)]
+    readers = [Reader(shd, i, workers) for i in range(READERS)]
+    dog = Watchdog(c, shd, workers + readers)
+    sampler = Sampler(c)
+    for t in workers + readers + [dog, sampler]:
+        t.start()
+    for t in workers + readers:
+        # the watchdog ends every hang by killing the daemon, so these joins end
+        t.join()
+    elapsed = time.monotonic() - t0
+    sampler.done.set()
+    sampler.join()
+
+    flush_s = 0.0
+    if not shd.hang and not shd.errors:
+        # flush under the watchdog's eye: generous time for what is dirty at the rate cap
+        t1 = time.monotonic()
+        try:
+            r = sh(CTL, "flush", c.mnt, check=False, timeout=max(180, 4 * NDEVS * DEV_MB))
+            if r.returncode != 0:
+                shd.fail("flush", f"nvcachectl flush: rc {r.returncode}: {r.stderr.strip()}")
+        except subprocess.TimeoutExpired:
+            shd.hang = hang_report(c, shd, [], "nvcachectl flush did not finish")
+            c.proc.send_signal(signal.SIGKILL)
+        flush_s = time.monotonic() - t1
+    dog.done.set()
+    dog.join()
+
+    if shd.hang:
+        path = save_evidence(c, shd.hang + "\n\n== worker errors after the kill\n" + "\n".join(shd.errors[:10]),
+                             "hang-report.txt")
+        pytest.fail(f"hang; report in {path}; repro: {repro}\n" + shd.hang[:6000])
+    if shd.errors:
+        msg = "\n".join(shd.errors[:10])
+        path = save_evidence(c, msg, "errors.txt")
+        pytest.fail(f"{len(shd.errors)} error(s) (report {path}; repro: {repro}):\n{msg}")
+
+    # every surviving file, through the mount and in the backing directory
+    expect = {}
+    for w in workers:
+        expect.update(w.files)
+    st = c.stats_json()["total"]
+    errs = []
+    if st["gauges"]["dirty_slots"] != 0:
+        errs.append(f"after flush: {st['gauges']['dirty_slots']} dirty slots")
+    errs += compare_tree(shd.reg, root, expect, "mount")
+    errs += compare_tree(shd.reg, os.path.join(c.backing, "load"), expect, "backing")
+    lost = os.path.join(c.backing, ".nvcachefs-lost+found")
+    if os.path.isdir(lost) and os.listdir(lost):
+        errs.append(f"lost+found holds {os.listdir(lost)}")
+    fig = figures(workers, readers, sampler, st, elapsed, flush_s, seed, shd)
+    fig["files_compared"] = len(expect)
+    fig["bytes_compared"] = sum(len(f.data) for f in expect.values())
+    rc = c.unmount(timeout=180)
+    if rc != 0:
+        errs.append(f"daemon exit status {rc}")
+    errs += compare_tree(shd.reg, os.path.join(c.backing, "load"), expect, "backing after unmount")
+    fig["losses"] = len(errs)
+    text = json.dumps(fig, indent=1)
+    save_evidence(c, text, "figures.json")
+    print("load figures:\n" + text)
+    assert not errs, f"repro: {repro}\n" + "\n".join(errs[:12])
+    assert fig["dirty_slots_percent_max"] is not None and fig["dirty_slots_percent_max"] >= 99, \
+        f"the cache never got full of dirty data: {fig}"
