@@ -11,7 +11,6 @@ their owner has closed and parked for them. Knobs (environment):
   NVC_LOAD_EVIDENCE (a directory that receives the report, the figures and the daemon log).
 """
 import collections
-import faulthandler
 import json
 import mmap
 import os
@@ -21,6 +20,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import threading
 import time
 
@@ -165,10 +165,9 @@ class Shared:
         self.reg = Registry()
         self.errors = []
         self.err_lock = threading.Lock()
-        self.last_done = time.monotonic()
+        self.progress = None
         self.parked = queue.Queue()
         self.odirect = True
-        self.hang = None
 
     def fail(self, who, msg):
         with self.err_lock:
@@ -176,13 +175,50 @@ class Shared:
         self.stop.set()
 
 
-class Actor(threading.Thread):
-    """A thread that counts its operations and says what it is doing, for the watchdog."""
+class Progress:
+    """A small file both this process and the monitor map: when an operation last completed, and each actor's
+    operation in flight (start time, description).  Plain stores into memory: no system call, no GIL-bound wait."""
 
-    def __init__(self, sh_, label):
+    HEAD = struct.Struct("<Q")
+    REC = struct.Struct("<Q120s")
+
+    def __init__(self, path, nactors, create=True):
+        size = self.HEAD.size + nactors * self.REC.size
+        if create:
+            with open(path, "wb") as fh:
+                fh.truncate(size)
+        self.fd = os.open(path, os.O_RDWR)
+        self.m = mmap.mmap(self.fd, size)
+        self.n = nactors
+        if create:
+            self.done()
+
+    def done(self):
+        self.HEAD.pack_into(self.m, 0, time.monotonic_ns())
+
+    def set(self, i, t_ns, desc=""):
+        self.REC.pack_into(self.m, self.HEAD.size + i * self.REC.size, t_ns, desc.encode()[:120])
+
+    def last_done(self):
+        return self.HEAD.unpack_from(self.m, 0)[0]
+
+    def busy(self):
+        out = []
+        for i in range(self.n):
+            t, d = self.REC.unpack_from(self.m, self.HEAD.size + i * self.REC.size)
+            if t:
+                out.append((t, d.rstrip(b"\0").decode(errors="replace")))
+        return out
+
+
+class Actor(threading.Thread):
+    """A thread that counts its operations and says what it is doing, for the monitor."""
+
+    def __init__(self, sh_, label, slot):
         super().__init__(name=label, daemon=True)
         self.sh = sh_
         self.label = label
+        self.slot = slot
         self.ops = collections.Counter()
         self.bytes_written = 0
         self.bytes_read = 0
@@ -190,23 +226,21 @@ class Actor(threading.Thread):
         self.log = collections.deque(maxlen=40)
         self.write_lat = []
 
-    @property
-    def cur(self):
-        try:
-            return self.stack[0]
-        except IndexError:
-            return None
-
     def begin(self, desc):
-        self.stack.append((desc, time.monotonic()))
+        t = time.monotonic_ns()
+        if not self.stack:
+            self.sh.progress.set(self.slot, t, f"{self.label}: {desc}")
+        self.stack.append((desc, t))
 
     def end(self, kind):
         desc, t0 = self.stack.pop()
-        t = time.monotonic()
+        t = time.monotonic_ns()
+        if not self.stack:
+            self.sh.progress.set(self.slot, 0)
+        self.sh.progress.done()
         self.ops[kind] += 1
-        self.sh.last_done = t
-        self.log.append(f"{desc} {1000 * (t - t0):.1f} ms")
-        return t - t0
+        self.log.append(f"{desc} {(t - t0) / 1e6:.1f} ms")
+        return (t - t0) / 1e9
 
     def run(self):
         try:
@@ -225,7 +259,7 @@ class Worker(Actor):
     """Random operations, in sequence, on files only this worker touches."""
 
     def __init__(self, sh_, wid, deadline):
-        super().__init__(sh_, f"w{wid:02d}")
+        super().__init__(sh_, f"w{wid:02d}", wid)
         self.wid = wid
         self.rng = random.Random(sh_.seed * 1000 + wid)
         self.deadline = deadline
@@ -445,24 +479,6 @@ class Worker(Actor):
         self.close(f)
         self.fd(f)
 
-    def op_mmap(self, f):
-        size = len(f.data)
-        if size == 0:
-            return self.op_write(f)
-        off = self.rng.randrange(0, size)
-        n = min(self.rng.randrange(1, 64 * KiB), size - off)
-        data = self.new_data(f, off, n)
-        self.begin(f"mmap write {f.name} {n}@{off} gen {self.gen}")
-        m = mmap.mmap(self.fd(f), size)
-        try:
-            m[off:off + n] = data
-            m.flush()
-        finally:
-            m.close()
-        self.end("mmap_write")
-        self.bytes_written += n
-        f.write(off, data)
-
     def op_park(self, f):
         """Close the file and hand it to a reader; leave it alone until the reader is done."""
         self.close(f)
@@ -471,7 +487,7 @@ class Worker(Actor):
         self.ops["park"] += 1
 
     OPS = [("write", 34), ("append", 5), ("direct", 3), ("read", 18), ("full", 2), ("stat", 4),
-           ("truncate", 7), ("rename", 5), ("unlink", 4), ("fsync", 4), ("reopen", 4), ("mmap", 2), ("park", 2)]
+           ("truncate", 7), ("rename", 5), ("unlink", 4), ("fsync", 4), ("reopen", 4), ("park", 2)]
 
     def body(self):
         names = [n for n, _ in self.OPS]
@@ -505,7 +521,7 @@ class Reader(Actor):
     """Re-reads files their owners have closed and parked, in random pieces, against the owner's snapshot."""
 
     def __init__(self, sh_, rid, workers):
-        super().__init__(sh_, f"r{rid}")
+        super().__init__(sh_, f"r{rid}", len(workers) + rid)
         self.rng = random.Random(sh_.seed * 1000 + 500 + rid)
         self.workers = workers
 
@@ -576,78 +592,126 @@ def daemon_stacks(pid):
     return "\n".join(out)
 
 
-def hang_report(cache, shd, actors, why):
-    lines = [f"HANG: {why}", f"seed {shd.seed}", "", "== operations in flight"]
-    now = time.monotonic()
-    for a in actors:
-        for desc, t in list(a.stack):
-            lines.append(f"{a.label}: {desc} for {now - t:.1f} s")
+class Monitor:
+    """The watchdog and the statistics sampler, in a process of their own started before any file on the mount is
+    open: a hung daemon can stop every thread of the test (a page fault holds the GIL; a fork or exec closes the
+    inherited descriptors, and each close is a FUSE request), never the monitor.  Every half second it samples
+    `nvcachectl stats --json`; when no operation completes for WATCHDOG seconds, one runs longer than OP_LIMIT, the
+    test asks for it ("dump REASON"), or the whole run outlives its deadline, it writes hang-report.txt (operations
+    in flight, the daemon's statistics and thread stacks) and kills the daemon, so that every caller blocked on the
+    mount gets an error and the test can end and clean up."""
+
+    def __init__(self, cache, progress_path, nactors, deadline_s):
+        self.report = os.path.join(cache.tmp, "hang-report.txt")
+        self.samples = os.path.join(cache.tmp, "samples.jsonl")
+        args = [cache.mnt, str(cache.proc.pid), progress_path, str(nactors), self.report, self.samples,
+                str(WATCHDOG), str(OP_LIMIT), str(deadline_s)]
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "monitor", *args],
+                                     stdin=subprocess.PIPE, text=True, start_new_session=True)
+
+    def send(self, line):
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+
+    def dump(self, reason, timeout=300):
+        self.send("dump " + reason)
+        deadline = time.time() + timeout
+        while not os.path.exists(self.report) and time.time() < deadline and self.proc.poll() is None:
+            time.sleep(0.2)
+
+    def hang(self):
+        if os.path.exists(self.report):
+            with open(self.report) as fh:
+                return fh.read()
+        return None
+
+    def stop(self):
+        self.send("stop")
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        try:
+            self.proc.wait(timeout=150)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def read_samples(self):
+        out = []
+        if os.path.exists(self.samples):
+            with open(self.samples) as fh:
+                out = [json.loads(line) for line in fh if line.strip()]
+        return out
+
+
+def monitor_main(mnt, pid, progress_path, nactors, report, samples, watchdog, op_limit, deadline_s):
+    pid, nactors = int(pid), int(nactors)
+    watchdog, op_limit, deadline = float(watchdog), float(op_limit), time.monotonic() + float(deadline_s)
+    prog = Progress(progress_path, nactors, create=False)
+    cmds = queue.Queue()
+
+    def stdin_reader():
+        for line in sys.stdin:
+            cmds.put(line.strip())
+        cmds.put("stop")
+
+    threading.Thread(target=stdin_reader, daemon=True).start()
+    paused = False
+    with open(samples, "a") as out:
+        while True:
+            why = None
+            try:
+                cmd = cmds.get(timeout=0.5)
+            except queue.Empty:
+                cmd = ""
+            if cmd == "stop":
+                return
+            if cmd == "pause":
+                paused = True
+            elif cmd.startswith("dump "):
+                why = cmd[5:]
+            try:
+                r = subprocess.run([CTL, "stats", mnt, "--json"], capture_output=True, text=True, timeout=10)
+                if r.returncode == 0:
+                    t = json.loads(r.stdout)["total"]
+                    out.write(json.dumps({"t": time.monotonic(), "dirty_percent": t["derived"]["dirty_percent"],
+                                          **{k: t["gauges"][k] for k in ("dirty_slots", "used_slots", "slots")},
+                                          "destaged_bytes": t["counters"]["destaged_bytes"]}) + "\n")
+                    out.flush()
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic_ns()
+            busy = prog.busy()
+            if not paused and busy and (now - prog.last_done()) / 1e9 > watchdog:
+                why = f"no operation completed for {(now - prog.last_done()) / 1e9:.0f} s"
+            for t, d in busy:
+                if not paused and (now - t) / 1e9 > op_limit:
+                    why = f"'{d}' in flight for {(now - t) / 1e9:.0f} s"
+            if time.monotonic() > deadline:
+                why = f"the test still runs after {float(deadline_s):.0f} s (dead man's timer)"
+            if why:
+                break
+    lines = [f"HANG: {why}", f"at {time.strftime('%Y-%m-%d %H:%M:%S')}", "", "== operations in flight"]
+    now = time.monotonic_ns()
+    lines += [f"{d} for {(now - t) / 1e9:.1f} s" for t, d in sorted(prog.busy())]
     lines.append("\n== daemon stats")
     try:
-        r = sh(CTL, "stats", cache.mnt, "--json", check=False, timeout=10) if cache.proc else None
+        r = subprocess.run([CTL, "stats", mnt, "--json"], capture_output=True, text=True, timeout=10)
+        if r.returncode == 0:
+            t = json.loads(r.stdout)["total"]
+            lines.append(json.dumps({**t["counters"], **t["gauges"]}))
     except subprocess.TimeoutExpired:
-        r = None
-    if r is not None and r.returncode == 0:
-        t = json.loads(r.stdout)["total"]
-        lines.append(json.dumps({**t["counters"], **t["gauges"]}))
-    lines.append("\n" + daemon_stacks(cache.proc.pid) if cache.proc else "(no daemon)")
-    path = os.path.join(cache.tmp, "python-stacks.txt")
-    with open(path, "w") as fh:
-        faulthandler.dump_traceback(fh, all_threads=True)
-    with open(path) as fh:
-        lines.append("\n== test threads\n" + fh.read())
-    return "\n".join(lines)
+        lines.append("(nvcachectl stats timed out)")
+    lines.append("\n" + daemon_stacks(pid))
+    with open(report + ".tmp", "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    os.rename(report + ".tmp", report)
+    os.kill(pid, signal.SIGKILL)
 
-
-class Watchdog(threading.Thread):
-    """Fails the run when no operation completes for WATCHDOG seconds or one takes longer than OP_LIMIT: dumps the
-    daemon's stacks, then kills it so that the blocked callers get their errors and the test can end."""
-
-    def __init__(self, cache, shd, actors):
-        super().__init__(name="watchdog", daemon=True)
-        self.cache, self.sh, self.actors = cache, shd, actors
-        self.done = threading.Event()
-
-    def run(self):
-        while not self.done.wait(1.0):
-            now = time.monotonic()
-            why = None
-            busy = [a for a in self.actors if a.cur]
-            if busy and now - self.sh.last_done > WATCHDOG:
-                why = f"no operation completed for {now - self.sh.last_done:.0f} s"
-            for a in busy:
-                c = a.cur
-                if c and now - c[1] > OP_LIMIT:
-                    why = f"{a.label}: '{c[0]}' in flight for {now - c[1]:.0f} s"
-            if why:
-                self.sh.hang = hang_report(self.cache, self.sh, self.actors, why)
-                self.sh.stop.set()
-                self.cache.proc.send_signal(signal.SIGKILL)
-                return
-
-
-class Sampler(threading.Thread):
-    """The daemon's statistics once a second: how full and how dirty the cache got."""
-
-    def __init__(self, cache):
-        super().__init__(name="sampler", daemon=True)
-        self.cache = cache
-        self.done = threading.Event()
-        self.samples = []
-
-    def run(self):
-        while not self.done.wait(0.5):
-            try:
-                r = sh(CTL, "stats", self.cache.mnt, "--json", check=False, timeout=10)
-            except subprocess.TimeoutExpired:
-                continue
-            if r.returncode == 0:
-                t = json.loads(r.stdout)["total"]
-                self.samples.append((time.monotonic(), t["derived"]["dirty_percent"], t["gauges"]["dirty_slots"],
-                                     t["gauges"]["slots"], t["counters"]["destaged_bytes"]))
-
-
-# ---------------------------------------------------------------------------------------------------- test
 
 def read_all(path):
     with open(path, "rb") as fh:
@@ -720,20 +784,21 @@ def probe_odirect(root):
             os.unlink(p)
 
 
-def figures(workers, readers, sampler, st, elapsed, flush_s, seed, shd):
+def figures(workers, readers, samples, st, elapsed, flush_s, seed, shd):
     ops = collections.Counter()
     for a in workers + readers:
         ops.update(a.ops)
     lat = sorted(x for w in workers for x in w.write_lat)
     slow = [x for x in lat if x > SLOW_WRITE]
-    dirty = [s[1] for s in sampler.samples]                      # dirty bytes / capacity
-    dslots = [100.0 * s[2] / s[3] for s in sampler.samples]      # dirty slots / slots
+    dirty = [x["dirty_percent"] for x in samples]                   # dirty bytes / capacity
+    # dirty slots / slots; with two copies every dirty slot holds a second slot for its twin
+    dslots = [min(100.0, 100.0 * x["dirty_slots"] * COPIES / x["slots"]) for x in samples]
+    used = [100.0 * x["used_slots"] / x["slots"] for x in samples]
     c, g = st["counters"], st["gauges"]
     return {
         "seed": seed, "seconds": round(elapsed, 1), "workers": len(workers), "readers": len(readers),
         "o_direct": shd.odirect,
-        "config": {"rate": RATE, "devices": NDEVS, "device_mib": DEV_MB, "block_size": BS, "dirty_copies": COPIES,
-                   **config_keys()},
+        "config": {"devices": NDEVS, "device_mib": DEV_MB, **config_keys()},
         "ops": dict(sorted(ops.items())), "ops_total": sum(ops.values()),
         "bytes_written": sum(w.bytes_written for w in workers),
         "bytes_read": sum(a.bytes_read for a in workers + readers),
@@ -746,8 +811,9 @@ def figures(workers, readers, sampler, st, elapsed, flush_s, seed, shd):
         "dirty_slots_percent_max": round(max(dslots), 1) if dslots else None,
         "seconds_with_all_slots_dirty": sum(0.5 for d in dslots if d >= 100.0),
         "dirty_bytes_percent_max": max(dirty) if dirty else None,
+        "used_slots_percent_max": round(max(used), 1) if used else None,
         "samples": len(dirty),
-        "dirty_slots_percent_timeline": [round(d) for d in dslots],
+        "dirty_slots_percent_timeline": [round(d) for d in dslots[::4]],
         "flush_seconds": round(flush_s, 1),
         "daemon": {k: c[k] for k in ("write_ops", "write_bytes", "read_ops", "read_bytes", "destaged_bytes",
                                      "evictions", "destage_errors", "fsync_ops", "backing_write_bytes")}
@@ -765,44 +831,52 @@ def test_load_full_dirty_cache(make_cache):
     os.mkdir(root)
     shd = Shared(root, seed)
     shd.odirect = probe_odirect(root)
-    repro = (f"NVC_LOAD_SEED={seed} NVC_LOAD_SECONDS={SECONDS:g} NVC_LOAD_COPIES={COPIES} NVC_LOAD_RATE={RATE} "
-             f"NVC_LOAD_CONF='{EXTRA}' tools/load/run.sh")
+    knobs = {k: v for k, v in os.environ.items() if k.startswith("NVC_LOAD_") and k not in ("NVC_LOAD_SEED",)}
+    knobs.setdefault("NVC_LOAD_SECONDS", f"{SECONDS:g}")
+    repro = " ".join(f"{k}='{v}'" for k, v in sorted(knobs.items())) + f" NVC_LOAD_SEED={seed} tools/load/run.sh"
     print(f"\nload: seed {seed}, {WORKERS} workers, {READERS} readers, {SECONDS:g} s, O_DIRECT {shd.odirect}; "
           f"tmp {c.tmp}")
 
+    # the monitor starts before any file on the mount is open (it must not inherit one)
+    flush_budget = max(180, 4 * NDEVS * DEV_MB)
+    progress = os.path.join(c.tmp, "progress")
+    shd.progress = Progress(progress, WORKERS + READERS)
+    mon = Monitor(c, progress, WORKERS + READERS, SECONDS + WATCHDOG + OP_LIMIT + flush_budget + 300)
+    try:
+        run_load(c, shd, mon, seed, repro, flush_budget)
+    finally:
+        mon.stop()
+
+
+def run_load(c, shd, mon, seed, repro, flush_budget):
+    root = shd.root
     t0 = time.monotonic()
     workers = [Worker(shd, i, t0 + SECONDS) for i in range(WORKERS)]
     readers = [Reader(shd, i, workers) for i in range(READERS)]
-    dog = Watchdog(c, shd, workers + readers)
-    sampler = Sampler(c)
-    for t in workers + readers + [dog, sampler]:
+    for t in workers + readers:
         t.start()
     for t in workers + readers:
-        # the watchdog ends every hang by killing the daemon, so these joins end
-        t.join()
+        t.join()   # the monitor ends every hang by killing the daemon, so these joins end
     elapsed = time.monotonic() - t0
-    sampler.done.set()
-    sampler.join()
+    mon.send("pause")
 
     flush_s = 0.0
-    if not shd.hang and not shd.errors:
-        # flush under the watchdog's eye: generous time for what is dirty at the rate cap
+    if not mon.hang() and not shd.errors:
+        # every descriptor on the mount is closed now: this process may start others again
         t1 = time.monotonic()
         try:
-            r = sh(CTL, "flush", c.mnt, check=False, timeout=max(180, 4 * NDEVS * DEV_MB))
+            r = sh(CTL, "flush", c.mnt, check=False, timeout=flush_budget)
             if r.returncode != 0:
                 shd.fail("flush", f"nvcachectl flush: rc {r.returncode}: {r.stderr.strip()}")
         except subprocess.TimeoutExpired:
-            shd.hang = hang_report(c, shd, [], "nvcachectl flush did not finish")
-            c.proc.send_signal(signal.SIGKILL)
+            mon.dump(f"nvcachectl flush did not finish in {flush_budget} s")
         flush_s = time.monotonic() - t1
-    dog.done.set()
-    dog.join()
 
-    if shd.hang:
-        path = save_evidence(c, shd.hang + "\n\n== worker errors after the kill\n" + "\n".join(shd.errors[:10]),
-                             "hang-report.txt")
-        pytest.fail(f"hang; report in {path}; repro: {repro}\n" + shd.hang[:6000])
+    hang = mon.hang()
+    if hang:
+        text = hang + "\n\n== errors the test saw (after the kill, most of them)\n" + "\n".join(shd.errors[:10])
+        path = save_evidence(c, text, "hang-report.txt")
+        pytest.fail(f"hang; report in {path}; repro: {repro}\n" + text[:8000])
     if shd.errors:
         msg = "\n".join(shd.errors[:10])
         path = save_evidence(c, msg, "errors.txt")
@@ -821,7 +895,7 @@ def test_load_full_dirty_cache(make_cache):
     lost = os.path.join(c.backing, ".nvcachefs-lost+found")
     if os.path.isdir(lost) and os.listdir(lost):
         errs.append(f"lost+found holds {os.listdir(lost)}")
-    fig = figures(workers, readers, sampler, st, elapsed, flush_s, seed, shd)
+    fig = figures(workers, readers, mon.read_samples(), st, elapsed, flush_s, seed, shd)
     fig["files_compared"] = len(expect)
     fig["bytes_compared"] = sum(len(f.data) for f in expect.values())
     rc = c.unmount(timeout=180)
@@ -835,3 +909,7 @@ def test_load_full_dirty_cache(make_cache):
     assert not errs, f"repro: {repro}\n" + "\n".join(errs[:12])
     assert fig["dirty_slots_percent_max"] is not None and fig["dirty_slots_percent_max"] >= 99, \
         f"the cache never got full of dirty data: {fig}"
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "monitor":
+    monitor_main(*sys.argv[2:])
