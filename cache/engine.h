@@ -265,36 +265,66 @@ static inline uint32_t bm_count(const uint64_t *w)
 	return n;
 }
 
-/* engine.c, called by recovery and destage */
+/* Blocks of one request segment, and the I/O buffer each thread keeps. */
+#define SEG_MAX_BLOCKS 64
+#define IO_BUF_BYTES (2u * 1024 * 1024 + 2 * NVC_PAGE)
+
+/* One block of a request: its slot (pinned) and the request's pages in it. */
+struct span {
+	struct cslot *s;
+	uint64_t blk;
+	uint32_t p0, p1; /* pages of the request within the block */
+	uint64_t valid[META_MAX_WORDS];
+	int miss;
+};
+
+/* map.c: the block map, allocation and eviction */
 struct cslot *slot_find(struct cache *c, uint32_t rec, uint64_t blk);
 void slot_hash_add(struct cache *c, struct cslot *s);
 void slot_settle(struct cache *c, struct cslot *s);
 int slot_persist(struct cache *c, struct cslot *s);
 void slot_drop_locked(struct cache *c, struct cslot *s);
+void slot_hash_del(struct cache *c, struct cslot *s);
+void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p);
+struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f, uint64_t blk);
+struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s);
+void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s);
+int working_devices(struct cache *c);
 void twin_free_locked(struct cache *c, struct cslot *s);
 int twin_persist(struct cache *c, struct cslot *s);
 int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
 	      uint32_t p1);
+
+/* file.c: file objects and their records */
 void file_hash_add(struct cache *c, struct cfile *f);
+int file_ensure_record(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
 void file_put_locked(struct cache *c, struct cfile *f);
 int file_idle_fd_locked(struct cache *c, struct cfile *f);
 int file_reopen_by_handle(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
 int file_note_backing(struct cache *c, struct cfile *f);
-int file_trim(struct cache *c, struct cfile *f, uint64_t size);
-void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n);
 void file_mark_dirty(struct cache *c, struct cfile *f, struct cslot *s);
 void file_mark_clean(struct cache *c, struct cfile *f, struct cslot *s);
+
+/* write.c */
+int file_trim(struct cache *c, struct cfile *f, uint64_t size);
+
+/* io.c: backing I/O, device errors, the read path */
+void *io_buf(void);
+int backing_read(struct cache *c, struct cfile *f, void *buf, size_t len,
+		 uint64_t off);
+void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n);
 
 /* recover.c */
 int recover_load(struct cache *c, char *err, size_t errlen);
 
-/* engine.c */
-void stats_attach_devs(struct cache *c);
 int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
 		  uint64_t off);
 int backing_sync(struct cache *c, struct cfile *f, int data_only);
+
+/* engine.c */
+void stats_attach_devs(struct cache *c);
 void stats_note_destaged(struct cache *c, uint64_t bytes);
 
 /* destage.c */
