@@ -87,6 +87,29 @@ enum slot_state { SLOT_FREE, SLOT_FRESH, SLOT_CLEAN, SLOT_DIRTY };
  * power loss leaves the old or the new bytes of the same file.
  */
 
+/*
+ * Flush generations.  A plain (not FUA) device write is durable only once a
+ * flush that started after the write completed has completed too; a flush
+ * already under way when the write completed proves nothing.  So each device
+ * counts its completed plain writes (written), a flush samples that count
+ * before it starts, and only when it completes publishes the sample as
+ * flushed.  Whoever needs the writes up to generation g durable waits until
+ * flushed >= g, and flushes itself if no flush covers g.  Flushes of one
+ * device are serialized by its lock, so concurrent fsyncs share a flush: the
+ * one that waited for the lock usually finds its generation covered.
+ * flushed never passes written and never goes back (asserted).
+ *
+ * The backing file's own durability has the same shape (cfile bk_wgen and
+ * bk_synced): a change that only the backing file's fsync makes durable (its
+ * creation, a write that went around a failed device) bumps bk_wgen; an fsync
+ * samples bk_wgen before it starts and publishes the sample when it is done.
+ */
+struct dev_sync {
+	uint64_t written; /* completed plain writes (atomic) */
+	uint64_t flushed; /* written, as the last completed flush found it */
+	pthread_mutex_t lock;
+};
+
 struct cslot {
 	uint32_t file; /* record index + 1; 0: free */
 	uint32_t pins;
@@ -124,7 +147,8 @@ struct cfile {
 	uint64_t dirty_since;
 	int destaging;
 	int unlinked;
-	int bk_durable;
+	uint64_t bk_wgen; /* backing changes that need the file's fsync */
+	uint64_t bk_synced; /* bk_wgen as the last completed fsync found it */
 	int bk_missing; /* the backing file could not be opened at mount */
 	uint64_t bk_mtime_ns;
 	uint32_t hbytes;
@@ -158,7 +182,7 @@ struct cache {
 	struct list free_slots, lru, dirty_files;
 	uint64_t nfree, ndirty_slots, dirty_pages, valid_pages;
 	uint64_t dev_valid_pages[NVC_MAX_DEVS], dev_dirty_pages[NVC_MAX_DEVS];
-	int dev_dirty[NVC_MAX_DEVS];
+	struct dev_sync dsync[NVC_MAX_DEVS];
 	int dev_failed[NVC_MAX_DEVS]; /* no new data goes there */
 
 	pthread_mutex_t lock;
@@ -315,6 +339,16 @@ void *io_buf(void);
 int backing_read(struct cache *c, struct cfile *f, void *buf, size_t len,
 		 uint64_t off);
 void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n);
+/* Device d wrote plain (not FUA) data: one more generation to flush. */
+void cache_dev_written(struct cache *c, int d);
+/* Every plain write to device d that completed before the call is durable. */
+int cache_dev_sync(struct cache *c, int d);
+/* The backing file changed in a way only its fsync makes durable. */
+void file_bk_changed(struct cfile *f);
+/* An fsync that started when bk_wgen was gen has completed. */
+void file_bk_synced(struct cfile *f, uint64_t gen);
+/* Every such change before the call is durable (fsync of the backing file). */
+int file_bk_sync(struct cache *c, struct cfile *f);
 
 /* recover.c */
 int recover_load(struct cache *c, char *err, size_t errlen);

@@ -197,6 +197,7 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 	f->size = f->bsize = st.st_size;
 	f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
 	f->refs = 1;
+	f->bk_wgen = 1; /* its existence: not known to be durable yet */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	f->fd = open(path, O_RDWR | O_CLOEXEC);
 	if (f->fd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM ||

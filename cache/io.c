@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -84,6 +85,62 @@ int backing_sync(struct cache *c, struct cfile *f, int data_only)
 	if (!ret)
 		stat_lat_since(&c->stats, STAT_L_backing_fsync, t0);
 	return ret;
+}
+
+void cache_dev_written(struct cache *c, int d)
+{
+	__atomic_add_fetch(&c->dsync[d].written, 1, __ATOMIC_RELEASE);
+}
+
+int cache_dev_sync(struct cache *c, int d)
+{
+	struct dev_sync *ds = &c->dsync[d];
+	uint64_t want = __atomic_load_n(&ds->written, __ATOMIC_ACQUIRE), start;
+	int ret = 0;
+
+	if (__atomic_load_n(&ds->flushed, __ATOMIC_ACQUIRE) >= want)
+		return 0;
+	pthread_mutex_lock(&ds->lock);
+	if (ds->flushed < want) {
+		/* the sample is taken before the flush starts */
+		start = __atomic_load_n(&ds->written, __ATOMIC_ACQUIRE);
+		ret = dev_flush(c->devs[d]);
+		if (!ret) {
+			assert(start >= ds->flushed);
+			__atomic_store_n(&ds->flushed, start, __ATOMIC_RELEASE);
+		}
+	}
+	pthread_mutex_unlock(&ds->lock);
+	return ret;
+}
+
+void file_bk_changed(struct cfile *f)
+{
+	__atomic_add_fetch(&f->bk_wgen, 1, __ATOMIC_RELEASE);
+}
+
+void file_bk_synced(struct cfile *f, uint64_t gen)
+{
+	uint64_t cur = __atomic_load_n(&f->bk_synced, __ATOMIC_ACQUIRE);
+
+	while (cur < gen && !__atomic_compare_exchange_n(&f->bk_synced, &cur,
+							 gen, 0,
+							 __ATOMIC_ACQ_REL,
+							 __ATOMIC_ACQUIRE))
+		;
+}
+
+int file_bk_sync(struct cache *c, struct cfile *f)
+{
+	uint64_t start = __atomic_load_n(&f->bk_wgen, __ATOMIC_ACQUIRE);
+
+	if (__atomic_load_n(&f->bk_synced, __ATOMIC_ACQUIRE) >= start)
+		return 0;
+	if (backing_sync(c, f, 0))
+		return -errno;
+	BK_HOOK(c, sync, f->ino);
+	file_bk_synced(f, start);
+	return 0;
 }
 
 void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
@@ -192,6 +249,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 				for (uint32_t q = run0; q < p; q++)
 					bm_clear(want, q);
 			} else {
+				cache_dev_written(c, slot_idx(c, s) % c->ndevs);
 				CNT_ADD(c, fill_bytes, io.len);
 			}
 		}

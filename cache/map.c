@@ -66,7 +66,7 @@ int slot_persist(struct cache *c, struct cslot *s)
 	for (w = 0; w < META_MAX_WORDS; w++)
 		need |= (s->valid[w] & ~s->pvalid[w] & s->unsynced[w]) != 0;
 	if (s->file && need) {
-		ret = dev_flush(slot_dev(c, slot_idx(c, s)));
+		ret = cache_dev_sync(c, slot_idx(c, s) % c->ndevs);
 		if (ret)
 			return ret;
 		memset(s->unsynced, 0, sizeof(s->unsynced));

@@ -165,7 +165,6 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		f->bk_mtime_ns = mf.bk_mtime_ns;
 		f->hbytes = mf.handle_bytes;
 		f->htype = mf.handle_type;
-		f->bk_durable = 1;
 		memcpy(f->handle, mf.handle, mf.handle_bytes);
 		c->recs[r] = f;
 	}
@@ -368,6 +367,8 @@ static int cache_alloc(struct cache *c)
 	c->free_recs = calloc(c->meta.nfiles, sizeof(*c->free_recs));
 	if (!c->slots || !c->shash || !c->fhash || !c->recs || !c->free_recs)
 		return -ENOMEM;
+	for (i = 0; i < NVC_MAX_DEVS; i++)
+		pthread_mutex_init(&c->dsync[i].lock, NULL);
 	for (i = 0; i < c->nslots; i++) {
 		pthread_rwlock_init(&c->slots[i].rw, NULL);
 		list_init(&c->slots[i].link);

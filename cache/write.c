@@ -126,7 +126,7 @@ static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
 		f->size = hi;
 	if (hi > f->bsize)
 		f->bsize = hi;
-	f->bk_durable = 0; /* the next fsync must reach the backing file */
+	file_bk_changed(f); /* the next fsync must reach the backing file */
 	pthread_mutex_unlock(&c->lock);
 	for (i = 0; i < nsp && !ret; i++)
 		if (sp[i].s->persisted || bm_any(sp[i].s->valid))
@@ -257,7 +257,8 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 		struct cslot *s = sp[i].s;
 		int was_dirty = bm_any(s->dirty);
 
-		c->dev_dirty[slot_idx(c, s) % c->ndevs] = 1;
+		if (!ios[i].fua)
+			cache_dev_written(c, slot_idx(c, s) % c->ndevs);
 		for (p = sp[i].p0; p < sp[i].p1; p++) {
 			if (ios[i].fua)
 				bm_clear(s->unsynced, p);
@@ -649,7 +650,7 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 
 int cache_fsync(struct cache *c, struct cfile *f)
 {
-	int d, ret = 0, r;
+	int d, ret = 0;
 
 	if (f) {
 		struct list *l;
@@ -668,24 +669,12 @@ int cache_fsync(struct cache *c, struct cfile *f)
 		if (ret)
 			return ret;
 	}
-	for (d = 0; d < c->ndevs; d++) {
-		if (c->dev_failed[d])
-			continue;
-		if (!__atomic_exchange_n(&c->dev_dirty[d], 0, __ATOMIC_ACQ_REL))
-			continue;
-		r = dev_flush(c->devs[d]);
-		if (r) {
-			c->dev_dirty[d] = 1;
+	for (d = 0; d < c->ndevs; d++)
+		if (!c->dev_failed[d] && cache_dev_sync(c, d))
 			ret = -EIO;
-		}
-	}
 	/* the backing file's own existence must survive power loss too */
-	if (!ret && f && !f->bk_durable) {
-		if (backing_sync(c, f, 0))
-			return -errno;
-		BK_HOOK(c, sync, f->ino);
-		f->bk_durable = 1;
-	}
+	if (!ret && f)
+		ret = file_bk_sync(c, f);
 	if (!ret && c->cfg->mode != MODE_WRITEBACK && f) {
 		if (backing_sync(c, f, 1))
 			ret = -errno;

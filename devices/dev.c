@@ -585,6 +585,13 @@ static int dev_flush_io(struct dev *d)
 	int ret;
 
 	if (d->kind == DEV_KIND_MEM) {
+		if (d->faults.flush_delay_us) {
+			__atomic_add_fetch(&d->faults.flushing, 1,
+					   __ATOMIC_SEQ_CST);
+			usleep(d->faults.flush_delay_us);
+			__atomic_sub_fetch(&d->faults.flushing, 1,
+					   __ATOMIC_SEQ_CST);
+		}
 		if (d->rec && !d->faults.fail_writes)
 			rec_log_add(d->rec, REC_DEV_FLUSH, d->rec_id, 0, NULL,
 				    0, 0);

@@ -38,6 +38,9 @@ struct dev_io {
 struct dev_faults {
 	int fail_reads; /* -errno returned by every read, 0 for none */
 	int fail_writes; /* -errno returned by every write, 0 for none */
+	unsigned flush_delay_us; /* an in-memory device's flush takes this long
+				    (the flush counts when it ends) */
+	int flushing; /* an in-memory device's flushes under way */
 };
 
 int dev_open(const char *path, struct dev **out);

@@ -46,7 +46,10 @@ static inline void env_open(struct env *e)
 static uint64_t max_files __attribute__((unused)) = 65536;
 static uint64_t dirty_copies __attribute__((unused)) = 1;
 
-static inline void env_init(struct env *e, uint64_t slots_per_dev, uint32_t bs)
+/* A formatted cache; with a log l, its devices and mirrors record every
+ * write, flush and persist there. */
+static inline void env_init_rec(struct env *e, uint64_t slots_per_dev,
+				uint32_t bs, struct rec_log *l)
 {
 	char err[CFG_ERRLEN];
 	int i;
@@ -64,12 +67,15 @@ static inline void env_init(struct env *e, uint64_t slots_per_dev, uint32_t bs)
 	e->cfg.max_files = max_files;
 	e->cfg.dirty_copies = dirty_copies;
 	for (i = 0; i < 2; i++)
-		if (dev_mem_create(SB_DATA_OFF + slots_per_dev * bs,
-				   &e->devs[i]))
+		if (l ? dev_rec_create(l, i, SB_DATA_OFF + slots_per_dev * bs,
+				       &e->devs[i])
+		      : dev_mem_create(SB_DATA_OFF + slots_per_dev * bs,
+				       &e->devs[i]))
 			exit(1);
 	e->mlen = fmt_meta_len(&e->cfg, e->devs, 2);
 	for (i = 0; i < 2; i++)
-		if (pm_mem_create(e->mlen, &e->mirrors[i]))
+		if (l ? pm_rec_create(l, i, e->mlen, &e->mirrors[i])
+		      : pm_mem_create(e->mlen, &e->mirrors[i]))
 			exit(1);
 	if (fmt_format_open(&e->cfg, e->devs, 2, e->mirrors, err,
 			    sizeof(err))) {
@@ -81,6 +87,12 @@ static inline void env_init(struct env *e, uint64_t slots_per_dev, uint32_t bs)
 		exit(1);
 	e->backing_fd = open(e->dir, O_RDONLY | O_DIRECTORY);
 	env_open(e);
+}
+
+static inline void env_init(struct env *e, uint64_t slots_per_dev,
+			    uint32_t bs)
+{
+	env_init_rec(e, slots_per_dev, bs, NULL);
 }
 
 static inline void env_fini(struct env *e)
