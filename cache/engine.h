@@ -244,6 +244,20 @@ static inline void pages_dirty(struct cache *c, struct cslot *s, int64_t n)
 	c->dev_dirty_pages[(s - c->slots) % c->ndevs] += n;
 }
 
+/*
+ * Waiting for space.  Writers wait on space_cond for a slot (free, or clean
+ * and unpinned, to evict) and readers and writers for a file record (free, or
+ * held by a closed file whose clean slots can be evicted).  Whatever makes
+ * one of those appear calls space_freed_locked: a slot settling free or
+ * clean, an unpin, the last close of a file, a record going free.  Nothing
+ * else wakes them: the destager is not the only one that frees space.
+ */
+static inline void space_freed_locked(struct cache *c)
+{
+	if (c->waiting_writers)
+		pthread_cond_broadcast(&c->space_cond);
+}
+
 static inline uint64_t slot_off(struct cache *c, uint64_t s)
 {
 	return SB_DATA_OFF + (s / c->ndevs) * (uint64_t)c->bs;

@@ -137,6 +137,8 @@ void file_put_locked(struct cache *c, struct cfile *f)
 {
 	if (--f->refs)
 		return;
+	/* a closed file's clean slots, and so its record, can be taken */
+	space_freed_locked(c);
 	if (f->unlinked)
 		file_drop_slots_locked(c, f);
 	if (f->nslots)

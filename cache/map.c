@@ -107,11 +107,14 @@ void slot_settle(struct cache *c, struct cslot *s)
 		s->state = SLOT_FREE;
 		list_add_tail(&c->free_slots, &s->link);
 		c->nfree++;
+		space_freed_locked(c);
 	} else if (bm_any(s->dirty)) {
 		s->state = SLOT_DIRTY;
 	} else if (bm_any(s->valid)) {
 		s->state = SLOT_CLEAN;
 		list_add_tail(&c->lru, &s->link);
+		if (!s->pins)
+			space_freed_locked(c);
 	} else {
 		s->state = SLOT_FRESH;
 	}
@@ -302,6 +305,8 @@ struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
 void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s)
 {
 	s->pins--;
+	if (!s->pins && s->state == SLOT_CLEAN)
+		space_freed_locked(c); /* evictable now */
 	if (!s->pins && s->state == SLOT_FRESH && s->file) {
 		slot_hash_del(c, s);
 		list_del(&s->flink);
