@@ -181,6 +181,7 @@ struct cache {
 	uint32_t nfree_recs;
 	struct list free_slots, lru, dirty_files;
 	uint64_t nfree, ndirty_slots, dirty_pages, valid_pages;
+	uint64_t ntwins; /* second copies: slots that dirty data occupies too */
 	uint64_t dev_valid_pages[NVC_MAX_DEVS], dev_dirty_pages[NVC_MAX_DEVS];
 	struct dev_sync dsync[NVC_MAX_DEVS];
 	int dev_failed[NVC_MAX_DEVS]; /* no new data goes there */
@@ -256,6 +257,13 @@ static inline void space_freed_locked(struct cache *c)
 {
 	if (c->waiting_writers)
 		pthread_cond_broadcast(&c->space_cond);
+}
+
+/* Slots that dirty data occupies, second copies included: what the
+ * watermarks compare with (c->lock held). */
+static inline uint64_t dirty_occupancy(const struct cache *c)
+{
+	return c->ndirty_slots + c->ntwins;
 }
 
 static inline uint64_t slot_off(struct cache *c, uint64_t s)
@@ -342,6 +350,8 @@ int file_idle_fd_locked(struct cache *c, struct cfile *f);
 int file_reopen_by_handle(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
 int file_note_backing(struct cache *c, struct cfile *f);
+/* The same in memory only: the caller persists the record. */
+int file_note_backing_stat(struct cache *c, struct cfile *f);
 void file_mark_dirty(struct cache *c, struct cfile *f, struct cslot *s);
 void file_mark_clean(struct cache *c, struct cfile *f, struct cslot *s);
 

@@ -102,10 +102,9 @@ int file_persist_record(struct cache *c, struct cfile *f)
  * new size and mtime, so that recovery does not take our own change for one
  * made behind the cache's back.
  */
-int file_note_backing(struct cache *c, struct cfile *f)
+int file_note_backing_stat(struct cache *c, struct cfile *f)
 {
 	struct stat st;
-	int ret = 0;
 
 	if (fstat(f->fd, &st))
 		return -errno;
@@ -113,6 +112,15 @@ int file_note_backing(struct cache *c, struct cfile *f)
 	f->bsize = st.st_size;
 	f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
 	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+int file_note_backing(struct cache *c, struct cfile *f)
+{
+	int ret = file_note_backing_stat(c, f);
+
+	if (ret)
+		return ret;
 	if (f->rec) {
 		pthread_mutex_lock(&f->rec_lock);
 		ret = file_persist_record(c, f);

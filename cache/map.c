@@ -152,6 +152,7 @@ void twin_free_locked(struct cache *c, struct cslot *s)
 	t = &c->slots[s->twin - 1];
 	s->twin = 0;
 	t->is_twin = 0;
+	c->ntwins--;
 	t->file = 0;
 	t->blk = 0;
 	memset(t->valid, 0, sizeof(t->valid));
@@ -297,6 +298,7 @@ struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
 	slot_claim(t, s->file, s->blk);
 	t->is_twin = 1;
 	s->twin = slot_idx(c, t) + 1;
+	c->ntwins++;
 	return t;
 }
 

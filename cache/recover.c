@@ -267,6 +267,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			t->persisted = 1;
 			t->state = SLOT_FRESH;
 			p->twin = twins[i].idx + 1;
+			c->ntwins++;
 		} else {
 			/* its slot is clean or gone: the copy is not needed */
 			struct meta_slot z;
