@@ -22,12 +22,17 @@ static uint64_t file_key(dev_t dev, ino_t ino)
 	return XXH3_64bits(k, sizeof(k));
 }
 
+/*
+ * The live file object of (dev, ino).  One whose backing file lost its last
+ * link stays hashed while references to it remain, but is never found again:
+ * a new file may get the same inode number, and must get a new object.
+ */
 static struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino)
 {
 	struct cfile *f;
 
 	for (f = c->fhash[file_key(dev, ino) & c->fmask]; f; f = f->hnext)
-		if (f->dev == dev && f->ino == ino)
+		if (f->dev == dev && f->ino == ino && !f->unlinked)
 			return f;
 	return NULL;
 }

@@ -69,14 +69,19 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 		/*
 		 * Nobody touched the backing file since the cache last saw it:
 		 * the record is the truth.  A truncate cut short by the crash
-		 * (size recorded, backing file not yet cut) is finished.
+		 * (size recorded, backing file not yet cut or grown) is
+		 * finished, durably: the record may go once the file has no
+		 * cached data, and then the backing file's size is all there is.
+		 * What lies between the two sizes and is not cached reads as
+		 * zeros either way.
 		 */
-		if ((uint64_t)st.st_size > f->size) {
-			if (ftruncate(f->fd, f->size))
+		if ((uint64_t)st.st_size != f->size) {
+			if (ftruncate(f->fd, f->size) || fsync(f->fd))
 				log_msg(LOG_ERR,
 					"recovery: cannot truncate backing "
-					"file (inode %llu): %s",
+					"file (inode %llu) to %llu: %s",
 					(unsigned long long)f->ino,
+					(unsigned long long)f->size,
 					strerror(errno));
 			else
 				f->bsize = f->size;
