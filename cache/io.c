@@ -143,6 +143,11 @@ int file_bk_sync(struct cache *c, struct cfile *f)
 	return 0;
 }
 
+static const char *dev_op_name(enum dev_op op)
+{
+	return op == DEV_READ ? "read" : op == DEV_WRITE ? "write" : "flush";
+}
+
 void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 {
 	unsigned i;
@@ -164,14 +169,13 @@ void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 					"store, its dirty data cannot be "
 					"served",
 					dev_path(ios[i].dev),
-					ios[i].op == DEV_READ ? "read"
-							      : "write",
+					dev_op_name(ios[i].op),
 					(unsigned long long)ios[i].off,
 					strerror(-ios[i].res));
 		}
 		log_msg(LOG_ERR, "%s: %s at offset %llu: %s",
 			dev_path(ios[i].dev),
-			ios[i].op == DEV_READ ? "read" : "write",
+			dev_op_name(ios[i].op),
 			(unsigned long long)ios[i].off, strerror(-ios[i].res));
 	}
 }

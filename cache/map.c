@@ -58,6 +58,36 @@ void slot_hash_del(struct cache *c, struct cslot *s)
 	s->hnext = 0;
 }
 
+/*
+ * The device would not flush: pages kept after a read miss and not known to
+ * be durable cannot be claimed by an entry.  They are clean (the backing file
+ * has them, even when a write has just marked them dirty as its intent), so
+ * the slot forgets them; the device is charged with the error.
+ */
+static void slot_unclaim_unsynced(struct cache *c, struct cslot *s, int err)
+{
+	struct dev_io io = { .dev = slot_dev(c, slot_idx(c, s)),
+			     .op = DEV_FLUSH,
+			     .res = err };
+	uint32_t p;
+
+	note_dev_error(c, &io, 1);
+	pthread_mutex_lock(&c->lock);
+	for (p = 0; p < c->ppb; p++) {
+		int was_dirty;
+
+		if (!bm_test(s->unsynced, p) || bm_test(s->pvalid, p) ||
+		    !bm_test(s->valid, p))
+			continue;
+		was_dirty = bm_any(s->dirty);
+		page_forget_locked(c, s, p);
+		if (was_dirty && !bm_any(s->dirty))
+			file_mark_clean(c, c->recs[s->file - 1], s);
+	}
+	slot_settle(c, s);
+	pthread_mutex_unlock(&c->lock);
+}
+
 int slot_persist(struct cache *c, struct cslot *s)
 {
 	struct meta_slot m;
@@ -68,7 +98,7 @@ int slot_persist(struct cache *c, struct cslot *s)
 	if (s->file && need) {
 		ret = cache_dev_sync(c, slot_idx(c, s) % c->ndevs);
 		if (ret)
-			return ret;
+			slot_unclaim_unsynced(c, s, ret);
 		memset(s->unsynced, 0, sizeof(s->unsynced));
 	}
 	if (s->file)

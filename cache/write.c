@@ -266,7 +266,8 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
 		}
 		if (mode != MODE_WRITEBACK && sp[i].miss) {
 			for (p = sp[i].p0; p < sp[i].p1; p++) {
-				if (!bm_test(sp[i].valid, p))
+				if (!bm_test(sp[i].valid, p) ||
+				    !bm_test(s->dirty, p))
 					continue;
 				bm_clear(s->dirty, p);
 				pages_dirty(c, s, -1);
