@@ -262,6 +262,19 @@ def test_idle_control_client_does_not_block_exit(cache, how):
         s.close()
 
 
+def test_idle_control_client_is_dropped(cache):
+    """A client that says nothing is disconnected after a few seconds, and the socket keeps serving."""
+    s = idle_client(cache)
+    try:
+        s.settimeout(30)
+        t0 = time.time()
+        assert s.recv(100) == b""
+        print(f"idle client dropped after {time.time() - t0:.1f} s")
+    finally:
+        s.close()
+    assert "dirty" in cache.ctl("stats", cache.mnt).stdout
+
+
 def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -289,6 +302,7 @@ def test_control_socket_out_of_descriptors_does_not_spin(cache):
         t0 = cpu_seconds(pid)
         time.sleep(2)
         used = cpu_seconds(pid) - t0
+        print(f"daemon CPU over 2 s with accept failing: {used:.2f} s")
         assert used < 0.5, f"the daemon used {used:.2f} s of CPU in 2 s with accept failing"
         assert "Too many open files" in cache.log_text()
     finally:
