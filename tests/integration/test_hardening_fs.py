@@ -322,17 +322,20 @@ def test_control_socket_out_of_descriptors_does_not_spin(cache):
 # ---- defect 13: the backing path in fsname ----
 
 def mount_line(mnt):
+    """/proc/mounts' fields for mnt, the kernel's octal escapes undone."""
     with open("/proc/mounts") as f:
         for line in f:
             if line.split()[1] == mnt:
-                return line.split()
+                return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), x) for x in line.split()]
     return None
 
 
-def test_comma_in_backing_path_injects_no_mount_option(make_cache):
-    """A backing directory named '...,ro' must be mounted read-write with its whole path in the fsname."""
+@pytest.mark.parametrize("name", ["back,ro", "b\\ck,ro\\", "x\\054ro"])
+def test_comma_in_backing_path_injects_no_mount_option(make_cache, name):
+    """A backing directory named '...,ro' (or with backslashes, which libfuse's option parser reads as escapes)
+    must be mounted read-write with its whole path in the fsname."""
     c = make_cache()
-    c.backing = os.path.join(c.tmp, "back,ro")
+    c.backing = os.path.join(c.tmp, name)
     os.makedirs(c.backing)
     c.keys["backing.path"] = c.backing
     c.write_conf()
