@@ -257,25 +257,25 @@ err_close:
 	close(fd);
 }
 
-/* Out of descriptors (or memory) is waited out, not retried at once: said
- * once, until an accept works again. */
-static int accept_starved(int err, int *starved)
+/* Whether accept failed for want of descriptors (or memory), to be waited
+ * out, not retried at once; said once (*said), until an accept works. */
+static int accept_starved(int err, int *said)
 {
 	if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM)
 		return 0;
-	if (!*starved)
+	if (!*said)
 		log_msg(LOG_WARNING,
 			"control socket: cannot accept a client: %s; "
 			"retrying every %d ms",
 			strerror(err), ACCEPT_BACKOFF_MS);
-	*starved = 1;
+	*said = 1;
 	return 1;
 }
 
 static void *ctl_main(void *arg)
 {
 	struct fs *fs = arg;
-	int starved = 0;
+	int starved = 0, said = 0;
 
 	for (;;) {
 		/* the stop pipe first: when starved, only it is watched */
@@ -290,11 +290,10 @@ static void *ctl_main(void *arg)
 			break;
 		fd = accept4(ctl_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (!accept_starved(errno, &starved))
-				starved = 0;
+			starved = accept_starved(errno, &said);
 			continue;
 		}
-		starved = 0;
+		starved = said = 0;
 		client_start(fs, fd);
 	}
 	return NULL;
