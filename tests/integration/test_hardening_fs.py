@@ -144,7 +144,7 @@ def test_new_nodes_are_chowned_and_chmodded_through_a_descriptor(public_cache, t
 
 SWAPPER = """
 import os, stat, sys, time
-pub, victim, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+pub, victim, names, any_owner = sys.argv[1], sys.argv[2], sys.argv[3].split(","), sys.argv[4] == "1"
 swapped, deadline = 0, time.time() + 40
 while names and time.time() < deadline:
     for n in list(names):
@@ -153,9 +153,9 @@ while names and time.time() < deadline:
             st = os.lstat(p)
         except FileNotFoundError:
             continue
-        if st.st_uid != os.getuid() or stat.S_ISLNK(st.st_mode):
+        if (st.st_uid != os.getuid() and not any_owner) or stat.S_ISLNK(st.st_mode):
             continue
-        # it is ours now: put a link to the victim in its place, before the daemon's chmod
+        # it is ours now (or in our directory): put a link to the victim in its place
         os.symlink(victim, p + ".lnk")
         os.rename(p, p + ".away")
         os.rename(p + ".lnk", p)
@@ -166,34 +166,43 @@ print(swapped)
 """
 
 
-def test_swapped_name_does_not_redirect_roots_chmod(public_cache, tmp_path):
+# where strace holds the daemon for 0.4 s, the names made there, whether the swapper may rename root's nodes
+WINDOWS = {"after_chown": ("fchownat,fchown", ["mknoded", "created", "dir"], False),
+           "after_make": ("mknodat,mkdirat", ["mknoded", "dir"], True)}
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+def test_swapped_name_does_not_redirect_roots_chmod(public_cache, tmp_path, window):
     """Defect 5, the attack itself: nobody creates set-ID nodes through the mount while, in the backing
-    directory, it swaps each new name for a symlink to a root-owned file between the daemon's chown and chmod
-    (strace holds the daemon after each chown for 0.4 s to make the window certain).  The root-owned file's owner
-    and mode must not change."""
+    directory, it swaps each new name for a symlink to a root-owned file (strace holds the daemon for 0.4 s
+    to make the window certain): between the daemon's chown and chmod (in a sticky directory, where nobody may
+    rename only its own nodes), or between the making of the node and its chown (in nobody's own directory).
+    The root-owned file's owner and mode must not change, and no node made is left set-ID and root's."""
     c = public_cache
-    pub = pub_dir(c)
+    held, names, any_owner = WINDOWS[window]
+    if any_owner:
+        os.mkdir(c.path("pub"))
+        os.chown(c.path("pub"), NOBODY, NOBODY)
+        pub = os.path.join(c.backing, "pub")
+    else:
+        pub = pub_dir(c)
     victim = os.path.join(c.tmp, "victim")
     with open(victim, "wb") as f:
         f.write(b"root's file")
     os.chmod(victim, 0o644)
     before = os.stat(victim)
-    names = ["mknoded", "created", "dir"]
-    maker = """
-import os, stat
-os.umask(0)
-for fn in [lambda p: os.mknod(p + "/mknoded", stat.S_IFREG | 0o4777),
-           lambda p: os.close(os.open(p + "/created", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o4777)),
-           lambda p: os.mkdir(p + "/dir", 0o1777)]:
-    try:
-        fn(%r)
-    except OSError as e:
-        print(e)
-""" % c.path("pub")
+    makers = {"mknoded": 'os.mknod(p + "/mknoded", stat.S_IFREG | 0o4777)',
+              "created": 'os.close(os.open(p + "/created", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o4777))',
+              "dir": 'os.mkdir(p + "/dir", 0o1777)'}
+    maker = "import os, stat\nos.umask(0)\np = %r\n" % c.path("pub")
+    for n in names:
+        maker += f"try:\n    {makers[n]}\nexcept OSError as e:\n    print(e)\n"
     log = str(tmp_path / "strace.log")
-    with strace(c.proc.pid, log, "-e", "trace=" + CHOWN_CHMOD, "-e", "inject=fchownat,fchown:delay_exit=400000"):
+    with strace(c.proc.pid, log, "-e", "trace=" + CHOWN_CHMOD + "," + held,
+                "-e", f"inject={held}:delay_exit=400000"):
         swapper = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                                    "/usr/bin/python3", "-c", SWAPPER, pub, victim, ",".join(names)],
+                                    "/usr/bin/python3", "-c", SWAPPER, pub, victim, ",".join(names),
+                                    "1" if any_owner else "0"],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             m = as_nobody(maker)
@@ -208,9 +217,12 @@ for fn in [lambda p: os.mknod(p + "/mknoded", stat.S_IFREG | 0o4777),
     with open(victim, "rb") as f:
         assert f.read() == b"root's file"
     assert out.strip() == str(len(names)), (out, err)         # every name was swapped: the race was run
-    for n in names:                                         # the nodes made are whole and the creator's
+    for n in names:
         st = os.lstat(os.path.join(pub, n + ".away"))
-        assert st.st_uid == NOBODY, n
+        if any_owner:                                       # swapped before it was given away: left as made
+            assert st.st_uid == 0 and not st.st_mode & 0o7000, (n, oct(st.st_mode))
+        else:                                               # the node made is the creator's
+            assert st.st_uid == NOBODY, n
 
 
 @pytest.mark.parametrize("fail", ["fchownat,fchown", "chmod,fchmodat,fchmod"])
