@@ -50,7 +50,12 @@ static inline void list_add_tail(struct list *head, struct list *e)
  * valid yet, not on any list; its persistent entry is still free, so a crash
  * forgets it), CLEAN (valid pages, none dirty: on the LRU list, evictable when
  * unpinned) or DIRTY (some dirty page: on no list; only the destager makes it
- * CLEAN again, and only after the backing file was fsynced).
+ * CLEAN again, and only after the backing file was fsynced).  A slot goes on
+ * the free list only once an entry saying free is on the media (persisted ==
+ * 0, asserted where slots are taken); one whose free entry could not be
+ * persisted stays FREE off the list (counted in nlimbo) until the next mount,
+ * so that it never receives another file's data while an entry on the media
+ * may still map it to the old file.  File records likewise.
  *
  * Lock order: file->rw, then slot->rw (several slots of one file in ascending
  * block order), then c->lock, then file->rec_lock is never taken under
@@ -207,6 +212,8 @@ struct cache {
 		int d;
 	} obs[NVC_MAX_DEVS];
 	uint64_t meta_repaired;
+	uint64_t nlimbo; /* freed slots whose free entry could not be persisted:
+			    never reused while mounted */
 	const struct cache_bk_hooks *bk;
 };
 

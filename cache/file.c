@@ -160,10 +160,12 @@ void file_put_locked(struct cache *c, struct cfile *f)
 		struct meta_file r;
 
 		memset(&r, 0, sizeof(r));
+		c->recs[f->rec - 1] = NULL;
+		/* a record the media may still hold is not handed out again */
 		if (meta_put_file(&c->meta, f->rec - 1, &r))
 			log_msg(LOG_ERR, "cannot persist a freed file record");
-		c->recs[f->rec - 1] = NULL;
-		c->free_recs[c->nfree_recs++] = f->rec - 1;
+		else
+			c->free_recs[c->nfree_recs++] = f->rec - 1;
 		f->rec = 0;
 	}
 	file_hash_del(c, f);
@@ -465,7 +467,7 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 		}
 		if (freed)
 			break;
-		if (c->stopping) {
+		if (c->stopping || !meta_writable(&c->meta)) {
 			ret = -EIO;
 			pthread_mutex_unlock(&c->lock);
 			goto out_unlock;

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -101,18 +102,29 @@ int slot_persist(struct cache *c, struct cslot *s)
 			slot_unclaim_unsynced(c, s, ret);
 		memset(s->unsynced, 0, sizeof(s->unsynced));
 	}
-	if (s->file)
-		memcpy(s->pvalid, s->valid, sizeof(s->pvalid));
-	else
-		memset(s->pvalid, 0, sizeof(s->pvalid));
 	memset(&m, 0, sizeof(m));
 	m.file = s->file;
 	m.blk = s->blk;
 	m.flags = s->is_twin ? SLOT_F_TWIN : 0;
 	memcpy(m.valid, s->valid, sizeof(m.valid));
 	memcpy(m.dirty, s->dirty, sizeof(m.dirty));
-	s->persisted = s->file != 0;
-	return meta_put_slot(&c->meta, slot_idx(c, s), &m);
+	ret = meta_put_slot(&c->meta, slot_idx(c, s), &m);
+	if (!ret) {
+		memcpy(s->pvalid, m.valid, sizeof(s->pvalid));
+		s->persisted = s->file != 0;
+		return 0;
+	}
+	/*
+	 * No mirror took it: the media may hold the old entry or the new one.
+	 * Claimed are only the pages both claim; and the slot counts as
+	 * mapped until an entry saying free is known to be on the media.
+	 */
+	for (w = 0; w < META_MAX_WORDS; w++)
+		s->pvalid[w] &= m.valid[w];
+	s->persisted |= s->file != 0;
+	log_msg(LOG_ERR, "cannot persist the map entry of slot %llu: %s",
+		(unsigned long long)slot_idx(c, s), strerror(-ret));
+	return ret;
 }
 
 /* The slot no longer holds page p, valid or dirty (c->lock held). */
@@ -133,7 +145,11 @@ void slot_settle(struct cache *c, struct cslot *s)
 {
 	if (s->state == SLOT_CLEAN)
 		list_del(&s->link);
-	if (!s->file) {
+	if (!s->file && s->persisted) {
+		/* its entry on the media may still map it: never reused */
+		s->state = SLOT_FREE;
+		c->nlimbo++;
+	} else if (!s->file) {
 		s->state = SLOT_FREE;
 		list_add_tail(&c->free_slots, &s->link);
 		c->nfree++;
@@ -188,8 +204,8 @@ void twin_free_locked(struct cache *c, struct cslot *s)
 	memset(t->valid, 0, sizeof(t->valid));
 	memset(t->dirty, 0, sizeof(t->dirty));
 	t->state = SLOT_FRESH;
-	if (t->persisted && slot_persist(c, t))
-		log_msg(LOG_ERR, "cannot persist a freed twin slot");
+	if (t->persisted)
+		slot_persist(c, t);
 	slot_settle(c, t);
 }
 
@@ -223,8 +239,8 @@ void slot_drop_locked(struct cache *c, struct cslot *s)
 	memset(s->valid, 0, sizeof(s->valid));
 	memset(s->dirty, 0, sizeof(s->dirty));
 	s->state = SLOT_FRESH;
-	if (s->persisted && slot_persist(c, s))
-		log_msg(LOG_ERR, "cannot persist a freed slot");
+	if (s->persisted)
+		slot_persist(c, s);
 	slot_settle(c, s);
 }
 
@@ -242,6 +258,7 @@ struct cslot *free_take_locked(struct cache *c, int avoid)
 		if (slot_failed(c, s) ||
 		    (int)(slot_idx(c, s) % c->ndevs) == avoid)
 			continue;
+		assert(!s->persisted); /* no entry on the media maps it */
 		list_del(&s->link);
 		c->nfree--;
 		return s;
@@ -344,8 +361,8 @@ void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s)
 		list_del(&s->flink);
 		f->nslots--;
 		s->file = 0;
-		if (s->persisted && slot_persist(c, s))
-			log_msg(LOG_ERR, "cannot persist a freed slot");
+		if (s->persisted)
+			slot_persist(c, s);
 		slot_settle(c, s);
 	}
 }

@@ -419,7 +419,8 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 			if (!s) {
 				if (nsp)
 					break; /* write what we hold first */
-				if (c->stopping) {
+				/* no mirror left: no space will ever come */
+				if (c->stopping || !meta_writable(&c->meta)) {
 					ret = -EIO;
 					break;
 				}
