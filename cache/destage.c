@@ -177,11 +177,20 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats), bk_gen;
 	int ret = 0;
 
-	if (f->fd < 0 && !f->bk_missing) {
+	if (f->fd < 0) {
 		ret = file_reopen_by_handle(c, f);
-		if (ret)
+		if (ret) {
+			CNT_ADD(c, destage_errors, 1);
+			log_msg(LOG_ERR,
+				"destage of inode %llu: cannot open its backing "
+				"file: %s; the data stays dirty and destage "
+				"retries",
+				(unsigned long long)f->ino, strerror(-ret));
 			return ret;
+		}
 	}
+	if (__atomic_load_n(&f->bk_missing, __ATOMIC_ACQUIRE))
+		file_late_check(c, f);
 	if (f->fd < 0 || f->ro)
 		return -EBADF;
 	pthread_rwlock_rdlock(&f->rw);
@@ -416,7 +425,7 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 	for (l = c->dirty_files.next; l != &c->dirty_files; l = l->next) {
 		struct cfile *f = list_entry(l, struct cfile, dlink);
 
-		if (f->destaging || f->bk_missing || (f->fd < 0 && !f->hbytes))
+		if (f->destaging || (f->fd < 0 && !f->hbytes))
 			continue;
 		if (urgent || (age && now - f->dirty_since >= age))
 			return f;

@@ -154,7 +154,8 @@ struct cfile {
 	int unlinked;
 	uint64_t bk_wgen; /* backing changes that need the file's fsync */
 	uint64_t bk_synced; /* bk_wgen as the last completed fsync found it */
-	int bk_missing; /* the backing file could not be opened at mount */
+	int bk_missing; /* the backing file could not be opened at mount; it is
+			   checked once it has a descriptor (file_late_check) */
 	uint64_t bk_mtime_ns;
 	uint32_t hbytes;
 	int32_t htype;
@@ -173,6 +174,7 @@ struct cache {
 	int own_devs;
 	struct meta meta;
 	int backing_fd;
+	dev_t backing_dev;
 	uint64_t max_file_size; /* of the backing file system */
 	uint32_t bs, ppb; /* block size, pages per block */
 	uint64_t nslots;
@@ -351,6 +353,7 @@ int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
 /* file.c: file objects and their records */
 void file_hash_add(struct cache *c, struct cfile *f);
 int file_ensure_record(struct cache *c, struct cfile *f);
+void file_late_check(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
 void file_put_locked(struct cache *c, struct cfile *f);
 int file_idle_fd_locked(struct cache *c, struct cfile *f);
@@ -383,6 +386,7 @@ int file_bk_sync(struct cache *c, struct cfile *f);
 
 /* recover.c */
 int recover_load(struct cache *c, char *err, size_t errlen);
+void file_check_backing(struct cache *c, struct cfile *f);
 
 int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
 		  uint64_t off);

@@ -174,12 +174,64 @@ void file_put_locked(struct cache *c, struct cfile *f)
 
 static int file_reopen(struct cache *c, struct cfile *f, int fd);
 
+struct handle {
+	struct file_handle fh;
+	uint8_t buf[META_HANDLE_MAX];
+};
+
+static int same_handle(const struct cfile *f, const struct handle *h)
+{
+	return f->hbytes == h->fh.handle_bytes &&
+	       f->htype == h->fh.handle_type &&
+	       !memcmp(f->handle, h->fh.f_handle, f->hbytes);
+}
+
+/*
+ * A file that could not be opened at mount got a descriptor: check its
+ * backing file now, as recovery would have, before anything is served.
+ */
+void file_late_check(struct cache *c, struct cfile *f)
+{
+	pthread_rwlock_wrlock(&f->rw);
+	if (f->bk_missing && f->fd >= 0) {
+		file_check_backing(c, f);
+		__atomic_store_n(&f->bk_missing, 0, __ATOMIC_RELEASE);
+		log_msg(LOG_NOTICE,
+			"backing file (inode %llu) opened at last; its cached "
+			"data is served and destaged again",
+			(unsigned long long)f->ino);
+	}
+	pthread_rwlock_unlock(&f->rw);
+}
+
+/*
+ * The known object of (dev, ino), if it is the same file (the handle carries
+ * the inode's generation).  Another file with a recycled inode number means
+ * the old one is gone: its object is forgotten.  c->lock held.
+ */
+static struct cfile *file_lookup_locked(struct cache *c, const struct stat *st,
+					const struct handle *h)
+{
+	struct cfile *f = file_find(c, st->st_dev, st->st_ino);
+
+	if (f && !same_handle(f, h)) {
+		log_msg(LOG_WARNING,
+			"backing inode %llu is another file now; the cached "
+			"data of the old one is dropped",
+			(unsigned long long)st->st_ino);
+		f->unlinked = 1;
+		f->refs++;
+		file_put_locked(c, f);
+		f = NULL;
+	}
+	if (f)
+		f->refs++;
+	return f;
+}
+
 int cache_file_get(struct cache *c, int fd, struct cfile **out)
 {
-	struct {
-		struct file_handle fh;
-		uint8_t buf[META_HANDLE_MAX];
-	} h;
+	struct handle h;
 	struct cfile *f, *other;
 	struct stat st;
 	char path[64];
@@ -189,22 +241,20 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 		return -errno;
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
-	f = file_find(c, st.st_dev, st.st_ino);
-	if (f) {
-		f->refs++;
-		pthread_mutex_unlock(&c->lock);
-		if (f->fd < 0 && !f->unlinked) {
-			ret = file_reopen(c, f, fd);
-			if (ret) {
-				cache_file_put(c, f);
-				return ret;
-			}
-		}
-		*out = f;
-		return 0;
+	h.fh.handle_bytes = META_HANDLE_MAX;
+	if (name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH)) {
+		ret = errno == EOVERFLOW ? -ENOTSUP : -errno;
+		log_msg(LOG_ERR,
+			"backing file system cannot give file handles (%s): it "
+			"cannot be cached",
+			strerror(-ret));
+		return ret;
 	}
+	pthread_mutex_lock(&c->lock);
+	f = file_lookup_locked(c, &st, &h);
 	pthread_mutex_unlock(&c->lock);
+	if (f)
+		goto found;
 
 	f = file_new();
 	if (!f)
@@ -226,30 +276,33 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 		ret = -errno;
 		goto err_free;
 	}
-	h.fh.handle_bytes = META_HANDLE_MAX;
-	if (name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH)) {
-		ret = errno == EOVERFLOW ? -ENOTSUP : -errno;
-		log_msg(LOG_ERR,
-			"backing file system cannot give file handles (%s): it "
-			"cannot be cached",
-			strerror(-ret));
-		goto err_free;
-	}
 	f->hbytes = h.fh.handle_bytes;
 	f->htype = h.fh.handle_type;
 	memcpy(f->handle, h.fh.f_handle, f->hbytes);
 
 	pthread_mutex_lock(&c->lock);
-	other = file_find(c, f->dev, f->ino);
+	other = file_lookup_locked(c, &st, &h);
 	if (other) {
-		other->refs++;
+		/* another open made it meanwhile */
 		pthread_mutex_unlock(&c->lock);
 		file_free(f);
-		*out = other;
-		return 0;
+		f = other;
+		goto found;
 	}
 	file_hash_add(c, f);
 	pthread_mutex_unlock(&c->lock);
+	*out = f;
+	return 0;
+found:
+	if (f->fd < 0) {
+		ret = file_reopen(c, f, fd);
+		if (ret) {
+			cache_file_put(c, f);
+			return ret;
+		}
+	}
+	if (__atomic_load_n(&f->bk_missing, __ATOMIC_ACQUIRE))
+		file_late_check(c, f);
 	*out = f;
 	return 0;
 err_free:

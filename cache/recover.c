@@ -27,6 +27,70 @@ static int mirrors_differ(struct meta *m, uint64_t off, size_t len)
 		      len) != 0;
 }
 
+/*
+ * The backing file of f has a descriptor (at mount, or later for one that
+ * could not be opened at mount): check it against the record.  Nobody touched
+ * it since the cache last saw it (same mtime): the record is the truth, and a
+ * truncate cut short by a crash (size recorded, backing file not yet cut or
+ * grown) is finished, durably: the record may go once the file has no cached
+ * data, and then the backing file's size is all there is; what lies between
+ * the two sizes and is not cached reads as zeros either way.  Changed behind
+ * the cache's back: its clean data goes, its dirty data stays; with nothing
+ * dirty the backing copy wins.  Nothing cached past the size may come back.
+ * f->rw held for writing (or recovery, alone).
+ */
+void file_check_backing(struct cache *c, struct cfile *f)
+{
+	struct stat st;
+	struct list *l;
+	uint64_t mt;
+
+	if (fstat(f->fd, &st))
+		return;
+	f->dev = st.st_dev;
+	f->bsize = st.st_size;
+	mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	if (mt == f->bk_mtime_ns && (uint64_t)st.st_size != f->size) {
+		if (ftruncate(f->fd, f->size) || fsync(f->fd))
+			log_msg(LOG_ERR,
+				"recovery: cannot truncate backing file (inode "
+				"%llu) to %llu: %s",
+				(unsigned long long)f->ino,
+				(unsigned long long)f->size, strerror(errno));
+		else
+			f->bsize = f->size;
+	} else if (mt != f->bk_mtime_ns) {
+		log_msg(f->ndirty ? LOG_WARNING : LOG_NOTICE,
+			"recovery: backing file (inode %llu) changed behind the "
+			"cache's back; %s",
+			(unsigned long long)f->ino,
+			f->ndirty ? "keeping its dirty data, dropping clean data"
+				  : "dropping its clean cached data");
+		pthread_mutex_lock(&c->lock);
+		for (l = f->slots.next; l != &f->slots;) {
+			struct cslot *s = list_entry(l, struct cslot, flink);
+
+			l = l->next;
+			if (s->state == SLOT_CLEAN && !s->pins)
+				slot_drop_locked(c, s);
+		}
+		if (!f->ndirty)
+			f->size = st.st_size;
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (!fstat(f->fd, &st))
+		mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	f->bk_mtime_ns = mt;
+	if (f->nslots)
+		file_trim(c, f, f->size);
+}
+
+/*
+ * Open a recovered file by its handle.  Gone (ESTALE, ENOENT): its data is
+ * dropped.  Unopenable for another reason (EIO, EPERM, ENOMEM): it keeps
+ * everything and waits, findable by inode, for an open through the mount or a
+ * later destage to give it a descriptor (bk_missing).
+ */
 static void recover_file_open(struct cache *c, struct cfile *f)
 {
 	struct {
@@ -34,26 +98,26 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 		uint8_t buf[META_HANDLE_MAX];
 	} h;
 	struct stat st;
-	uint64_t mt;
 
 	h.fh.handle_bytes = f->hbytes;
 	h.fh.handle_type = f->htype;
 	memcpy(h.fh.f_handle, f->handle, f->hbytes);
 	f->fd = open_by_handle_at(c->backing_fd, &h.fh, O_RDWR | O_CLOEXEC);
+	if (f->fd < 0 && (errno == ESTALE || errno == ENOENT)) {
+		log_msg(LOG_INFO,
+			"recovery: backing file (inode %llu) is gone; dropping "
+			"its cached data",
+			(unsigned long long)f->ino);
+		f->unlinked = 1;
+		return;
+	}
 	if (f->fd < 0) {
-		if (errno == ESTALE || errno == ENOENT) {
-			log_msg(LOG_INFO,
-				"recovery: backing file (inode %llu) is gone; "
-				"dropping its cached data",
-				(unsigned long long)f->ino);
-			f->unlinked = 1;
-		} else {
-			log_msg(LOG_ERR,
-				"recovery: cannot open backing file (inode "
-				"%llu): %s; its dirty data stays in the cache",
-				(unsigned long long)f->ino, strerror(errno));
-			f->bk_missing = 1;
-		}
+		log_msg(LOG_ERR,
+			"recovery: cannot open backing file (inode %llu): %s; "
+			"its data stays in the cache until it can be opened",
+			(unsigned long long)f->ino, strerror(errno));
+		f->bk_missing = 1;
+		f->dev = c->backing_dev;
 		return;
 	}
 	if (fstat(f->fd, &st) || st.st_ino != f->ino) {
@@ -62,58 +126,7 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 		f->unlinked = 1;
 		return;
 	}
-	f->dev = st.st_dev;
-	f->bsize = st.st_size;
-	mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
-	if (mt == f->bk_mtime_ns) {
-		/*
-		 * Nobody touched the backing file since the cache last saw it:
-		 * the record is the truth.  A truncate cut short by the crash
-		 * (size recorded, backing file not yet cut or grown) is
-		 * finished, durably: the record may go once the file has no
-		 * cached data, and then the backing file's size is all there is.
-		 * What lies between the two sizes and is not cached reads as
-		 * zeros either way.
-		 */
-		if ((uint64_t)st.st_size != f->size) {
-			if (ftruncate(f->fd, f->size) || fsync(f->fd))
-				log_msg(LOG_ERR,
-					"recovery: cannot truncate backing "
-					"file (inode %llu) to %llu: %s",
-					(unsigned long long)f->ino,
-					(unsigned long long)f->size,
-					strerror(errno));
-			else
-				f->bsize = f->size;
-		}
-	} else if (!f->ndirty) {
-		/* changed behind our back, nothing dirty: the backing copy wins
-		 */
-		log_msg(LOG_NOTICE,
-			"recovery: backing file (inode %llu) changed while "
-			"unmounted; dropping its clean cached data",
-			(unsigned long long)f->ino);
-		f->unlinked = 2;
-		f->size = st.st_size;
-	} else {
-		struct list *l;
-
-		log_msg(LOG_WARNING,
-			"recovery: backing file (inode %llu) changed while "
-			"unmounted; keeping its dirty data, dropping clean "
-			"data",
-			(unsigned long long)f->ino);
-		for (l = f->slots.next; l != &f->slots;) {
-			struct cslot *s = list_entry(l, struct cslot, flink);
-
-			l = l->next;
-			if (s->state == SLOT_CLEAN)
-				slot_drop_locked(c, s);
-		}
-	}
-	if (!fstat(f->fd, &st))
-		mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
-	f->bk_mtime_ns = mt;
+	file_check_backing(c, f);
 }
 
 int recover_load(struct cache *c, char *err, size_t errlen)
@@ -315,13 +328,6 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			(unsigned long long)f->nslots,
 			(unsigned long long)f->ndirty,
 			f->unlinked ? " dropped" : "");
-		if (f->unlinked == 2) {
-			/* changed behind our back, nothing dirty: forget it */
-			f->unlinked = 1;
-		}
-		/* nothing cached past the recorded size may come back later */
-		if (f->fd >= 0 && !f->unlinked && f->nslots)
-			file_trim(c, f, f->size);
 		file_hash_add(c, f);
 		f->refs = 1;
 		file_put_locked(c, f);
@@ -568,6 +574,11 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	if (ret)
 		goto err_free;
 	c->max_file_size = probe_max_file_size(backing_fd);
+	{
+		struct stat st;
+
+		c->backing_dev = fstat(backing_fd, &st) ? 0 : st.st_dev;
+	}
 	ret = recover_load(c, err, errlen);
 	if (ret)
 		goto err_free;
