@@ -402,6 +402,57 @@ static uint64_t mono_ns(void)
 	return ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
+static __thread struct dev_ring_faults ring_faults;
+static __thread int ring_faults_on;
+
+void dev_set_ring_faults(const struct dev_ring_faults *f)
+{
+	memset(&ring_faults, 0, sizeof(ring_faults));
+	if (f)
+		ring_faults = *f;
+	ring_faults_on = f != NULL;
+}
+
+/* The injected error for this call, or 0 (the test hook above). */
+static int fault_fires(unsigned *skip, unsigned *count, int err)
+{
+	if (*skip) {
+		(*skip)--;
+		return 0;
+	}
+	if (!*count)
+		return 0;
+	(*count)--;
+	return err;
+}
+
+static int ring_submit_wait(struct io_uring *ring, unsigned wait_nr)
+{
+	if (__builtin_expect(ring_faults_on, 0)) {
+		int err = fault_fires(&ring_faults.submit_skip,
+				      &ring_faults.submit_count,
+				      ring_faults.submit_err);
+
+		if (err)
+			return err;
+	}
+	return wait_nr ? io_uring_submit_and_wait(ring, wait_nr)
+		       : io_uring_submit(ring);
+}
+
+static int ring_wait(struct io_uring *ring, struct io_uring_cqe **cqe)
+{
+	if (__builtin_expect(ring_faults_on, 0)) {
+		int err = fault_fires(&ring_faults.wait_skip,
+				      &ring_faults.wait_count,
+				      ring_faults.wait_err);
+
+		if (err)
+			return err;
+	}
+	return io_uring_wait_cqe(ring, cqe);
+}
+
 static int poll_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
 {
 	uint64_t until = mono_ns() + poll_ns;
@@ -409,7 +460,7 @@ static int poll_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
 
 	while (io_uring_peek_cqe(ring, cqe)) {
 		if ((++spins & 63) == 0 && mono_ns() > until)
-			return io_uring_wait_cqe(ring, cqe);
+			return ring_wait(ring, cqe);
 		__builtin_ia32_pause();
 	}
 	return 0;
@@ -464,13 +515,13 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 		sqe = io_uring_get_sqe(ring);
 		if (!sqe) {
 			/* ring full: drain what is queued, then go on */
-			ret = io_uring_submit_and_wait(ring, queued - done);
+			ret = ring_submit_wait(ring, queued - done);
 			(void)ret;
 			while (done < queued) {
 				struct io_uring_cqe *cqe;
 				struct dev_io *c;
 
-				if (io_uring_wait_cqe(ring, &cqe))
+				if (ring_wait(ring, &cqe))
 					break;
 				c = io_uring_cqe_get_data(cqe);
 				c->res = cqe->res < 0 ? cqe->res
@@ -500,8 +551,7 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 			       max_spinners;
 		if (poll_ns && !spin)
 			__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
-		ret = spin ? io_uring_submit(ring)
-			   : io_uring_submit_and_wait(ring, queued - done);
+		ret = ring_submit_wait(ring, spin ? 0 : queued - done);
 		if (ret < 0 && ret != -EINTR)
 			goto out_spin;
 	}
@@ -510,8 +560,7 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 		struct io_uring_cqe *cqe;
 		struct dev_io *c;
 
-		ret = spin ? poll_cqe(ring, &cqe)
-			   : io_uring_wait_cqe(ring, &cqe);
+		ret = spin ? poll_cqe(ring, &cqe) : ring_wait(ring, &cqe);
 		if (ret == -EINTR)
 			continue;
 		if (ret)
@@ -600,11 +649,11 @@ static int dev_flush_io(struct dev *d)
 		return fdatasync(d->fd) ? -errno : 0;
 	io_uring_prep_fsync(sqe, d->fd, IORING_FSYNC_DATASYNC);
 	io_uring_sqe_set_data(sqe, NULL);
-	ret = io_uring_submit_and_wait(ring, 1);
+	ret = ring_submit_wait(ring, 1);
 	if (ret < 0)
 		return ret;
 	do
-		ret = io_uring_wait_cqe(ring, &cqe);
+		ret = ring_wait(ring, &cqe);
 	while (ret == -EINTR);
 	if (ret)
 		return ret;

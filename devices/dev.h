@@ -53,6 +53,20 @@ struct dev_faults *dev_faults(struct dev *d);
 int dev_io_run(struct dev_io *ios, unsigned n);
 
 /*
+ * Test hook: make the calling thread's io_uring calls fail, as the kernel
+ * may (a signal, no memory, a full completion queue).  After skip calls
+ * succeed, the next count calls return err instead of entering the kernel;
+ * submissions and waits are counted separately.  NULL clears it.
+ */
+struct dev_ring_faults {
+	int submit_err;
+	unsigned submit_skip, submit_count;
+	int wait_err;
+	unsigned wait_skip, wait_count;
+};
+void dev_set_ring_faults(const struct dev_ring_faults *f);
+
+/*
  * An observer sees every completed request to a device: its operation,
  * length, result and latency (submission to completion, in ns; 0 when the
  * observer did not ask for timing).  The statistics use it; it runs on the
