@@ -16,6 +16,13 @@
  * and returns when all have completed.  Each calling thread owns its own
  * io_uring, created on first use and torn down at thread exit, so no lock is
  * taken on the I/O path.
+ *
+ * Whatever fails, dev_io_run() returns only when the kernel holds no request
+ * of the batch any more (nothing can touch the array or the buffers
+ * afterwards), and every element has its own res: 0, the device's error, or
+ * the error that kept it from being submitted (then it never reaches the
+ * device).  It returns the first error in array order.  A DEV_FLUSH element
+ * flushes its device's write cache; it is not ordered with the batch's writes.
  */
 
 #define DEV_ALIGN 4096u
