@@ -113,8 +113,15 @@ struct pm_region {
 	struct dev
 		*bdev; /* a block device: a RAM copy, persisted by FUA writes */
 	size_t loaded; /* bytes of the block device read into the copy */
+	int missing; /* memory standing in for a device that is not there */
 };
 
+/*
+ * Map the region at path: a block device, or a file, created (create != 0)
+ * at len bytes if it does not exist.  Nothing is ever created on the file
+ * system /dev is on (devtmpfs: RAM): a path there that does not exist, or is
+ * not a device, is a device that is not there, -ENODEV.
+ */
 int pm_map(const char *path, size_t len, int create, struct pm_region *out);
 int pm_mem_create(size_t len, struct pm_region *out);
 /* Make sure the first len bytes are there (a block device is read on demand). */
