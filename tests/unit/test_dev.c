@@ -414,6 +414,45 @@ static void test_no_ring(void)
 	CHECK_EQ(ret, -EMFILE);
 }
 
+/*
+ * pm_map never creates a file on the file system /dev is on (it would live
+ * in RAM, in the place of a device that is gone), nor maps one found there.
+ */
+static void test_pm_map_creates_nothing_under_dev(void)
+{
+	struct pm_region r;
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/dev/nvc-test-dev-%d", (int)getpid());
+	if (pm_map(path, 1 << 20, 1, &r) != -ENODEV) {
+		CHECK(!"pm_map created a mirror under /dev");
+		pm_unmap(&r);
+	}
+	CHECK_EQ(access(path, F_OK), -1);
+	unlink(path);
+	CHECK_EQ(pm_map(path, 0, 0, &r), -ENODEV);
+	/* a path in a directory that is not there either */
+	strcat(path, "/sub/mirror");
+	CHECK_EQ(pm_map(path, 1 << 20, 1, &r), -ENODEV);
+	/* a regular file found there is not a mirror */
+	snprintf(path, sizeof(path), "/dev/nvc-test-dev-%d", (int)getpid());
+	fd = open(path, O_CREAT | O_EXCL | O_RDWR, 0600);
+	CHECK(fd >= 0);
+	if (fd >= 0) {
+		CHECK_EQ(ftruncate(fd, 1 << 20), 0);
+		close(fd);
+		CHECK_EQ(pm_map(path, 0, 0, &r), -ENODEV);
+		unlink(path);
+	}
+	/* elsewhere a lost mirror is still made anew */
+	snprintf(path, sizeof(path), "/var/tmp/nvc-test-dev-%d", (int)getpid());
+	CHECK_EQ(pm_map(path, 1 << 20, 1, &r), 0);
+	CHECK_EQ(access(path, F_OK), 0);
+	pm_unmap(&r);
+	unlink(path);
+}
+
 /* A test that hangs fails: an I/O that never completes is a bug here. */
 static const char *current;
 
@@ -461,6 +500,7 @@ int main(int argc, char **argv)
 	RUN_SOME(test_failed_submit_leaves_nothing_behind);
 	RUN_SOME(test_failed_waits);
 	RUN_SOME(test_no_ring);
+	RUN_SOME(test_pm_map_creates_nothing_under_dev);
 	dev_close(dev);
 	for (i = 0; i < 2; i++) {
 		free(wbuf[i]);
