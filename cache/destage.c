@@ -174,7 +174,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	struct run run = { 0, 0 };
 	struct list *l;
 	struct stat st;
-	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats);
+	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats), bk_gen;
 	int ret = 0;
 
 	if (f->fd < 0 && !f->bk_missing) {
@@ -302,12 +302,13 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 
 		futimens(f->fd, ts);
 	}
+	bk_gen = __atomic_load_n(&f->bk_wgen, __ATOMIC_ACQUIRE);
 	if (backing_sync(c, f, 1)) {
 		ret = -errno;
 		goto out_error;
 	}
 	BK_HOOK(c, sync, f->ino);
-	f->bk_durable = 1;
+	file_bk_synced(f, bk_gen);
 	if (!fstat(f->fd, &st)) {
 		pthread_mutex_lock(&c->lock);
 		f->bsize = st.st_size;
@@ -400,7 +401,7 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 	*wait_ms = 1000;
 	if (list_empty(&c->dirty_files))
 		return NULL;
-	pct = c->ndirty_slots * 100 / (c->nslots ? c->nslots : 1);
+	pct = dirty_occupancy(c) * 100 / (c->nslots ? c->nslots : 1);
 	if (pct >= cfg->high_wm && !c->draining) {
 		c->draining = 1;
 		log_msg(LOG_DEBUG, "destage: high watermark reached (%llu%%)",

@@ -70,14 +70,19 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 		/*
 		 * Nobody touched the backing file since the cache last saw it:
 		 * the record is the truth.  A truncate cut short by the crash
-		 * (size recorded, backing file not yet cut) is finished.
+		 * (size recorded, backing file not yet cut or grown) is
+		 * finished, durably: the record may go once the file has no
+		 * cached data, and then the backing file's size is all there is.
+		 * What lies between the two sizes and is not cached reads as
+		 * zeros either way.
 		 */
-		if ((uint64_t)st.st_size > f->size) {
-			if (ftruncate(f->fd, f->size))
+		if ((uint64_t)st.st_size != f->size) {
+			if (ftruncate(f->fd, f->size) || fsync(f->fd))
 				log_msg(LOG_ERR,
 					"recovery: cannot truncate backing "
-					"file (inode %llu): %s",
+					"file (inode %llu) to %llu: %s",
 					(unsigned long long)f->ino,
+					(unsigned long long)f->size,
 					strerror(errno));
 			else
 				f->bsize = f->size;
@@ -166,7 +171,6 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		f->bk_mtime_ns = mf.bk_mtime_ns;
 		f->hbytes = mf.handle_bytes;
 		f->htype = mf.handle_type;
-		f->bk_durable = 1;
 		memcpy(f->handle, mf.handle, mf.handle_bytes);
 		c->recs[r] = f;
 	}
@@ -269,6 +273,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			t->persisted = 1;
 			t->state = SLOT_FRESH;
 			p->twin = twins[i].idx + 1;
+			c->ntwins++;
 		} else {
 			/* its slot is clean or gone: the copy is not needed */
 			struct meta_slot z;
@@ -369,6 +374,8 @@ static int cache_alloc(struct cache *c)
 	c->free_recs = calloc(c->meta.nfiles, sizeof(*c->free_recs));
 	if (!c->slots || !c->shash || !c->fhash || !c->recs || !c->free_recs)
 		return -ENOMEM;
+	for (i = 0; i < NVC_MAX_DEVS; i++)
+		pthread_mutex_init(&c->dsync[i].lock, NULL);
 	for (i = 0; i < c->nslots; i++) {
 		pthread_rwlock_init(&c->slots[i].rw, NULL);
 		list_init(&c->slots[i].link);

@@ -738,5 +738,11 @@ int dev_flush(struct dev *d)
 {
 	struct dev_io io = { .dev = d, .op = DEV_FLUSH };
 
+	if (d->kind == DEV_KIND_MEM && d->faults.flush_delay_us) {
+		/* tests: a slow flush, under way until it ends */
+		__atomic_add_fetch(&d->faults.flushing, 1, __ATOMIC_SEQ_CST);
+		usleep(d->faults.flush_delay_us);
+		__atomic_sub_fetch(&d->faults.flushing, 1, __ATOMIC_SEQ_CST);
+	}
 	return dev_io_run(&io, 1);
 }

@@ -45,6 +45,9 @@ struct dev_io {
 struct dev_faults {
 	int fail_reads; /* -errno returned by every read, 0 for none */
 	int fail_writes; /* -errno returned by every write, 0 for none */
+	unsigned flush_delay_us; /* an in-memory device's flush takes this long
+				    (the flush counts when it ends) */
+	int flushing; /* an in-memory device's flushes under way */
 };
 
 int dev_open(const char *path, struct dev **out);
@@ -114,6 +117,13 @@ struct pm_region {
 		*bdev; /* a block device: a RAM copy, persisted by FUA writes */
 	size_t loaded; /* bytes of the block device read into the copy */
 	int missing; /* memory standing in for a device that is not there */
+	struct pm_faults *faults; /* plain memory: shared by copies */
+};
+
+/* Tests: a region of plain memory that fails its writes (pm_write writes
+ * nothing, pm_persist reports the error) with this -errno; 0: works. */
+struct pm_faults {
+	int fail_write;
 };
 
 /*
@@ -127,6 +137,9 @@ int pm_mem_create(size_t len, struct pm_region *out);
 /* Make sure the first len bytes are there (a block device is read on demand). */
 int pm_load(struct pm_region *r, size_t len);
 int pm_persist(const struct pm_region *r, const void *addr, size_t len);
+/* Copy len bytes to offset off of the region and make them durable. */
+int pm_write(const struct pm_region *r, size_t off, const void *src,
+	     size_t len);
 void pm_unmap(struct pm_region *r);
 
 /*

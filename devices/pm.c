@@ -160,8 +160,12 @@ int pm_mem_create(size_t len, struct pm_region *out)
 {
 	memset(out, 0, sizeof(*out));
 	out->addr = calloc(1, len);
-	if (!out->addr)
+	out->faults = calloc(1, sizeof(*out->faults));
+	if (!out->addr || !out->faults) {
+		free(out->addr);
+		free(out->faults);
 		return -ENOMEM;
+	}
 	out->len = len;
 	out->is_mem = 1;
 	out->lock_fd = -1;
@@ -194,6 +198,8 @@ int pm_persist(const struct pm_region *r, const void *addr, size_t len)
 		return 0;
 	}
 	if (r->is_mem) {
+		if (r->faults->fail_write)
+			return r->faults->fail_write;
 		if (r->rec)
 			rec_log_add(r->rec, REC_PM_PERSIST, r->rec_id,
 				    (const char *)addr - (const char *)r->addr,
@@ -205,6 +211,17 @@ int pm_persist(const struct pm_region *r, const void *addr, size_t len)
 		return 0;
 	}
 	return pmem_msync(addr, len) ? -errno : 0;
+}
+
+int pm_write(const struct pm_region *r, size_t off, const void *src,
+	     size_t len)
+{
+	if (off > r->len || len > r->len - off)
+		return -EINVAL;
+	if (r->is_mem && r->faults->fail_write)
+		return r->faults->fail_write;
+	memcpy((char *)r->addr + off, src, len);
+	return pm_persist(r, (char *)r->addr + off, len);
 }
 
 void pm_unmap(struct pm_region *r)
@@ -222,8 +239,11 @@ void pm_unmap(struct pm_region *r)
 		r->addr = NULL;
 		return;
 	}
-	if (r->is_mem)
+	if (r->is_mem) {
 		free(r->addr);
+		free(r->faults);
+		r->faults = NULL;
+	}
 	else
 		pmem_unmap(r->addr, r->len);
 	r->addr = NULL;
