@@ -527,21 +527,31 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
  * meta.rebuilt[] holds each mirror's enum stat_mirror_state (meta_attach sets
  * 1 for a rebuilt one), which the snapshot reports.  A mirror that is missing
  * was given to meta_attach as a stand-in in memory, which it filled from the
- * good one: from here on it is neither read nor written.
+ * good one: from here on it is neither read nor written, and the good one's
+ * header calls it stale (as for a mirror that failed while mounted), so that
+ * when the device is back its old copy is rebuilt whole from the good one,
+ * never merged record by record with it.  (meta_attach's rebuild of the
+ * stand-in cleared that mark if it was there; it is set again here.)
  */
 _Static_assert(STAT_MIRROR_REBUILT == 1, "meta_attach sets rebuilt[] to 1");
 
-static void mirrors_missing(struct meta *m)
+static int mirrors_missing(struct meta *m)
 {
 	int i;
 
 	for (i = 0; i < 2; i++) {
+		struct meta_hdr *h = m->r[!i].addr;
+
 		if (!m->r[i].missing)
 			continue;
 		assert(m->have[!i] && !m->r[!i].missing);
 		m->have[i] = 0;
 		m->rebuilt[i] = STAT_MIRROR_MISSING;
+		h->failed |= 1u << i;
+		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+		return pm_persist(&m->r[!i], h, META_HDR_SIZE);
 	}
+	return 0;
 }
 
 int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
@@ -570,7 +580,14 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	if (ret)
 		goto err_free;
 	c->nslots = c->meta.nslots;
-	mirrors_missing(&c->meta);
+	ret = mirrors_missing(&c->meta);
+	if (ret) {
+		snprintf(err, errlen,
+			 "cannot mark the missing metadata mirror stale in the "
+			 "other: %s",
+			 strerror(-ret));
+		goto err_free;
+	}
 	for (d = 0; d < 2; d++)
 		if (c->meta.rebuilt[d] == STAT_MIRROR_REBUILT)
 			log_msg(LOG_WARNING,
