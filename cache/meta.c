@@ -485,6 +485,33 @@ static int meta_put(struct meta *m, uint64_t off, const void *rec, size_t len)
 	return -EIO;
 }
 
+uint64_t meta_next_seq(struct meta *m)
+{
+	uint64_t i, next = 0;
+	struct meta_slot s;
+	int k;
+
+	for (k = 0; k < 2; k++) {
+		if (!m->have[k])
+			continue;
+		for (i = 0; i < m->nfiles; i++) {
+			const struct meta_file *f =
+				(const struct meta_file *)file_addr(m, k, i);
+
+			if (f->csum ==
+				    meta_csum(f, offsetof(struct meta_file,
+							  csum)) &&
+			    f->seq >= next)
+				next = f->seq + 1;
+		}
+		for (i = 0; i < m->nslots; i++)
+			if (!slot_decode(m, slot_addr(m, k, i), &s) &&
+			    s.seq >= next)
+				next = s.seq + 1;
+	}
+	return next;
+}
+
 int meta_writable(struct meta *m)
 {
 	return __atomic_load_n(&m->have[0], __ATOMIC_ACQUIRE) ||

@@ -154,6 +154,9 @@ int meta_get_file(struct meta *m, uint32_t i, struct meta_file *out, int *bad);
  */
 int meta_put_slot(struct meta *m, uint64_t i, struct meta_slot *s);
 int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f);
+/* One past the highest sequence number of any valid record in either mirror:
+ * what recovery must start from before it rewrites anything. */
+uint64_t meta_next_seq(struct meta *m);
 /* 1 while a mirror still takes writes. */
 int meta_writable(struct meta *m);
 

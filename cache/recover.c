@@ -130,6 +130,12 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 
 	if (!twins)
 		return -ENOMEM;
+	/*
+	 * What recovery rewrites must be newer than every copy on the media:
+	 * a crash between its write of one mirror and of the other must not
+	 * let the older copy win.
+	 */
+	m->seq = meta_next_seq(m);
 	for (r = 0; r < m->nfiles; r++) {
 		struct meta_file mf;
 		struct cfile *f;
@@ -284,7 +290,8 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		}
 	}
 	free(twins);
-	m->seq = maxseq;
+	if (maxseq > m->seq)
+		m->seq = maxseq;
 	c->meta_repaired = fixed;
 	if (fixed)
 		log_msg(LOG_NOTICE,
