@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -535,6 +536,37 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * meta.rebuilt[] holds each mirror's enum stat_mirror_state (meta_attach sets
+ * 1 for a rebuilt one), which the snapshot reports.  A mirror that is missing
+ * was given to meta_attach as a stand-in in memory, which it filled from the
+ * good one: from here on it is neither read nor written, and the good one's
+ * header calls it stale (as for a mirror that failed while mounted), so that
+ * when the device is back its old copy is rebuilt whole from the good one,
+ * never merged record by record with it.  (meta_attach's rebuild of the
+ * stand-in cleared that mark if it was there; it is set again here.)
+ */
+_Static_assert(STAT_MIRROR_REBUILT == 1, "meta_attach sets rebuilt[] to 1");
+
+static int mirrors_missing(struct meta *m)
+{
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		struct meta_hdr *h = m->r[!i].addr;
+
+		if (!m->r[i].missing)
+			continue;
+		assert(m->have[!i] && !m->r[!i].missing);
+		m->have[i] = 0;
+		m->rebuilt[i] = STAT_MIRROR_MISSING;
+		h->failed |= 1u << i;
+		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+		return pm_persist(&m->r[!i], h, META_HDR_SIZE);
+	}
+	return 0;
+}
+
 int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		    struct pm_region mirrors[2], int backing_fd,
 		    struct cache **out, char *err, size_t errlen)
@@ -561,8 +593,16 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	if (ret)
 		goto err_free;
 	c->nslots = c->meta.nslots;
+	ret = mirrors_missing(&c->meta);
+	if (ret) {
+		snprintf(err, errlen,
+			 "cannot mark the missing metadata mirror stale in the "
+			 "other: %s",
+			 strerror(-ret));
+		goto err_free;
+	}
 	for (d = 0; d < 2; d++)
-		if (c->meta.rebuilt[d])
+		if (c->meta.rebuilt[d] == STAT_MIRROR_REBUILT)
 			log_msg(LOG_WARNING,
 				"metadata mirror %d was not valid (%s); "
 				"rebuilt from mirror %d",
@@ -602,6 +642,39 @@ err_free:
 	return ret;
 }
 
+/* A damaged or lost mirror, made anew at len bytes to be rebuilt. */
+static int mirror_recreate(struct cache_config *cfg, int i, int why,
+			   uint64_t len, struct pm_region *r)
+{
+	log_msg(LOG_WARNING,
+		"metadata mirror %s is damaged or lost (%s); rebuilding it "
+		"from %s",
+		cfg->meta_paths[i], strerror(-why), cfg->meta_paths[!i]);
+	return pm_map(cfg->meta_paths[i], len, 1, r);
+}
+
+/*
+ * A mirror on a device that is not there is not made anew (a file in its
+ * place under /dev would live in RAM): the cache runs on the other mirror
+ * alone, and a stand-in in memory takes the missing one's place for
+ * meta_attach.  When the device is back, the next mount brings it up to
+ * date record by record.
+ */
+static int mirror_stand_in(struct cache_config *cfg, int i, uint64_t len,
+			   struct pm_region *r)
+{
+	int ret;
+
+	log_msg(LOG_CRIT,
+		"metadata mirror %s is missing (no such device): mounting "
+		"degraded, the metadata on %s alone",
+		cfg->meta_paths[i], cfg->meta_paths[!i]);
+	ret = pm_mem_create(len, r);
+	if (!ret)
+		r->missing = 1;
+	return ret;
+}
+
 int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	       char *err, size_t errlen)
 {
@@ -634,7 +707,8 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	}
 	/*
 	 * A mirror that is missing, truncated or damaged is recreated at the
-	 * good one's size here and rebuilt from it by meta_attach.
+	 * good one's size here and rebuilt from it by meta_attach; a device
+	 * that is not there (-ENODEV) stays missing.
 	 */
 	for (i = 0; i < 2; i++) {
 		mret[i] = pm_map(cfg->meta_paths[i], 0, 0, &mirrors[i]);
@@ -664,13 +738,11 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	for (i = 0; i < 2; i++) {
 		if (!mret[i])
 			continue;
-		log_msg(LOG_WARNING,
-			"metadata mirror %s is damaged or lost (%s); "
-			"rebuilding it from %s",
-			cfg->meta_paths[i], strerror(-mret[i]),
-			cfg->meta_paths[!i]);
 		pm_unmap(&mirrors[i]);
-		ret = pm_map(cfg->meta_paths[i], total[!i], 1, &mirrors[i]);
+		ret = mret[i] == -ENODEV
+			      ? mirror_stand_in(cfg, i, total[!i], &mirrors[i])
+			      : mirror_recreate(cfg, i, mret[i], total[!i],
+						&mirrors[i]);
 		if (ret) {
 			snprintf(err, errlen,
 				 "%s: cannot recreate metadata mirror: %s",

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <libpmem.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -77,19 +78,52 @@ int pm_load(struct pm_region *r, size_t len)
 	return 0;
 }
 
+/*
+ * 1 if path, or else the nearest directory above it that exists, is on the
+ * file system /dev is on (devtmpfs, or a container's tmpfs): a file there
+ * lives in RAM, and a name there that is not a device is a device gone.
+ */
+static int on_dev_fs(const char *path)
+{
+	struct stat dev, st;
+	char p[PATH_MAX];
+
+	if (stat("/dev", &dev) || strlen(path) >= sizeof(p) - 1)
+		return 0;
+	strcpy(p, path);
+	while (stat(p, &st)) {
+		char *slash = strrchr(p, '/');
+
+		if (!strcmp(p, ".") || !strcmp(p, "/"))
+			return 0;
+		if (!slash)
+			strcpy(p, ".");
+		else if (slash == p)
+			slash[1] = '\0';
+		else
+			*slash = '\0';
+	}
+	return st.st_dev == dev.st_dev;
+}
+
 int pm_map(const char *path, size_t len, int create, struct pm_region *out)
 {
 	struct stat st;
 	size_t mapped;
 	void *addr;
+	int gone;
 
 	memset(out, 0, sizeof(*out));
 	out->lock_fd = -1;
-	if (!stat(path, &st) && S_ISBLK(st.st_mode))
+	gone = stat(path, &st) ? -errno : 0;
+	if (!gone && S_ISBLK(st.st_mode))
 		return pm_map_blk(path, len, create, out);
+	/* a device DAX character device is mapped like a file */
+	if ((gone || !S_ISCHR(st.st_mode)) && on_dev_fs(path))
+		return -ENODEV;
 	if (!create) {
-		if (stat(path, &st))
-			return -errno;
+		if (gone)
+			return gone;
 		if ((size_t)st.st_size < len)
 			return -ENOSPC;
 	}
