@@ -121,7 +121,10 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 	STAT_GAUGE(s, uptime) = (now - c->mount_ns) / 1000000000ull;
 	STAT_GAUGE(s, meta_repaired) = c->meta_repaired;
 	for (d = 0; d < 2; d++) {
-		s->mirror_rebuilt[d] = c->meta.rebuilt[d];
+		s->mirror_state[d] =
+			__atomic_load_n(&c->meta.failed[d], __ATOMIC_ACQUIRE)
+				? STAT_MIRROR_FAILED
+				: c->meta.rebuilt[d];
 		snprintf(s->mirror_path[d], sizeof(s->mirror_path[d]), "%s",
 			 c->cfg->meta_paths[d] ? c->cfg->meta_paths[d] : "");
 	}

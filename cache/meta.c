@@ -192,7 +192,9 @@ static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 	m->have[bad] = 1;
 	m->rebuilt[bad] = 1;
 	ret = pm_persist(&m->r[bad], m->r[bad].addr, total);
-	if (!ret && ((const struct meta_hdr *)m->r[good].addr)->failed)
+	/* a stand-in for a missing device is no copy: the mark stays */
+	if (!ret && !m->r[bad].missing &&
+	    ((const struct meta_hdr *)m->r[good].addr)->failed)
 		ret = hdr_set_failed(m, good, 0);
 	return ret;
 }

@@ -544,7 +544,7 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
  * header calls it stale (as for a mirror that failed while mounted), so that
  * when the device is back its old copy is rebuilt whole from the good one,
  * never merged record by record with it.  (meta_attach's rebuild of the
- * stand-in cleared that mark if it was there; it is set again here.)
+ * stand-in keeps that mark if it was there; it is set here otherwise.)
  */
 _Static_assert(STAT_MIRROR_REBUILT == 1, "meta_attach sets rebuilt[] to 1");
 

@@ -24,6 +24,7 @@ const char *const stat_mirror_state_name[STAT_MIRROR_NSTATES] = {
 	[STAT_MIRROR_OK] = "ok",
 	[STAT_MIRROR_REBUILT] = "rebuilt",
 	[STAT_MIRROR_MISSING] = "missing",
+	[STAT_MIRROR_FAILED] = "failed",
 };
 
 int stat_mirror_state_find(const char *name)

@@ -222,6 +222,9 @@ enum stat_mirror_state {
 				from the other */
 	STAT_MIRROR_MISSING, /* "missing": a device that is not there; the
 				cache runs on the other mirror alone */
+	STAT_MIRROR_FAILED, /* "failed": failed a write while mounted; the
+			       cache runs on the other mirror alone, and it
+			       is rebuilt at the next mount */
 	STAT_MIRROR_NSTATES
 };
 
@@ -250,10 +253,7 @@ struct stat_snap {
 	int ndevs;
 	struct stat_dev_snap dev[STAT_MAX_DEVS];
 	char mirror_path[2][256];
-	union {
-		int mirror_state[2]; /* enum stat_mirror_state */
-		int mirror_rebuilt[2]; /* its old name, still used by callers */
-	};
+	int mirror_state[2]; /* enum stat_mirror_state */
 	int timing;
 };
 

@@ -133,6 +133,10 @@ static const char *mirror_text(int st)
 		[STAT_MIRROR_MISSING] = "MISSING: the device is not there; "
 					"the metadata is on the other mirror "
 					"alone",
+		[STAT_MIRROR_FAILED] = "FAILED: a write failed while mounted; "
+				       "the metadata is on the other mirror "
+				       "alone until the next mount rebuilds "
+				       "it",
 	};
 
 	return st >= 0 && st < STAT_MIRROR_NSTATES && text[st]

@@ -52,6 +52,9 @@ static void mirror_fails(int k)
 	CHECK_EQ(cache_write(e.c, b, b_ref, size, 0), 0); /* evicts A */
 	CHECK_EQ(cache_fsync(e.c, b), 0);
 	CHECK(same(&e, b, b_ref, size, 0));
+	cache_snapshot(e.c, &snap); /* shown as failed, the other as ok */
+	CHECK_EQ(snap.mirror_state[k], STAT_MIRROR_FAILED);
+	CHECK_EQ(snap.mirror_state[!k], STAT_MIRROR_OK);
 	cache_file_put(e.c, a);
 	cache_file_put(e.c, b);
 	cache_abandon(e.c); /* the power goes */
