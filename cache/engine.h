@@ -256,11 +256,12 @@ static inline void pages_dirty(struct cache *c, struct cslot *s, int64_t n)
 
 /*
  * Waiting for space.  Writers wait on space_cond for a slot (free, or clean
- * and unpinned, to evict) and readers and writers for a file record (free, or
- * held by a closed file whose clean slots can be evicted).  Whatever makes
- * one of those appear calls space_freed_locked: a slot settling free or
- * clean, an unpin, the last close of a file, a record going free.  Nothing
- * else wakes them: the destager is not the only one that frees space.
+ * and unpinned, to evict).  Whatever makes one appear calls
+ * space_freed_locked: a slot settling free or clean, an unpin, the last close
+ * of a file.  The destager is not the only one that frees space.  Nobody
+ * waits for a file record: those only a release can free, and a release needs
+ * a FUSE thread that may itself be waiting; without a record a request goes
+ * around the cache (file_ensure_record).
  */
 static inline void space_freed_locked(struct cache *c)
 {

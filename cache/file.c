@@ -486,7 +486,8 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* Give the file a persistent record before any slot entry names it. */
+/* Give the file a persistent record before any slot entry names it; -ENOSPC
+ * when none can be had now (the caller does without the cache). */
 int file_ensure_record(struct cache *c, struct cfile *f)
 {
 	int ret = 0;
@@ -520,15 +521,17 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 		}
 		if (freed)
 			break;
-		if (c->stopping || !meta_writable(&c->meta)) {
-			ret = -EIO;
-			pthread_mutex_unlock(&c->lock);
-			goto out_unlock;
-		}
-		c->waiting_writers++;
+		/*
+		 * Every record is held by a file that is open, or that has
+		 * dirty data.  Waiting could deadlock: only a release frees
+		 * the former, and it needs a FUSE thread, all of which may be
+		 * waiting here.  The caller goes around the cache instead;
+		 * the destager is told, so that closed files' records free up.
+		 */
+		ret = c->stopping || !meta_writable(&c->meta) ? -EIO : -ENOSPC;
 		pthread_cond_broadcast(&c->destage_cond);
-		pthread_cond_wait(&c->space_cond, &c->lock);
-		c->waiting_writers--;
+		pthread_mutex_unlock(&c->lock);
+		goto out_unlock;
 	}
 	f->rec = c->free_recs[--c->nfree_recs] + 1;
 	c->recs[f->rec - 1] = f;

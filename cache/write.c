@@ -395,6 +395,8 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 	if (mode == MODE_WRITEAROUND)
 		return write_around(c, f, src, len, off);
 	ret = file_ensure_record(c, f);
+	if (ret == -ENOSPC) /* no record to be had: around the cache */
+		return write_around(c, f, src, len, off);
 	if (ret)
 		return ret;
 	pthread_rwlock_rdlock(&f->rw);
@@ -507,6 +509,7 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 		if (end > f->bsize)
 			f->bsize = end;
 		f->wgen++;
+		file_bk_changed(f); /* only the backing file's fsync keeps it */
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!ret)
