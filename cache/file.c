@@ -23,18 +23,25 @@ static uint64_t file_key(dev_t dev, ino_t ino)
 }
 
 /*
- * The live file object of (dev, ino).  One whose backing file lost its last
- * link stays hashed while references to it remain, but is never found again:
- * a new file may get the same inode number, and must get a new object.
+ * The file object of (dev, ino).  One whose backing file lost its last link
+ * stays hashed while references to it remain (an open file still reads,
+ * writes and shows its size), but an open by name never finds it again: a
+ * new file may get the same inode number, and must get a new object
+ * (live_only).  Otherwise a live object is preferred.
  */
-static struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino)
+static struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino,
+			       int live_only)
 {
-	struct cfile *f;
+	struct cfile *f, *dead = NULL;
 
-	for (f = c->fhash[file_key(dev, ino) & c->fmask]; f; f = f->hnext)
-		if (f->dev == dev && f->ino == ino && !f->unlinked)
+	for (f = c->fhash[file_key(dev, ino) & c->fmask]; f; f = f->hnext) {
+		if (f->dev != dev || f->ino != ino)
+			continue;
+		if (!f->unlinked)
 			return f;
-	return NULL;
+		dead = dead ? dead : f;
+	}
+	return live_only ? NULL : dead;
 }
 
 void file_hash_add(struct cache *c, struct cfile *f)
@@ -212,7 +219,7 @@ void file_late_check(struct cache *c, struct cfile *f)
 static struct cfile *file_lookup_locked(struct cache *c, const struct stat *st,
 					const struct handle *h)
 {
-	struct cfile *f = file_find(c, st->st_dev, st->st_ino);
+	struct cfile *f = file_find(c, st->st_dev, st->st_ino, 1);
 
 	if (f && !same_handle(f, h)) {
 		log_msg(LOG_WARNING,
@@ -421,7 +428,7 @@ int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
 	int ret = -ENOENT;
 
 	pthread_mutex_lock(&c->lock);
-	f = file_find(c, dev, ino);
+	f = file_find(c, dev, ino, 0);
 	if (f) {
 		*size = f->size;
 		if (mtime && f->mtime_set)
@@ -439,7 +446,7 @@ void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino)
 	struct cfile *f;
 
 	pthread_mutex_lock(&c->lock);
-	f = file_find(c, dev, ino);
+	f = file_find(c, dev, ino, 0);
 	if (f)
 		f->mtime_set = 0;
 	pthread_mutex_unlock(&c->lock);
@@ -472,7 +479,7 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino)
 	struct stat st;
 
 	pthread_mutex_lock(&c->lock);
-	f = file_find(c, dev, ino);
+	f = file_find(c, dev, ino, 1);
 	if (f && f->fd < 0 && !f->unlinked && file_gone(c, f)) {
 		/* an idle file: its handle tells whether it still exists */
 		f->unlinked = 1;
