@@ -3,12 +3,13 @@ at 100% dirty in front of a rate-capped destage, with a hang watchdog; then flus
 
 Each worker owns its files and does its operations on them in sequence, so its in-memory reference is exact while
 all workers race inside the cache (shared slots, eviction, destage, waits for space). Readers re-read files that
-their owner has closed and parked for them. Knobs (environment):
-  NVC_LOAD_SECONDS (40; 600 by hand), NVC_LOAD_SEED, NVC_LOAD_WORKERS (32), NVC_LOAD_READERS (2),
+their owner has closed and parked for them. Cases: space (the cache full of dirty data), records (fewer file records
+than open files), copies2 (dirty_copies = 2 on three devices; by hand only). Knobs (environment):
+  NVC_LOAD_SECONDS (35 for the space case, 40% of it for records, 50% for copies2; 600 by hand), NVC_LOAD_SEED, NVC_LOAD_WORKERS (32), NVC_LOAD_READERS (2),
   NVC_LOAD_RATE (4M), NVC_LOAD_NDEVS (2), NVC_LOAD_DEV_MB (32), NVC_LOAD_BS (64K), NVC_LOAD_COPIES (1),
   NVC_LOAD_MAX_SIZE_MB (2), NVC_LOAD_WATCHDOG (60 s without any completed operation),
   NVC_LOAD_OP_LIMIT (150 s for one operation), NVC_LOAD_CONF ("section.key=value;..." extra config keys),
-  NVC_LOAD_EVIDENCE (a directory that receives the report, the figures and the daemon log).
+  NVC_LOAD_EVIDENCE (a directory that receives the report, the figures and the daemon log), NVC_LOAD_ALL=1 (copies2 too).
 """
 import collections
 import json
@@ -37,7 +38,7 @@ def env(name, default, conv=str):
     return conv(v) if v not in (None, "") else default
 
 
-SECONDS = env("NVC_LOAD_SECONDS", 40.0, float)
+SECONDS = env("NVC_LOAD_SECONDS", 35.0, float)
 WORKERS = env("NVC_LOAD_WORKERS", 32, int)
 READERS = env("NVC_LOAD_READERS", 2, int)
 RATE = env("NVC_LOAD_RATE", "4M")
@@ -751,7 +752,17 @@ def save_evidence(cache, text, name):
     return path
 
 
-def config_keys():
+# The cases: a cache full of dirty data; the same with fewer file records than open files (reads and writes of a
+# file without a record go around the cache); two copies of each dirty block on three devices.  The last one runs
+# only when asked for (NVC_LOAD_ALL=1, or -k copies2): CI keeps to the first two.
+CASES = {
+    "space": dict(share=1.0, ndevs=NDEVS, keys={}),
+    "records": dict(share=0.4, ndevs=NDEVS, keys={"cache.max_files": "64"}),
+    "copies2": dict(share=0.5, ndevs=max(NDEVS, 3), keys={"cache.dirty_copies": "2"}),
+}
+
+
+def config_keys(case="space"):
     keys = {
         "cache.block_size": BS,
         "cache.dirty_copies": str(COPIES),
@@ -760,6 +771,7 @@ def config_keys():
         "destage.low_watermark": "90",
         "destage.threads": "2",
     }
+    keys.update(CASES[case]["keys"])
     for kv in filter(None, EXTRA.split(";")):
         k, v = kv.split("=", 1)
         keys[k.strip()] = v.strip()
@@ -784,7 +796,7 @@ def probe_odirect(root):
             os.unlink(p)
 
 
-def figures(workers, readers, samples, st, elapsed, flush_s, seed, shd):
+def figures(workers, readers, samples, st, elapsed, flush_s, seed, shd, case):
     ops = collections.Counter()
     for a in workers + readers:
         ops.update(a.ops)
@@ -792,13 +804,14 @@ def figures(workers, readers, samples, st, elapsed, flush_s, seed, shd):
     slow = [x for x in lat if x > SLOW_WRITE]
     dirty = [x["dirty_percent"] for x in samples]                   # dirty bytes / capacity
     # dirty slots / slots; with two copies every dirty slot holds a second slot for its twin
-    dslots = [min(100.0, 100.0 * x["dirty_slots"] * COPIES / x["slots"]) for x in samples]
+    copies = int(config_keys(case)["cache.dirty_copies"])
+    dslots = [min(100.0, 100.0 * x["dirty_slots"] * copies / x["slots"]) for x in samples]
     used = [100.0 * x["used_slots"] / x["slots"] for x in samples]
     c, g = st["counters"], st["gauges"]
     return {
-        "seed": seed, "seconds": round(elapsed, 1), "workers": len(workers), "readers": len(readers),
+        "case": case, "seed": seed, "seconds": round(elapsed, 1), "workers": len(workers), "readers": len(readers),
         "o_direct": shd.odirect,
-        "config": {"devices": NDEVS, "device_mib": DEV_MB, **config_keys()},
+        "config": {"devices": CASES[case]["ndevs"], "device_mib": DEV_MB, **config_keys(case)},
         "ops": dict(sorted(ops.items())), "ops_total": sum(ops.values()),
         "bytes_written": sum(w.bytes_written for w in workers),
         "bytes_read": sum(a.bytes_read for a in workers + readers),
@@ -822,9 +835,14 @@ def figures(workers, readers, samples, st, elapsed, flush_s, seed, shd):
     }
 
 
-def test_load_full_dirty_cache(make_cache):
+@pytest.mark.parametrize("case", ["space", "records",
+                                  pytest.param("copies2", marks=pytest.mark.skipif(
+                                      not os.environ.get("NVC_LOAD_ALL") and "copies2" not in " ".join(sys.argv),
+                                      reason="by hand: NVC_LOAD_ALL=1 or -k copies2"))])
+def test_load_full_dirty_cache(make_cache, case):
     seed = env("NVC_LOAD_SEED", int(time.time()) % 100000, int)
-    c = make_cache(ndevs=NDEVS, dev_size=DEV_MB * MiB, extra=config_keys())
+    seconds = SECONDS * CASES[case]["share"]
+    c = make_cache(ndevs=CASES[case]["ndevs"], dev_size=DEV_MB * MiB, extra=config_keys(case))
     c.format()
     c.mount()
     root = c.path("load")
@@ -833,25 +851,26 @@ def test_load_full_dirty_cache(make_cache):
     shd.odirect = probe_odirect(root)
     knobs = {k: v for k, v in os.environ.items() if k.startswith("NVC_LOAD_") and k not in ("NVC_LOAD_SEED",)}
     knobs.setdefault("NVC_LOAD_SECONDS", f"{SECONDS:g}")
-    repro = " ".join(f"{k}='{v}'" for k, v in sorted(knobs.items())) + f" NVC_LOAD_SEED={seed} tools/load/run.sh"
-    print(f"\nload: seed {seed}, {WORKERS} workers, {READERS} readers, {SECONDS:g} s, O_DIRECT {shd.odirect}; "
-          f"tmp {c.tmp}")
+    repro = (" ".join(f"{k}='{v}'" for k, v in sorted(knobs.items())) +
+             f" NVC_LOAD_SEED={seed} tools/load/run.sh -k {case}")
+    print(f"\nload {case}: seed {seed}, {WORKERS} workers, {READERS} readers, {seconds:g} s, "
+          f"O_DIRECT {shd.odirect}; tmp {c.tmp}")
 
     # the monitor starts before any file on the mount is open (it must not inherit one)
     flush_budget = max(180, 4 * NDEVS * DEV_MB)
     progress = os.path.join(c.tmp, "progress")
     shd.progress = Progress(progress, WORKERS + READERS)
-    mon = Monitor(c, progress, WORKERS + READERS, SECONDS + WATCHDOG + OP_LIMIT + flush_budget + 300)
+    mon = Monitor(c, progress, WORKERS + READERS, seconds + WATCHDOG + OP_LIMIT + flush_budget + 300)
     try:
-        run_load(c, shd, mon, seed, repro, flush_budget)
+        run_load(c, shd, mon, seed, repro, flush_budget, case, seconds)
     finally:
         mon.stop()
 
 
-def run_load(c, shd, mon, seed, repro, flush_budget):
+def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
     root = shd.root
     t0 = time.monotonic()
-    workers = [Worker(shd, i, t0 + SECONDS) for i in range(WORKERS)]
+    workers = [Worker(shd, i, t0 + seconds) for i in range(WORKERS)]
     readers = [Reader(shd, i, workers) for i in range(READERS)]
     for t in workers + readers:
         t.start()
@@ -895,7 +914,7 @@ def run_load(c, shd, mon, seed, repro, flush_budget):
     lost = os.path.join(c.backing, ".nvcachefs-lost+found")
     if os.path.isdir(lost) and os.listdir(lost):
         errs.append(f"lost+found holds {os.listdir(lost)}")
-    fig = figures(workers, readers, mon.read_samples(), st, elapsed, flush_s, seed, shd)
+    fig = figures(workers, readers, mon.read_samples(), st, elapsed, flush_s, seed, shd, case)
     fig["files_compared"] = len(expect)
     fig["bytes_compared"] = sum(len(f.data) for f in expect.values())
     rc = c.unmount(timeout=180)
@@ -904,7 +923,7 @@ def run_load(c, shd, mon, seed, repro, flush_budget):
     errs += compare_tree(shd.reg, os.path.join(c.backing, "load"), expect, "backing after unmount")
     fig["losses"] = len(errs)
     text = json.dumps(fig, indent=1)
-    save_evidence(c, text, "figures.json")
+    save_evidence(c, text, f"figures-{case}.json")
     print("load figures:\n" + text)
     assert not errs, f"repro: {repro}\n" + "\n".join(errs[:12])
     assert fig["dirty_slots_percent_max"] is not None and fig["dirty_slots_percent_max"] >= 99, \
