@@ -3,9 +3,9 @@ at 100% dirty in front of a rate-capped destage, with a hang watchdog; then flus
 
 Each worker owns its files and does its operations on them in sequence, so its in-memory reference is exact while
 all workers race inside the cache (shared slots, eviction, destage, waits for space). Readers re-read files that
-their owner has closed and parked for them. Cases: space (the cache full of dirty data), records (fewer file records
-than open files), copies2 (dirty_copies = 2 on three devices; by hand only). Knobs (environment):
-  NVC_LOAD_SECONDS (35 for the space case, 40% of it for records, 50% for copies2; 600 by hand), NVC_LOAD_SEED, NVC_LOAD_WORKERS (32), NVC_LOAD_READERS (2),
+their owner has closed and parked for them. Cases: space (the cache full of dirty data), small (4 KiB blocks, fewer
+file records than open files), copies2 (dirty_copies = 2 on three devices; by hand only). Knobs (environment):
+  NVC_LOAD_SECONDS (35 for the space case, 40% of it for small, 50% for copies2; 600 by hand), NVC_LOAD_SEED, NVC_LOAD_WORKERS (32), NVC_LOAD_READERS (2),
   NVC_LOAD_RATE (4M), NVC_LOAD_NDEVS (2), NVC_LOAD_DEV_MB (32), NVC_LOAD_BS (64K), NVC_LOAD_COPIES (1),
   NVC_LOAD_MAX_SIZE_MB (2), NVC_LOAD_WATCHDOG (60 s without any completed operation),
   NVC_LOAD_OP_LIMIT (150 s for one operation), NVC_LOAD_CONF ("section.key=value;..." extra config keys),
@@ -752,12 +752,12 @@ def save_evidence(cache, text, name):
     return path
 
 
-# The cases: a cache full of dirty data; the same with fewer file records than open files (reads and writes of a
-# file without a record go around the cache); two copies of each dirty block on three devices.  The last one runs
-# only when asked for (NVC_LOAD_ALL=1, or -k copies2): CI keeps to the first two.
+# The cases: a cache full of dirty data (64 KiB blocks); the smallest geometry, 4 KiB blocks and fewer file records
+# than open files (reads and writes of a file without a record go around the cache); two copies of each dirty block
+# on three devices.  The last one runs only when asked for (NVC_LOAD_ALL=1, or -k copies2): CI keeps to the first two.
 CASES = {
     "space": dict(share=1.0, ndevs=NDEVS, keys={}),
-    "records": dict(share=0.4, ndevs=NDEVS, keys={"cache.max_files": "64"}),
+    "small": dict(share=0.4, ndevs=NDEVS, keys={"cache.max_files": "64", "cache.block_size": "4K"}),
     "copies2": dict(share=0.5, ndevs=max(NDEVS, 3), keys={"cache.dirty_copies": "2"}),
 }
 
@@ -835,7 +835,7 @@ def figures(workers, readers, samples, st, elapsed, flush_s, seed, shd, case):
     }
 
 
-@pytest.mark.parametrize("case", ["space", "records",
+@pytest.mark.parametrize("case", ["space", "small",
                                   pytest.param("copies2", marks=pytest.mark.skipif(
                                       not os.environ.get("NVC_LOAD_ALL") and "copies2" not in " ".join(sys.argv),
                                       reason="by hand: NVC_LOAD_ALL=1 or -k copies2"))])
@@ -844,7 +844,9 @@ def test_load_full_dirty_cache(make_cache, case):
     seconds = SECONDS * CASES[case]["share"]
     c = make_cache(ndevs=CASES[case]["ndevs"], dev_size=DEV_MB * MiB, extra=config_keys(case))
     c.format()
-    c.mount()
+    # NVC_LOAD_GDB=1: the daemon runs under gdb, whose backtraces of a crash land in the daemon's log
+    c.mount(wrapper=("gdb", "-q", "-batch", "-nx", "-ex", "run", "-ex", "bt", "-ex", "thread apply all bt",
+                     "--args") if os.environ.get("NVC_LOAD_GDB") else ())
     root = c.path("load")
     os.mkdir(root)
     shd = Shared(root, seed)
@@ -898,6 +900,10 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
         pytest.fail(f"hang; report in {path}; repro: {repro}\n" + text[:8000])
     if shd.errors:
         msg = "\n".join(shd.errors[:10])
+        rc = c.proc.poll() if c.proc else None
+        if rc is not None:
+            how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+            msg = f"the daemon died: {how}; its log ends:\n{c.log_text()[-3000:]}\n" + msg
         path = save_evidence(c, msg, "errors.txt")
         pytest.fail(f"{len(shd.errors)} error(s) (report {path}; repro: {repro}):\n{msg}")
 
