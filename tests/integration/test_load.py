@@ -12,6 +12,7 @@ file records than open files), copies2 (dirty_copies = 2 on three devices; by ha
   NVC_LOAD_EVIDENCE (a directory that receives the report, the figures and the daemon log), NVC_LOAD_ALL=1 (copies2 too).
 """
 import collections
+import ctypes
 import json
 import mmap
 import os
@@ -60,6 +61,10 @@ STAMP = struct.Struct("<4sIIII")  # magic, file serial, write generation, file o
 UNIT = 512
 
 
+LIBC = ctypes.CDLL(None, use_errno=True)
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
+
+
 class Failure(Exception):
     pass
 
@@ -67,14 +72,19 @@ class Failure(Exception):
 # ------------------------------------------------------------------------------------------------- reference
 
 class RefFile:
-    """One incarnation of a file: its exact expected content and the owner's descriptor."""
+    """One incarnation of a file (an inode): its names (hard links), its exact expected content, the owner's
+    descriptor."""
 
     def __init__(self, name, serial):
-        self.name = name
+        self.names = [name]
         self.serial = serial
         self.data = bytearray()
         self.fd = None
         self.parked = None   # an Event while a reader has it
+
+    @property
+    def name(self):
+        return self.names[0]
 
     def write(self, off, buf):
         if off > len(self.data):
@@ -169,6 +179,7 @@ class Shared:
         self.progress = None
         self.parked = queue.Queue()
         self.odirect = True
+        self.punch = True
 
     def fail(self, who, msg):
         with self.err_lock:
@@ -288,7 +299,8 @@ class Worker(Actor):
             self.end("close")
 
     def usable(self):
-        return [f for f in self.files.values() if f.parked is None or f.parked.is_set()]
+        """The files (each inode once) not handed to a reader."""
+        return list({id(f): f for f in self.files.values() if f.parked is None or f.parked.is_set()}.values())
 
     def verify_range(self, f, off, n, what):
         got = os.pread(self.fd(f), n, off)
@@ -405,8 +417,9 @@ class Worker(Actor):
         self.begin(f"fstat {f.name}")
         st = os.fstat(self.fd(f))
         self.end("stat")
-        if st.st_size != len(f.data):
-            raise Failure(f"fstat {f.name} (serial {f.serial}): size {st.st_size}, expected {len(f.data)}")
+        if st.st_size != len(f.data) or st.st_nlink != len(f.names):
+            raise Failure(f"fstat {f.name} (serial {f.serial}): size {st.st_size}, links {st.st_nlink}, "
+                          f"expected {len(f.data)}, {len(f.names)} {f.names}")
         self.begin(f"stat {f.name}")
         st = os.stat(self.path(f.name))
         self.end("stat")
@@ -431,40 +444,103 @@ class Worker(Actor):
         f.truncate(size)
 
     def op_rename(self, f):
-        choices = [n for n in self.names if n != f.name and
+        src = self.rng.choice(f.names)
+        choices = [n for n in self.names if n != src and
                    (n not in self.files or self.files[n].parked is None or self.files[n].parked.is_set())]
+        if not choices:
+            return self.op_write(f)
         dst = self.rng.choice(choices)
         victim = self.files.get(dst)
-        if victim is not None:
+        kind = "rename" if victim is None else "rename_link" if victim is f else "rename_over"
+        if victim is not None and victim is not f and victim.names == [dst]:
             self.close(victim)
-        self.begin(f"rename {f.name} -> {dst}" + (" (replacing)" if victim else ""))
-        os.rename(self.path(f.name), self.path(dst))
-        self.end("rename_over" if victim else "rename")
-        del self.files[f.name]
-        f.name = dst
+        self.begin(f"rename {src} -> {dst}" + {"rename": "", "rename_link": " (a link of the same file)",
+                                               "rename_over": " (replacing)"}[kind])
+        os.rename(self.path(src), self.path(dst))
+        self.end(kind)
+        if victim is f:
+            return  # POSIX: two links of one file, rename does nothing
+        if victim is not None:
+            victim.names.remove(dst)
+        f.names[f.names.index(src)] = dst
+        del self.files[src]
+        self.files[dst] = f
+
+    def op_link(self, f):
+        free = [n for n in self.names if n not in self.files]
+        if not free:
+            return self.op_write(f)
+        dst = self.rng.choice(free)
+        self.begin(f"link {f.name} -> {dst}")
+        os.link(self.path(f.name), self.path(dst))
+        self.end("link")
+        f.names.append(dst)
         self.files[dst] = f
 
     def op_unlink(self, f):
+        name = self.rng.choice(f.names)
+        if len(f.names) > 1:
+            self.begin(f"unlink {name} (one of {f.names})")
+            os.unlink(self.path(name))
+            self.end("unlink_link")
+            f.names.remove(name)
+            del self.files[name]
+            return
         keep_fd = f.fd is not None and self.rng.random() < 0.3
         if not keep_fd:
             self.close(f)
-        self.begin(f"unlink {f.name}")
-        os.unlink(self.path(f.name))
+        self.begin(f"unlink {name}")
+        os.unlink(self.path(name))
         self.end("unlink")
-        del self.files[f.name]
+        del self.files[name]
         if keep_fd:
             # the open, unlinked file still takes writes and reads
             n, _ = self.pick_size()
             off = self.rng.randrange(0, self.max_size)
             data = self.new_data(f, off, n)
-            self.timed_write(f"pwrite unlinked {f.name} {n}@{off}", lambda: os.pwrite(f.fd, data, off), n)
+            self.timed_write(f"pwrite unlinked {name} {n}@{off}", lambda: os.pwrite(f.fd, data, off), n)
             f.write(off, data)
-            self.begin(f"pread unlinked {f.name} {n}@{off}")
+            self.begin(f"pread unlinked {name} {n}@{off}")
             self.verify_range(f, off, n, "read of an unlinked file")
             self.end("read")
             self.close(f)
         if self.rng.random() < 0.5:
             self.op_create()
+
+    def op_fallocate(self, f):
+        """posix_fallocate (may grow the file), or punch a hole (zeros inside the file, size kept)."""
+        off = self.rng.randrange(0, self.max_size)
+        n = self.rng.choice([4096, 65536, self.rng.randrange(1, MiB)])
+        fd = self.fd(f)
+        if self.rng.random() < 0.5 or not self.sh.punch:
+            self.begin(f"posix_fallocate {f.name} {n}@{off} (size {len(f.data)})")
+            os.posix_fallocate(fd, off, n)
+            self.end("fallocate")
+            if off + n > len(f.data):
+                f.truncate(off + n)
+            return
+        self.begin(f"punch hole {f.name} {n}@{off} (size {len(f.data)})")
+        if LIBC.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, ctypes.c_long(off), ctypes.c_long(n)):
+            e = ctypes.get_errno()
+            raise OSError(e, f"fallocate(PUNCH_HOLE): {os.strerror(e)}")
+        self.end("punch_hole")
+        end = min(off + n, len(f.data))
+        if off < end:
+            f.data[off:end] = bytes(end - off)
+
+    def op_dsync(self, f):
+        """A write through an O_DSYNC descriptor: durable when acknowledged."""
+        n, _ = self.pick_size()
+        off = self.rng.randrange(0, self.max_size)
+        data = self.new_data(f, off, n)
+        self.begin(f"open O_DSYNC {f.name}")
+        fd = os.open(self.path(f.name), os.O_WRONLY | os.O_DSYNC)
+        self.end("open")
+        try:
+            self.timed_write(f"O_DSYNC pwrite {f.name} {n}@{off} gen {self.gen}", lambda: os.pwrite(fd, data, off), n)
+        finally:
+            os.close(fd)
+        f.write(off, data)
 
     def op_fsync(self, f):
         fd = self.fd(f)
@@ -487,8 +563,9 @@ class Worker(Actor):
         self.sh.parked.put((f.name, f.serial, bytes(f.data), f.parked))
         self.ops["park"] += 1
 
-    OPS = [("write", 34), ("append", 5), ("direct", 3), ("read", 18), ("full", 2), ("stat", 4),
-           ("truncate", 7), ("rename", 5), ("unlink", 4), ("fsync", 4), ("reopen", 4), ("park", 2)]
+    OPS = [("write", 32), ("append", 5), ("direct", 3), ("dsync", 2), ("read", 18), ("full", 2), ("stat", 4),
+           ("truncate", 7), ("fallocate", 3), ("rename", 5), ("link", 2), ("unlink", 4), ("fsync", 4),
+           ("reopen", 4), ("park", 2)]
 
     def body(self):
         names = [n for n, _ in self.OPS]
@@ -511,7 +588,7 @@ class Worker(Actor):
             op = self.rng.choices(names, weights)[0]
             getattr(self, "op_" + op)(f)
         # hand back: wait for parked files, close every descriptor
-        for f in self.files.values():
+        for f in list(self.files.values()):
             while f.parked is not None and not f.parked.wait(0.5):
                 if self.sh.stop.is_set() and self.sh.errors:
                     return
