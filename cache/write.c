@@ -697,6 +697,7 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 		ret = -errno;
 	if (!ret) {
 		BK_HOOK(c, truncate, f->ino, size);
+		file_bk_changed(f); /* the next fsync makes the cut durable */
 		ret = file_note_backing(c, f);
 	}
 	pthread_rwlock_unlock(&f->rw);
@@ -740,8 +741,10 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 			f->size = off + len;
 		pthread_mutex_unlock(&c->lock);
 	}
-	if (!ret)
+	if (!ret) {
+		file_bk_changed(f);
 		ret = file_note_backing(c, f);
+	}
 	pthread_rwlock_unlock(&f->rw);
 	return ret;
 }
