@@ -35,7 +35,9 @@ static int mirrors_differ(struct meta *m, uint64_t off, size_t len)
  * truncate cut short by a crash (size recorded, backing file not yet cut or
  * grown) is finished, durably: the record may go once the file has no cached
  * data, and then the backing file's size is all there is; what lies between
- * the two sizes and is not cached reads as zeros either way.  Changed behind
+ * the two sizes and is not cached reads as zeros either way.  The same holds
+ * when the record says the cache was changing the backing file (MF_BK_BUSY:
+ * a destage or truncate under way), whatever its mtime.  Changed behind
  * the cache's back: its clean data goes, its dirty data stays; with nothing
  * dirty the backing copy wins.  Nothing cached past the size may come back.
  * f->rw held for writing (or recovery, alone).
@@ -51,6 +53,11 @@ void file_check_backing(struct cache *c, struct cfile *f)
 	f->dev = st.st_dev;
 	f->bsize = st.st_size;
 	mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	if (f->bk_busy) {
+		/* the cache itself was changing it when it stopped */
+		mt = f->bk_mtime_ns;
+		f->bk_busy = 0;
+	}
 	if (mt == f->bk_mtime_ns && (uint64_t)st.st_size != f->size) {
 		if (ftruncate(f->fd, f->size) || fsync(f->fd))
 			log_msg(LOG_ERR,
@@ -188,6 +195,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		f->size = mf.size;
 		f->bsize = mf.bk_size;
 		f->bk_mtime_ns = mf.bk_mtime_ns;
+		f->bk_busy = !!(mf.flags & MF_BK_BUSY);
 		f->hbytes = mf.handle_bytes;
 		f->htype = mf.handle_type;
 		memcpy(f->handle, mf.handle, mf.handle_bytes);

@@ -688,6 +688,7 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 	pthread_mutex_unlock(&c->lock);
 	if (f->rec) {
 		pthread_mutex_lock(&f->rec_lock);
+		f->bk_busy = 1; /* with the new size, in one persist */
 		ret = file_persist_record(c, f);
 		pthread_mutex_unlock(&f->rec_lock);
 	}
@@ -698,8 +699,13 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 	if (!ret) {
 		BK_HOOK(c, truncate, f->ino, size);
 		file_bk_changed(f); /* the next fsync makes the cut durable */
-		ret = file_note_backing(c, f);
+		ret = file_bk_sync(c, f);
 	}
+	/* the cut is durable and its look noted: no longer busy */
+	if (!ret)
+		ret = file_note_backing_stat(c, f);
+	if (!ret)
+		ret = file_bk_busy(c, f, 0);
 	pthread_rwlock_unlock(&f->rw);
 	return ret;
 }
