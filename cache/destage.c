@@ -219,6 +219,9 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	}
 	pthread_mutex_unlock(&c->lock);
 	qsort(v, n, sizeof(*v), cmp_blk);
+	ret = n ? file_bk_busy(c, f, 1) : 0;
+	if (ret)
+		goto out_unpin;
 	buf = dev_alloc_buf(DESTAGE_BUF);
 	b = calloc(1, sizeof(*b));
 	if (!buf || !b) {
@@ -357,8 +360,10 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		}
 		pthread_rwlock_unlock(&s->rw);
 	}
+	/* durable and noted: the record says so, with the new look */
 	if (f->rec) {
 		pthread_mutex_lock(&f->rec_lock);
+		f->bk_busy = 0;
 		file_persist_record(c, f);
 		pthread_mutex_unlock(&f->rec_lock);
 	}

@@ -157,6 +157,7 @@ struct cfile {
 	int bk_missing; /* the backing file could not be opened at mount; it is
 			   checked once it has a descriptor (file_late_check) */
 	uint64_t bk_mtime_ns;
+	int bk_busy; /* changing the backing file: MF_BK_BUSY (rec_lock) */
 	uint32_t hbytes;
 	int32_t htype;
 	uint8_t handle[META_HANDLE_MAX];
@@ -354,6 +355,7 @@ int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
 /* file.c: file objects and their records */
 void file_hash_add(struct cache *c, struct cfile *f);
 int file_ensure_record(struct cache *c, struct cfile *f);
+int file_bk_busy(struct cache *c, struct cfile *f, int busy);
 void file_late_check(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
 void file_put_locked(struct cache *c, struct cfile *f);

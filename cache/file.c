@@ -88,7 +88,7 @@ static void file_free(struct cfile *f)
 static void file_fill_record(struct cfile *f, struct meta_file *r)
 {
 	memset(r, 0, sizeof(*r));
-	r->flags = MF_USED;
+	r->flags = MF_USED | (f->bk_busy ? MF_BK_BUSY : 0);
 	r->ino = f->ino;
 	r->size = f->size;
 	r->bk_size = f->bsize;
@@ -96,6 +96,25 @@ static void file_fill_record(struct cfile *f, struct meta_file *r)
 	r->handle_bytes = f->hbytes;
 	r->handle_type = f->htype;
 	memcpy(r->handle, f->handle, f->hbytes);
+}
+
+/*
+ * Say on the media, before the cache changes the backing file, that it is
+ * doing so (busy), and after the change is durable and noted, that it is
+ * done: a crash in between leaves a backing mtime that the cache itself
+ * moved, which recovery must not take for a change behind its back.
+ */
+int file_bk_busy(struct cache *c, struct cfile *f, int busy)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&f->rec_lock);
+	if (f->bk_busy != busy) {
+		f->bk_busy = busy;
+		ret = f->rec ? file_persist_record(c, f) : 0;
+	}
+	pthread_mutex_unlock(&f->rec_lock);
+	return ret;
 }
 
 /* Persist the file's record; the caller holds f->rec_lock. */

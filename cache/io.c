@@ -16,12 +16,24 @@
 
 /* ------------------------------------------------------------ I/O bufs */
 
+/* Each thread's I/O buffer: made on first use, freed when the thread ends. */
 static __thread void *tl_buf;
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+
+static void buf_key_init(void)
+{
+	pthread_key_create(&buf_key, free);
+}
 
 void *io_buf(void)
 {
-	if (!tl_buf)
+	if (!tl_buf) {
+		pthread_once(&buf_once, buf_key_init);
 		tl_buf = dev_alloc_buf(IO_BUF_BYTES);
+		if (tl_buf)
+			pthread_setspecific(buf_key, tl_buf);
+	}
 	return tl_buf;
 }
 

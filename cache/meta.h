@@ -79,6 +79,10 @@ struct meta_hdr {
 
 /* flags of a file record */
 #define MF_USED 1u
+/* the cache was changing the backing file (destage, truncate): after a crash
+ * its mtime says nothing about changes behind the cache's back, and the
+ * record is the truth */
+#define MF_BK_BUSY 2u
 
 struct meta_file {
 	uint64_t seq;

@@ -35,7 +35,9 @@ static int mirrors_differ(struct meta *m, uint64_t off, size_t len)
  * truncate cut short by a crash (size recorded, backing file not yet cut or
  * grown) is finished, durably: the record may go once the file has no cached
  * data, and then the backing file's size is all there is; what lies between
- * the two sizes and is not cached reads as zeros either way.  Changed behind
+ * the two sizes and is not cached reads as zeros either way.  The same holds
+ * when the record says the cache was changing the backing file (MF_BK_BUSY:
+ * a destage or truncate under way), whatever its mtime.  Changed behind
  * the cache's back: its clean data goes, its dirty data stays; with nothing
  * dirty the backing copy wins.  Nothing cached past the size may come back.
  * f->rw held for writing (or recovery, alone).
@@ -51,6 +53,11 @@ void file_check_backing(struct cache *c, struct cfile *f)
 	f->dev = st.st_dev;
 	f->bsize = st.st_size;
 	mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	if (f->bk_busy) {
+		/* the cache itself was changing it when it stopped */
+		mt = f->bk_mtime_ns;
+		f->bk_busy = 0;
+	}
 	if (mt == f->bk_mtime_ns && (uint64_t)st.st_size != f->size) {
 		if (ftruncate(f->fd, f->size) || fsync(f->fd))
 			log_msg(LOG_ERR,
@@ -188,6 +195,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		f->size = mf.size;
 		f->bsize = mf.bk_size;
 		f->bk_mtime_ns = mf.bk_mtime_ns;
+		f->bk_busy = !!(mf.flags & MF_BK_BUSY);
 		f->hbytes = mf.handle_bytes;
 		f->htype = mf.handle_type;
 		memcpy(f->handle, mf.handle, mf.handle_bytes);
@@ -447,6 +455,19 @@ static void cache_free(struct cache *c)
 	free(c);
 }
 
+/*
+ * A device lost at mount is fenced off: marked failed, and every I/O to it
+ * fails at once without touching it, so that whatever it holds (nothing, or
+ * another disk's bytes) is never read as cache data: clean pages come from
+ * the backing file, dirty ones from their second copies.
+ */
+static void dev_fence(struct cache *c, int d)
+{
+	c->dev_failed[d] = 1;
+	dev_faults(c->devs[d])->fail_reads = -ENODEV;
+	dev_faults(c->devs[d])->fail_writes = -ENODEV;
+}
+
 /* the device (index + 1) cache_open found missing; its superblock is not read */
 static int degraded_dev;
 
@@ -467,19 +488,24 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 		const char *p = dev_path(c->devs[d]);
 
 		if (d + 1 == degraded) {
-			c->dev_failed[d] = 1;
+			dev_fence(c, d);
 			continue;
 		}
 		ret = sb_read(c->devs[d], &sb);
-		if (ret && ret != -ENODATA && c->cfg->dirty_copies > 1 &&
-		    !degraded) {
-			/* gone or unreadable: the second copies stand in for it */
+		if (ret && c->cfg->dirty_copies > 1 && !degraded) {
+			/* gone, unreadable, blank or overwritten: the second
+			 * copies stand in for it */
 			log_msg(LOG_CRIT,
-				"%s: superblock unreadable (%s): mounting "
-				"degraded, from the second copies",
-				p, strerror(-ret));
+				"%s: %s (%s): mounting degraded, from the "
+				"second copies",
+				p,
+				ret == -ENODATA ? "no nvcachefs superblock "
+						  "(blank, replaced or "
+						  "overwritten?)"
+						: "superblock unreadable",
+				strerror(-ret));
 			degraded = d + 1;
-			c->dev_failed[d] = 1;
+			dev_fence(c, d);
 			continue;
 		}
 		if (ret == -ENODATA) {
