@@ -8,7 +8,8 @@ file records than open files), copies2 (dirty_copies = 2 on three devices; by ha
   NVC_LOAD_SECONDS (35 for the space case, 40% of it for small, 50% for copies2; 600 by hand), NVC_LOAD_SEED, NVC_LOAD_WORKERS (32), NVC_LOAD_READERS (2),
   NVC_LOAD_RATE (4M), NVC_LOAD_NDEVS (2), NVC_LOAD_DEV_MB (32), NVC_LOAD_BS (64K), NVC_LOAD_COPIES (1),
   NVC_LOAD_MAX_SIZE_MB (2), NVC_LOAD_WATCHDOG (60 s without any completed operation),
-  NVC_LOAD_OP_LIMIT (150 s for one operation), NVC_LOAD_CONF ("section.key=value;..." extra config keys),
+  NVC_LOAD_OP_LIMIT (150 s for one operation), NVC_LOAD_FLUSH_EVERY (seconds between `nvcachectl flush` runs
+  racing the workers; 0: none; the small case uses 4), NVC_LOAD_CONF ("section.key=value;..." extra config keys),
   NVC_LOAD_EVIDENCE (a directory that receives the report, the figures and the daemon log), NVC_LOAD_ALL=1 (copies2 too).
 """
 import collections
@@ -679,11 +680,12 @@ class Monitor:
     in flight, the daemon's statistics and thread stacks) and kills the daemon, so that every caller blocked on the
     mount gets an error and the test can end and clean up."""
 
-    def __init__(self, cache, progress_path, nactors, deadline_s):
+    def __init__(self, cache, progress_path, nactors, deadline_s, flush_every):
         self.report = os.path.join(cache.tmp, "hang-report.txt")
         self.samples = os.path.join(cache.tmp, "samples.jsonl")
+        self.flushes = os.path.join(cache.tmp, "flushes.jsonl")
         args = [cache.mnt, str(cache.proc.pid), progress_path, str(nactors), self.report, self.samples,
-                str(WATCHDOG), str(OP_LIMIT), str(deadline_s)]
+                str(WATCHDOG), str(OP_LIMIT), str(deadline_s), str(flush_every), self.flushes]
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "monitor", *args],
                                      stdin=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -718,19 +720,45 @@ class Monitor:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
-    def read_samples(self):
+    @staticmethod
+    def _lines(path):
         out = []
-        if os.path.exists(self.samples):
-            with open(self.samples) as fh:
+        if os.path.exists(path):
+            with open(path) as fh:
                 out = [json.loads(line) for line in fh if line.strip()]
         return out
 
+    def read_samples(self):
+        return self._lines(self.samples)
 
-def monitor_main(mnt, pid, progress_path, nactors, report, samples, watchdog, op_limit, deadline_s):
+    def read_flushes(self):
+        return self._lines(self.flushes)
+
+
+def monitor_main(mnt, pid, progress_path, nactors, report, samples, watchdog, op_limit, deadline_s, flush_every,
+                 flushes):
     pid, nactors = int(pid), int(nactors)
     watchdog, op_limit, deadline = float(watchdog), float(op_limit), time.monotonic() + float(deadline_s)
     prog = Progress(progress_path, nactors, create=False)
     cmds = queue.Queue()
+    flushing = [0.0]   # when the flush in progress started
+    quiet = threading.Event()
+
+    def flusher():
+        """`nvcachectl flush` racing the workers now and then."""
+        while not quiet.wait(float(flush_every)):
+            t0 = flushing[0] = time.monotonic()
+            try:
+                r = subprocess.run([CTL, "flush", mnt], capture_output=True, text=True, timeout=3 * op_limit)
+                rc, err = r.returncode, r.stderr.strip()[-300:]
+            except subprocess.TimeoutExpired:
+                rc, err = None, "timed out"
+            flushing[0] = 0.0
+            with open(flushes, "a") as fh:
+                fh.write(json.dumps({"seconds": round(time.monotonic() - t0, 2), "rc": rc, "stderr": err}) + "\n")
+
+    if float(flush_every) > 0:
+        threading.Thread(target=flusher, daemon=True).start()
 
     def stdin_reader():
         for line in sys.stdin:
@@ -750,6 +778,7 @@ def monitor_main(mnt, pid, progress_path, nactors, report, samples, watchdog, op
                 return
             if cmd == "pause":
                 paused = True
+                quiet.set()
             elif cmd.startswith("dump "):
                 why = cmd[5:]
             try:
@@ -769,6 +798,8 @@ def monitor_main(mnt, pid, progress_path, nactors, report, samples, watchdog, op
             for t, d in busy:
                 if not paused and (now - t) / 1e9 > op_limit:
                     why = f"'{d}' in flight for {(now - t) / 1e9:.0f} s"
+            if flushing[0] and time.monotonic() - flushing[0] > op_limit:
+                why = f"an nvcachectl flush racing the workers runs for {time.monotonic() - flushing[0]:.0f} s"
             if time.monotonic() > deadline:
                 why = f"the test still runs after {float(deadline_s):.0f} s (dead man's timer)"
             if why:
@@ -833,9 +864,9 @@ def save_evidence(cache, text, name):
 # than open files (reads and writes of a file without a record go around the cache); two copies of each dirty block
 # on three devices.  The last one runs only when asked for (NVC_LOAD_ALL=1, or -k copies2): CI keeps to the first two.
 CASES = {
-    "space": dict(share=1.0, ndevs=NDEVS, keys={}),
-    "small": dict(share=0.4, ndevs=NDEVS, keys={"cache.max_files": "64", "cache.block_size": "4K"}),
-    "copies2": dict(share=0.5, ndevs=max(NDEVS, 3), keys={"cache.dirty_copies": "2"}),
+    "space": dict(share=1.0, ndevs=NDEVS, flush_every=0, keys={}),
+    "small": dict(share=0.4, ndevs=NDEVS, flush_every=4, keys={"cache.max_files": "64", "cache.block_size": "4K"}),
+    "copies2": dict(share=0.5, ndevs=max(NDEVS, 3), flush_every=0, keys={"cache.dirty_copies": "2"}),
 }
 
 
@@ -939,7 +970,8 @@ def test_load_full_dirty_cache(make_cache, case):
     flush_budget = max(180, 4 * NDEVS * DEV_MB)
     progress = os.path.join(c.tmp, "progress")
     shd.progress = Progress(progress, WORKERS + READERS)
-    mon = Monitor(c, progress, WORKERS + READERS, seconds + WATCHDOG + OP_LIMIT + flush_budget + 300)
+    flush_every = env("NVC_LOAD_FLUSH_EVERY", CASES[case]["flush_every"], float)
+    mon = Monitor(c, progress, WORKERS + READERS, seconds + WATCHDOG + OP_LIMIT + flush_budget + 300, flush_every)
     try:
         run_load(c, shd, mon, seed, repro, flush_budget, case, seconds)
     finally:
@@ -998,6 +1030,11 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
     if os.path.isdir(lost) and os.listdir(lost):
         errs.append(f"lost+found holds {os.listdir(lost)}")
     fig = figures(workers, readers, mon.read_samples(), st, elapsed, flush_s, seed, shd, case)
+    fl = mon.read_flushes()
+    fig["flushes_during_load"] = {"count": len(fl), "max_seconds": max((x["seconds"] for x in fl), default=None),
+                                  "failed": [x for x in fl if x["rc"] != 0][:5]}
+    if fig["flushes_during_load"]["failed"]:
+        errs.append(f"nvcachectl flush during the load failed: {fig['flushes_during_load']['failed']}")
     fig["files_compared"] = len(expect)
     fig["bytes_compared"] = sum(len(f.data) for f in expect.values())
     rc = c.unmount(timeout=180)
