@@ -1046,8 +1046,10 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
     save_evidence(c, text, f"figures-{case}.json")
     print("load figures:\n" + text)
     assert not errs, f"repro: {repro}\n" + "\n".join(errs[:12])
-    assert fig["dirty_slots_percent_max"] is not None and fig["dirty_slots_percent_max"] >= 99, \
-        f"the cache never got full of dirty data: {fig}"
+    if config_keys(case)["destage.max_rate"] not in ("0", "0M", "0K"):
+        # the point of the test: writers faster than the rate cap fill the cache with dirty data
+        assert fig["dirty_slots_percent_max"] is not None and fig["dirty_slots_percent_max"] >= 99, \
+            f"the cache never got full of dirty data: {fig}"
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "monitor":
