@@ -781,6 +781,8 @@ def monitor_main(mnt, pid, progress_path, nactors, report, samples, watchdog, op
                 quiet.set()
             elif cmd.startswith("dump "):
                 why = cmd[5:]
+            elif cmd.startswith("pid "):
+                pid = int(cmd[4:])   # a new daemon after a remount
             try:
                 r = subprocess.run([CTL, "stats", mnt, "--json"], capture_output=True, text=True, timeout=10)
                 if r.returncode == 0:
@@ -864,9 +866,10 @@ def save_evidence(cache, text, name):
 # than open files (reads and writes of a file without a record go around the cache); two copies of each dirty block
 # on three devices.  The last one runs only when asked for (NVC_LOAD_ALL=1, or -k copies2): CI keeps to the first two.
 CASES = {
-    "space": dict(share=1.0, ndevs=NDEVS, flush_every=0, keys={}),
-    "small": dict(share=0.4, ndevs=NDEVS, flush_every=4, keys={"cache.max_files": "64", "cache.block_size": "4K"}),
-    "copies2": dict(share=0.5, ndevs=max(NDEVS, 3), flush_every=0, keys={"cache.dirty_copies": "2"}),
+    "space": dict(share=1.0, ndevs=NDEVS, flush_every=0, kill9=True, keys={}),
+    "small": dict(share=0.4, ndevs=NDEVS, flush_every=4, kill9=False,
+                  keys={"cache.max_files": "64", "cache.block_size": "4K"}),
+    "copies2": dict(share=0.5, ndevs=max(NDEVS, 3), flush_every=0, kill9=True, keys={"cache.dirty_copies": "2"}),
 }
 
 
@@ -989,6 +992,18 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
         t.join()   # the monitor ends every hang by killing the daemon, so these joins end
     elapsed = time.monotonic() - t0
     mon.send("pause")
+    expect = {}
+    for w in workers:
+        expect.update(w.files)
+
+    errs = []
+    kill9 = env("NVC_LOAD_KILL9", CASES[case]["kill9"], lambda v: v not in ("0", "no"))
+    if kill9 and not mon.hang() and not shd.errors:
+        # every write acknowledged, nothing in flight: kill -9 must lose none of them (PRODUCT 4.4)
+        c.kill9()
+        c.mount()
+        mon.send(f"pid {c.proc.pid}")
+        errs += compare_tree(shd.reg, root, expect, "mount after kill -9 and a new mount")
 
     flush_s = 0.0
     if not mon.hang() and not shd.errors:
@@ -1017,11 +1032,7 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
         pytest.fail(f"{len(shd.errors)} error(s) (report {path}; repro: {repro}):\n{msg}")
 
     # every surviving file, through the mount and in the backing directory
-    expect = {}
-    for w in workers:
-        expect.update(w.files)
     st = c.stats_json()["total"]
-    errs = []
     if st["gauges"]["dirty_slots"] != 0:
         errs.append(f"after flush: {st['gauges']['dirty_slots']} dirty slots")
     errs += compare_tree(shd.reg, root, expect, "mount")
@@ -1035,6 +1046,7 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
                                   "failed": [x for x in fl if x["rc"] != 0][:5]}
     if fig["flushes_during_load"]["failed"]:
         errs.append(f"nvcachectl flush during the load failed: {fig['flushes_during_load']['failed']}")
+    fig["kill9_and_remount_before_flush"] = bool(kill9)
     fig["files_compared"] = len(expect)
     fig["bytes_compared"] = sum(len(f.data) for f in expect.values())
     rc = c.unmount(timeout=180)
