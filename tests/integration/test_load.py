@@ -866,10 +866,12 @@ def save_evidence(cache, text, name):
 # than open files (reads and writes of a file without a record go around the cache); two copies of each dirty block
 # on three devices.  The last one runs only when asked for (NVC_LOAD_ALL=1, or -k copies2): CI keeps to the first two.
 CASES = {
-    "space": dict(share=1.0, ndevs=NDEVS, flush_every=0, kill9=True, keys={}),
-    "small": dict(share=0.4, ndevs=NDEVS, flush_every=4, kill9=False,
+    "space": dict(share=1.0, ndevs=NDEVS, flush_every=0, kill9=True, full=True, keys={}),
+    # files without a record write around the cache, racing flushes keep destage busy: not always full
+    "small": dict(share=0.4, ndevs=NDEVS, flush_every=4, kill9=False, full=False,
                   keys={"cache.max_files": "64", "cache.block_size": "4K"}),
-    "copies2": dict(share=0.5, ndevs=max(NDEVS, 3), flush_every=0, kill9=True, keys={"cache.dirty_copies": "2"}),
+    "copies2": dict(share=0.5, ndevs=max(NDEVS, 3), flush_every=0, kill9=True, full=True,
+                    keys={"cache.dirty_copies": "2"}),
 }
 
 
@@ -1058,7 +1060,7 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
     save_evidence(c, text, f"figures-{case}.json")
     print("load figures:\n" + text)
     assert not errs, f"repro: {repro}\n" + "\n".join(errs[:12])
-    if config_keys(case)["destage.max_rate"] not in ("0", "0M", "0K"):
+    if CASES[case]["full"] and config_keys(case)["destage.max_rate"] not in ("0", "0M", "0K"):
         # the point of the test: writers faster than the rate cap fill the cache with dirty data
         assert fig["dirty_slots_percent_max"] is not None and fig["dirty_slots_percent_max"] >= 99, \
             f"the cache never got full of dirty data: {fig}"
