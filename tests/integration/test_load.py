@@ -55,6 +55,7 @@ EXTRA = env("NVC_LOAD_CONF", "")
 EVIDENCE = env("NVC_LOAD_EVIDENCE", "")
 
 NAMES_PER_WORKER = 4      # a worker's name pool; at most LIVE_PER_WORKER of them exist at once
+DIRS = ("a", "b")
 LIVE_PER_WORKER = 3
 SLOW_WRITE = 0.100        # a write slower than this waited (for space, most likely)
 MAGIC = b"NVCL"
@@ -276,7 +277,8 @@ class Worker(Actor):
         self.wid = wid
         self.rng = random.Random(sh_.seed * 1000 + wid)
         self.deadline = deadline
-        self.names = [f"w{wid:02d}-{k}" for k in range(NAMES_PER_WORKER)]
+        # names in two directories shared by all workers: renames and links also cross directories
+        self.names = [f"{DIRS[k % len(DIRS)]}/w{wid:02d}-{k}" for k in range(NAMES_PER_WORKER)]
         self.files = {}           # name -> RefFile
         self.gen = 0
         self.max_size = int(MAX_SIZE * MiB)
@@ -831,7 +833,7 @@ def read_all(path):
 
 def compare_tree(reg, root, expect, where):
     """expect: name -> RefFile.  Every name there, nothing else, every byte equal."""
-    names = sorted(os.listdir(root))
+    names = sorted(os.path.relpath(os.path.join(d, n), root) for d, _, files in os.walk(root) for n in files)
     missing = sorted(set(expect) - set(names))
     extra = sorted(set(names) - set(expect))
     bad = []
@@ -962,6 +964,8 @@ def test_load_full_dirty_cache(make_cache, case):
                      "--args") if os.environ.get("NVC_LOAD_GDB") else ())
     root = c.path("load")
     os.mkdir(root)
+    for d in DIRS:
+        os.mkdir(os.path.join(root, d))
     shd = Shared(root, seed)
     shd.odirect = probe_odirect(root)
     knobs = {k: v for k, v in os.environ.items() if k.startswith("NVC_LOAD_") and k not in ("NVC_LOAD_SEED",)}
