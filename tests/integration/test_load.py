@@ -768,7 +768,7 @@ def monitor_main(mnt, pid, progress_path, nactors, report, samples, watchdog, op
         cmds.put("stop")
 
     threading.Thread(target=stdin_reader, daemon=True).start()
-    paused = False
+    paused, strikes = False, 0
     with open(samples, "a") as out:
         while True:
             why = None
@@ -797,11 +797,16 @@ def monitor_main(mnt, pid, progress_path, nactors, report, samples, watchdog, op
                 pass
             now = time.monotonic_ns()
             busy = prog.busy()
+            stalled = None
             if not paused and busy and (now - prog.last_done()) / 1e9 > watchdog:
-                why = f"no operation completed for {(now - prog.last_done()) / 1e9:.0f} s"
+                stalled = f"no operation completed for {(now - prog.last_done()) / 1e9:.0f} s"
             for t, d in busy:
                 if not paused and (now - t) / 1e9 > op_limit:
-                    why = f"'{d}' in flight for {(now - t) / 1e9:.0f} s"
+                    stalled = f"'{d}' in flight for {(now - t) / 1e9:.0f} s"
+            # the progress words are read while the test writes them: believe a stall seen twice in a row
+            if stalled and strikes:
+                why = stalled
+            strikes = 1 if stalled else 0
             if flushing[0] and time.monotonic() - flushing[0] > op_limit:
                 why = f"an nvcachectl flush racing the workers runs for {time.monotonic() - flushing[0]:.0f} s"
             if time.monotonic() > deadline:
