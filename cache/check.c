@@ -34,6 +34,7 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 			     struct dev **devs, const struct meta_hdr *h)
 {
 	struct sb_disk *buf = dev_alloc_buf(sizeof(*buf));
+	char why[256];
 	int d, copy;
 
 	if (!buf)
@@ -66,6 +67,16 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 					"%s: superblock copy %d checksum "
 					"mismatch",
 					cfg->dev_paths[d], copy + 1);
+				continue;
+			}
+			if (buf->version != SB_VERSION ||
+			    sb_check(buf, why, sizeof(why))) {
+				if (buf->version != SB_VERSION)
+					snprintf(why, sizeof(why),
+						 "version %u, expected %u",
+						 buf->version, SB_VERSION);
+				problem(k, "%s: superblock copy %d: %s",
+					cfg->dev_paths[d], copy + 1, why);
 				continue;
 			}
 			good++;
@@ -125,13 +136,14 @@ static void check_map(struct chk *k, struct pm_region r[2],
 	fprintf(k->out, "metadata mirrors:\n");
 	for (mi = 0; mi < 2; mi++) {
 		const struct meta_hdr *x = r[mi].addr;
-		int ret = meta_hdr_check(r[mi].addr, r[mi].len, NULL);
+		int ret = meta_hdr_why(r[mi].addr, r[mi].len, NULL, err,
+				       sizeof(err));
 
 		if (ret)
-			problem(k, "mirror %d: header not valid: %s", mi,
-				strerror(-ret));
+			problem(k, "mirror %d: header not valid: %s", mi, err);
 		else if (memcmp(x->set_uuid, h->set_uuid, 16) ||
-			 x->nslots != h->nslots)
+			 x->nslots != h->nslots || x->nfiles != h->nfiles ||
+			 x->block_size != h->block_size || x->ndevs != h->ndevs)
 			problem(k, "mirror %d: belongs to another cache", mi);
 		else
 			fprintf(k->out,
@@ -204,13 +216,21 @@ static void check_map(struct chk *k, struct pm_region r[2],
 		return;
 	}
 	seen = calloc(h->nslots, 2 * sizeof(*seen));
+	if (!seen) {
+		problem(k, "no memory for the map check of %llu slots",
+			(unsigned long long)h->nslots);
+		return;
+	}
 	for (i = 0; i < h->nfiles; i++) {
 		struct meta_file f;
 		int bad;
 
 		if (!meta_get_file(&m, i, &f, &bad)) {
-			problem(k, "file record %llu: damaged in both mirrors",
-				(unsigned long long)i);
+			meta_file_why(&m, i, err, sizeof(err));
+			problem(k,
+				"file record %llu: damaged in both mirrors "
+				"(%s)",
+				(unsigned long long)i, err);
 			continue;
 		}
 		if (!(f.flags & MF_USED))
@@ -227,8 +247,9 @@ static void check_map(struct chk *k, struct pm_region r[2],
 		int bad;
 
 		if (!meta_get_slot(&m, i, &s, &bad)) {
-			problem(k, "slot %llu: damaged in both mirrors",
-				(unsigned long long)i);
+			meta_slot_why(&m, i, err, sizeof(err));
+			problem(k, "slot %llu: damaged in both mirrors (%s)",
+				(unsigned long long)i, err);
 			continue;
 		}
 		if (!s.file)
@@ -296,21 +317,43 @@ static void check_map(struct chk *k, struct pm_region r[2],
 		(unsigned long long)h->nslots, (unsigned long long)dirty_slots);
 }
 
+/* The header against the configuration. */
+static void check_geometry(struct chk *k, const struct cache_config *cfg,
+			   const struct meta_hdr *h)
+{
+	if (h->block_size != cfg->block_size)
+		problem(k,
+			"metadata header block_size %u, configured "
+			"cache.block_size %llu",
+			h->block_size, (unsigned long long)cfg->block_size);
+	if (h->ndevs != (uint32_t)cfg->ndevs)
+		problem(k, "metadata header ndevs %u, cache.devices lists %d",
+			h->ndevs, cfg->ndevs);
+}
+
 int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
 		   struct pm_region r[2], FILE *out, int problems)
 {
 	struct chk k = { .out = out, .problems = problems };
 	const struct meta_hdr *h = NULL;
+	char why[2][256];
 	int i;
 
-	for (i = 0; i < 2 && !h; i++)
-		if (!meta_hdr_check(r[i].addr, r[i].len, NULL))
+	for (i = 0; i < 2; i++)
+		if (!meta_hdr_why(r[i].addr, r[i].len, NULL, why[i],
+				  sizeof(why[i])) &&
+		    !h)
 			h = r[i].addr;
 	check_superblocks(&k, cfg, devs, h);
 	if (h)
+		check_geometry(&k, cfg, h);
+	if (h)
 		check_map(&k, r, h);
 	else
-		problem(&k, "neither metadata mirror has a valid header");
+		problem(&k,
+			"neither metadata mirror has a valid header (mirror "
+			"0: %s; mirror 1: %s)",
+			why[0], why[1]);
 	if (k.problems)
 		fprintf(out, "%d problem%s found\n", k.problems,
 			k.problems > 1 ? "s" : "");

@@ -129,10 +129,14 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		struct cfile *f;
 
 		if (!meta_get_file(m, r, &mf, &bad)) {
+			char why[320];
+
+			meta_file_why(m, r, why, sizeof(why));
 			snprintf(err, errlen,
 				 "metadata file record %u is damaged in both "
-				 "mirrors",
-				 r);
+				 "mirrors (%s)",
+				 r, why);
+			free(twins);
 			return -EUCLEAN;
 		}
 		bad_total += bad;
@@ -156,8 +160,10 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			continue;
 		}
 		f = file_new();
-		if (!f)
+		if (!f) {
+			free(twins);
 			return -ENOMEM;
+		}
 		f->rec = r + 1;
 		f->ino = mf.ino;
 		f->size = mf.size;
@@ -185,10 +191,13 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		if (!meta_get_slot(m, i, &ms, &bad)) {
 			/* both copies torn: the slot's data cannot be trusted
 			 */
+			char why[320];
+
+			meta_slot_why(m, i, why, sizeof(why));
 			log_msg(LOG_ERR,
-				"recovery: slot %llu damaged in both mirrors; "
-				"dropped",
-				(unsigned long long)i);
+				"recovery: slot %llu damaged in both mirrors "
+				"(%s); dropped",
+				(unsigned long long)i, why);
 			memset(&ms, 0, sizeof(ms));
 			bad = 1;
 		}
@@ -241,6 +250,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 				 "(slot %llu)",
 				 (unsigned long long)s->blk,
 				 (unsigned long long)i);
+			free(twins);
 			return -EUCLEAN;
 		}
 		slot_hash_add(c, s);
@@ -433,6 +443,7 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 {
 	uint64_t per = c->nslots / c->ndevs;
 	struct sb_disk sb;
+	char why[400];
 	int d, ret, repaired, degraded = degraded_dev;
 
 	if (c->meta.nslots % c->ndevs) {
@@ -449,14 +460,14 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 			c->dev_failed[d] = 1;
 			continue;
 		}
-		ret = sb_read(c->devs[d], &sb);
+		ret = sb_read_why(c->devs[d], &sb, why, sizeof(why));
 		if (ret && ret != -ENODATA && c->cfg->dirty_copies > 1 &&
 		    !degraded) {
 			/* gone or unreadable: the second copies stand in for it */
 			log_msg(LOG_CRIT,
 				"%s: superblock unreadable (%s): mounting "
 				"degraded, from the second copies",
-				p, strerror(-ret));
+				p, why);
 			degraded = d + 1;
 			c->dev_failed[d] = 1;
 			continue;
@@ -469,8 +480,8 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 			return -EINVAL;
 		}
 		if (ret) {
-			snprintf(err, errlen, "%s: superblock unreadable: %s",
-				 p, strerror(-ret));
+			snprintf(err, errlen, "%s: no valid superblock (%s)", p,
+				 why);
 			return ret;
 		}
 		if (memcmp(sb.set_uuid, c->meta.set_uuid, 16)) {
@@ -498,8 +509,16 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 				 p, sb.block_size, c->bs);
 			return -EINVAL;
 		}
-		if (sb.slots_per_dev != per ||
-		    dev_size(c->devs[d]) < SB_DATA_OFF + per * c->bs) {
+		if (sb.slots_per_dev != per) {
+			snprintf(err, errlen,
+				 "%s: superblock slots_per_dev %llu, but the "
+				 "metadata has nslots %llu for %d devices",
+				 p, (unsigned long long)sb.slots_per_dev,
+				 (unsigned long long)c->meta.nslots, c->ndevs);
+			return -EINVAL;
+		}
+		/* sb_check: per * bs + SB_DATA_OFF fits dev_size, no wrap */
+		if (dev_size(c->devs[d]) < SB_DATA_OFF + per * c->bs) {
 			snprintf(err, errlen,
 				 "%s is smaller than when it was formatted", p);
 			return -EINVAL;
@@ -511,6 +530,31 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 				"from the good one%s",
 				p, repaired, repaired > 1 ? "ies" : "y",
 				ret ? " (failed)" : "");
+	}
+	return 0;
+}
+
+/* The mirrors' header against the configuration (the superblocks are
+ * checked against both by check_superblocks). */
+static int check_geometry(struct cache *c, char *err, size_t errlen)
+{
+	const struct cache_config *cfg = c->cfg;
+
+	if (c->meta.block_size != c->bs) {
+		snprintf(err, errlen,
+			 "metadata mirrors (%s, %s): header block_size %u, but "
+			 "cache.block_size is %u",
+			 cfg->meta_paths[0], cfg->meta_paths[1],
+			 c->meta.block_size, c->bs);
+		return -EINVAL;
+	}
+	if (c->meta.ndevs != (uint32_t)c->ndevs) {
+		snprintf(err, errlen,
+			 "metadata mirrors (%s, %s): header ndevs %u, but "
+			 "cache.devices lists %d",
+			 cfg->meta_paths[0], cfg->meta_paths[1], c->meta.ndevs,
+			 c->ndevs);
+		return -EINVAL;
 	}
 	return 0;
 }
@@ -537,7 +581,12 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		goto err_free;
 	stats_attach_devs(c);
 	dev_set_poll(cfg->io_poll_us * 1000);
-	ret = meta_attach(&c->meta, mirrors, err, errlen);
+	ret = meta_attach_named(&c->meta, mirrors,
+				(const char *const *)cfg->meta_paths, err,
+				errlen);
+	if (ret)
+		goto err_free;
+	ret = check_geometry(c, err, errlen);
 	if (ret)
 		goto err_free;
 	c->nslots = c->meta.nslots;
@@ -583,6 +632,7 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	struct dev *devs[NVC_MAX_DEVS] = { 0 };
 	struct pm_region mirrors[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	uint64_t total[2] = { 0, 0 };
+	char why[2][256] = { "", "" };
 	int i, ret, mret[2], missing = 0;
 
 	for (i = 0; i < cfg->ndevs; i++) {
@@ -621,18 +671,27 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 			ret = -EBUSY;
 			goto err_close;
 		}
-		if (!mret[i])
-			mret[i] = meta_hdr_check(mirrors[i].addr,
-						 mirrors[i].len, &total[i]);
-		if (!mret[i])
+		if (mret[i])
+			snprintf(why[i], sizeof(why[i]), "%s",
+				 strerror(-mret[i]));
+		else
+			mret[i] =
+				meta_hdr_why(mirrors[i].addr, mirrors[i].len,
+					     &total[i], why[i], sizeof(why[i]));
+		if (!mret[i]) {
 			mret[i] = pm_load(&mirrors[i], total[i]);
+			if (mret[i])
+				snprintf(why[i], sizeof(why[i]),
+					 "cannot read it: %s",
+					 strerror(-mret[i]));
+		}
 	}
 	if (mret[0] && mret[1]) {
 		snprintf(err, errlen,
 			 "neither metadata mirror (%s, %s) holds a valid "
 			 "nvcachefs header (%s / %s); run nvcachectl format",
-			 cfg->meta_paths[0], cfg->meta_paths[1],
-			 strerror(-mret[0]), strerror(-mret[1]));
+			 cfg->meta_paths[0], cfg->meta_paths[1], why[0],
+			 why[1]);
 		ret = -ENODATA;
 		goto err_close;
 	}
@@ -642,8 +701,7 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		log_msg(LOG_WARNING,
 			"metadata mirror %s is damaged or lost (%s); "
 			"rebuilding it from %s",
-			cfg->meta_paths[i], strerror(-mret[i]),
-			cfg->meta_paths[!i]);
+			cfg->meta_paths[i], why[i], cfg->meta_paths[!i]);
 		pm_unmap(&mirrors[i]);
 		ret = pm_map(cfg->meta_paths[i], total[!i], 1, &mirrors[i]);
 		if (ret) {
