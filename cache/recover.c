@@ -120,7 +120,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		struct meta_slot ms;
 	} *twins = calloc(c->nslots, sizeof(*twins));
 	uint32_t r;
-	int bad;
+	int bad, ret;
 
 	if (!twins)
 		return -ENOMEM;
@@ -136,8 +136,8 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 				 "metadata file record %u is damaged in both "
 				 "mirrors (%s)",
 				 r, why);
-			free(twins);
-			return -EUCLEAN;
+			ret = -EUCLEAN;
+			goto err_files;
 		}
 		bad_total += bad;
 		if (mf.seq >= maxseq)
@@ -161,8 +161,8 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		}
 		f = file_new();
 		if (!f) {
-			free(twins);
-			return -ENOMEM;
+			ret = -ENOMEM;
+			goto err_files;
 		}
 		f->rec = r + 1;
 		f->ino = mf.ino;
@@ -250,8 +250,8 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 				 "(slot %llu)",
 				 (unsigned long long)s->blk,
 				 (unsigned long long)i);
-			free(twins);
-			return -EUCLEAN;
+			ret = -EUCLEAN;
+			goto err_files;
 		}
 		slot_hash_add(c, s);
 		list_add_tail(&f->slots, &s->flink);
@@ -335,6 +335,14 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		}
 	}
 	return 0;
+err_files:
+	/* refused before any file was hashed: cache_free would not see them */
+	for (r = 0; r < m->nfiles; r++) {
+		free(c->recs[r]);
+		c->recs[r] = NULL;
+	}
+	free(twins);
+	return ret;
 }
 
 /*
@@ -566,8 +574,13 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	struct cache *c = calloc(1, sizeof(*c));
 	int ret, d;
 
-	if (!c)
+	if (errlen)
+		err[0] = 0;
+	if (!c) {
+		snprintf(err, errlen, "cannot open the cache: %s",
+			 strerror(ENOMEM));
 		return -ENOMEM;
+	}
 	c->cfg = cfg;
 	c->ndevs = ndev;
 	for (d = 0; d < ndev; d++)
@@ -621,6 +634,10 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	*out = c;
 	return 0;
 err_free:
+	/* every refusal says why, also where only an errno came back */
+	if (!err[0])
+		snprintf(err, errlen, "cannot open the cache: %s",
+			 strerror(-ret));
 	c->own_devs = 0;
 	cache_free(c);
 	return ret;
