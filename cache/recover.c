@@ -599,9 +599,6 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 				errlen);
 	if (ret)
 		goto err_free;
-	ret = check_geometry(c, err, errlen);
-	if (ret)
-		goto err_free;
 	c->nslots = c->meta.nslots;
 	for (d = 0; d < 2; d++)
 		if (c->meta.rebuilt[d])
@@ -610,6 +607,8 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 				"rebuilt from mirror %d",
 				d, strerror(-c->meta.bad_reason[d]), !d);
 	ret = check_superblocks(c, err, errlen);
+	if (!ret)
+		ret = check_geometry(c, err, errlen);
 	if (ret)
 		goto err_free;
 	ret = cache_alloc(c);
