@@ -159,6 +159,19 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			c->free_recs[c->nfree_recs++] = r;
 			continue;
 		}
+		if (mf.size > c->max_file_size) {
+			/* the cache refuses such writes: destage could never
+			 * write these blocks, and flush would wait for ever */
+			snprintf(err, errlen,
+				 "metadata file record %u (inode %llu): size "
+				 "%llu is past the largest file the backing "
+				 "file system holds (%llu)",
+				 r, (unsigned long long)mf.ino,
+				 (unsigned long long)mf.size,
+				 (unsigned long long)c->max_file_size);
+			ret = -EUCLEAN;
+			goto err_files;
+		}
 		f = file_new();
 		if (!f) {
 			ret = -ENOMEM;

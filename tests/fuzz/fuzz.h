@@ -52,11 +52,20 @@ void fz_fix_mirror(uint8_t *p, size_t len);
 /* Recompute a superblock copy's checksum. */
 void fz_fix_sb(uint8_t *p);
 
-/* Open and close a cache on devs and mirrors; the backing directory is one
- * on which no file handle resolves, so recovery touches no real file.  An
- * open that fails must say why: the target aborts if err is empty. */
+/*
+ * Open and close a cache on devs and mirrors.  An open that fails must say
+ * why: the target aborts if err is empty.  The backing directory is /proc,
+ * on which no file handle resolves, so recovery touches no real file; or,
+ * with FZ_LIVE, a private scratch directory: then every file record of the
+ * mirrors is first made to name its one scratch file (nothing fuzzed reaches
+ * open_by_handle_at), so that recovery opens, trims and destages for real.
+ */
+#define FZ_LIVE 0x10u /* a scratch backing file stands behind every record */
+#define FZ_LIVE_SAME 0x20u /* ... unchanged since the cache last saw it */
+#define FZ_LIVE_FLUSH 0x40u /* ... and everything is destaged before close */
+
 int fz_open_close(const struct fz_setup *s, struct dev *devs[FZ_NDEVS],
-		  struct pm_region mirrors[2]);
+		  struct pm_region mirrors[2], unsigned live);
 
 /* abort() with a message: a rejection without an error string. */
 void fz_fail(const char *what) __attribute__((noreturn));

@@ -4,6 +4,7 @@
 #include "fuzz.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,21 +171,110 @@ void fz_fix_sb(uint8_t *p)
 	sb->csum = meta_csum(sb, offsetof(struct sb_disk, csum));
 }
 
-int fz_open_close(const struct fz_setup *s, struct dev *devs[FZ_NDEVS],
-		  struct pm_region mirrors[2])
+/* The scratch backing directory of FZ_LIVE, made once per process. */
+struct fz_live {
+	char dir[64];
+	int dfd, fd;
+	struct {
+		struct file_handle fh;
+		uint8_t buf[MAX_HANDLE_SZ];
+	} h;
+	ino_t ino;
+};
+
+static struct fz_live live_dir = { .dfd = -1, .fd = -1 };
+
+static void fz_live_remove(void)
 {
-	static int backing_fd = -1;
+	unlinkat(live_dir.dfd, "f", 0);
+	rmdir(live_dir.dir);
+}
+
+static struct fz_live *fz_live(uint32_t bs)
+{
+	static const struct timespec t[2] = { { 1000000000, 0 },
+					      { 1000000000, 0 } };
+	struct fz_live *l = &live_dir;
+	struct stat st;
+	int mnt;
+
+	if (l->dfd < 0) {
+		snprintf(l->dir, sizeof(l->dir), "/tmp/nvc-fuzz-live-XXXXXX");
+		if (!mkdtemp(l->dir))
+			fz_fail("mkdtemp");
+		l->dfd = open(l->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		l->fd = openat(l->dfd, "f", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		l->h.fh.handle_bytes = MAX_HANDLE_SZ;
+		if (l->fd < 0 || fstat(l->fd, &st) ||
+		    name_to_handle_at(l->fd, "", &l->h.fh, &mnt, AT_EMPTY_PATH))
+			fz_fail("scratch backing file");
+		if (l->h.fh.handle_bytes > META_HANDLE_MAX)
+			fz_fail("scratch file handle too long");
+		l->ino = st.st_ino;
+		atexit(fz_live_remove);
+	}
+	/* the same file every time: three blocks, an old fixed mtime */
+	if (ftruncate(l->fd, 0) || ftruncate(l->fd, 3ull * bs) ||
+	    futimens(l->fd, t))
+		fz_fail("reset the scratch file");
+	return l;
+}
+
+/* Every used file record of a mirror names the scratch file (and, with
+ * FZ_LIVE_SAME, its mtime); a record whose checksum was good stays good. */
+static void fz_live_records(uint8_t *p, size_t len, const struct fz_live *l,
+			    unsigned live)
+{
+	const struct meta_hdr *h = (const struct meta_hdr *)p;
+	uint32_t i;
+
+	if (meta_hdr_check(p, len, NULL))
+		return;
+	for (i = 0; i < h->nfiles; i++) {
+		struct meta_file *f =
+			(struct meta_file *)(p + h->files_off +
+					     (uint64_t)i * META_FILE_SIZE);
+		int good = f->csum ==
+			   meta_csum(f, offsetof(struct meta_file, csum));
+
+		if (!(f->flags & MF_USED))
+			continue;
+		f->ino = l->ino;
+		f->handle_bytes = l->h.fh.handle_bytes;
+		f->handle_type = l->h.fh.handle_type;
+		memcpy(f->handle, l->h.fh.f_handle, l->h.fh.handle_bytes);
+		if (live & FZ_LIVE_SAME)
+			f->bk_mtime_ns = 1000000000ull * 1000000000ull;
+		if (good)
+			f->csum =
+				meta_csum(f, offsetof(struct meta_file, csum));
+	}
+}
+
+int fz_open_close(const struct fz_setup *s, struct dev *devs[FZ_NDEVS],
+		  struct pm_region mirrors[2], unsigned live)
+{
+	static int proc_fd = -1;
 	struct cache_config cfg = s->cfg;
 	struct cache *c;
 	char err[CFG_ERRLEN] = "";
-	int ret;
+	int ret, i, backing_fd;
 
 	/* procfs: open_by_handle_at finds nothing there (ESTALE), so a
 	 * fuzzed file handle can never open, truncate or write a real file */
-	if (backing_fd < 0)
-		backing_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (backing_fd < 0)
+	if (proc_fd < 0)
+		proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (proc_fd < 0)
 		fz_fail("cannot open /proc");
+	backing_fd = proc_fd;
+	if (live & FZ_LIVE) {
+		struct fz_live *l = fz_live(cfg.block_size);
+
+		for (i = 0; i < 2; i++)
+			fz_live_records(mirrors[i].addr, mirrors[i].len, l,
+					live);
+		backing_fd = l->dfd;
+	}
 	ret = cache_open_devs(&cfg, devs, FZ_NDEVS, mirrors, backing_fd, &c,
 			      err, sizeof(err));
 	if (ret) {
@@ -193,6 +283,8 @@ int fz_open_close(const struct fz_setup *s, struct dev *devs[FZ_NDEVS],
 		fprintf(stderr, "fuzz: refused: %s\n", err);
 		return ret;
 	}
+	if ((live & FZ_LIVE_FLUSH) && (live & FZ_LIVE))
+		cache_flush(c, NULL, NULL);
 	cache_close(c, 0);
 	return 0;
 }

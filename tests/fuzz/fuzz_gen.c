@@ -103,6 +103,17 @@ static void mirror_seeds(const char *target, uint8_t big)
 	put(target, name, ctl | 12, img[0], n, NULL, 0);
 	snprintf(name, sizeof(name), "%s-twins-both", g);
 	put(target, name, big, two[0], n, two[1], n);
+	if (!strcmp(target, "mirrors")) {
+		/* recovery with a real backing file behind the records */
+		snprintf(name, sizeof(name), "%s-used-live", g);
+		put(target, name, ctl | FZ_LIVE, img[0], n, img[1], n);
+		snprintf(name, sizeof(name), "%s-used-live-same-flush", g);
+		put(target, name, ctl | FZ_LIVE | FZ_LIVE_SAME | FZ_LIVE_FLUSH,
+		    img[0], n, img[1], n);
+		snprintf(name, sizeof(name), "%s-twins-live-flush", g);
+		put(target, name, big | FZ_LIVE | FZ_LIVE_SAME | FZ_LIVE_FLUSH,
+		    two[0], n, two[1], n);
+	}
 	if (!strcmp(target, "check")) {
 		/* and device 0's superblock from the input */
 		snprintf(name, sizeof(name), "%s-used-sb", g);

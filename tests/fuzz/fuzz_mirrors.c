@@ -11,6 +11,7 @@
  *	1	mirror 1; mirror 0 is a good, formatted one
  *	2	both mirrors, the same bytes
  *	3	mirror 0; mirror 1 is lost (zeros) and is rebuilt from it
+ * and bits 4-6 (FZ_LIVE...): a real backing file behind the file records.
  */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -50,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (i = 0; i < 2; i++)
 			fz_fix_mirror(m[i].addr, m[i].len);
 	fz_devs(s, devs);
-	fz_open_close(s, devs, m);
+	fz_open_close(s, devs, m, control);
 	fz_devs_close(devs);
 	for (i = 0; i < 2; i++)
 		pm_unmap(&m[i]);

@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fz_fail("sb_read refused without an error");
 	for (i = 0; i < 2; i++)
 		fz_region(&m[i], s->mirror[i], s->mirror_len, s->mirror_len);
-	fz_open_close(s, devs, m);
+	fz_open_close(s, devs, m, 0);
 	fz_devs_close(devs);
 	for (i = 0; i < 2; i++)
 		pm_unmap(&m[i]);
