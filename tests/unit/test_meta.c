@@ -405,7 +405,7 @@ static uint64_t backing_limit(int dirfd)
 static void test_file_size_past_backing(void)
 {
 	struct env e;
-	struct cfile *f;
+	struct cfile *f = NULL;
 	uint64_t limit;
 	int fd, i;
 
