@@ -122,6 +122,24 @@ static int is_zero(const void *p, size_t n)
 	return 1;
 }
 
+/*
+ * One mirror's copy of a record was refused but the other stands: a bad
+ * checksum was reported with each mirror's records; a good checksum over
+ * fields that make no sense is reported here.
+ */
+static void report_bad_copy(struct chk *k, const char *what, uint64_t i,
+			    struct meta *m, int slot)
+{
+	char why[320];
+
+	if (slot)
+		meta_slot_why(m, i, why, sizeof(why));
+	else
+		meta_file_why(m, i, why, sizeof(why));
+	if (why[0] && !strstr(why, "checksum mismatch"))
+		problem(k, "%s %llu: %s", what, (unsigned long long)i, why);
+}
+
 static void check_map(struct chk *k, struct pm_region r[2],
 		      const struct meta_hdr *h)
 {
@@ -233,6 +251,8 @@ static void check_map(struct chk *k, struct pm_region r[2],
 				(unsigned long long)i, err);
 			continue;
 		}
+		if (bad)
+			report_bad_copy(k, "file record", i, &m, 0);
 		if (!(f.flags & MF_USED))
 			continue;
 		used_files++;
@@ -252,6 +272,8 @@ static void check_map(struct chk *k, struct pm_region r[2],
 				(unsigned long long)i, err);
 			continue;
 		}
+		if (bad)
+			report_bad_copy(k, "slot", i, &m, 1);
 		if (!s.file)
 			continue;
 		used_slots++;

@@ -515,6 +515,24 @@ static void test_check_2m_header(void)
 	env_fini(&e);
 }
 
+/* check names a copy refused for its fields while the other mirror stands. */
+static void test_check_one_bad_copy(void)
+{
+	struct env e;
+	char *out = NULL;
+	size_t outlen = 0;
+	FILE *f;
+
+	env_init(&e);
+	slot_raw(&e, 0, 1, BS, 7, 1, 0x80, 0, 1, 0);
+	f = open_memstream(&out, &outlen);
+	CHECK(fmt_check_open(&e.cfg, e.devs, e.mirrors, f, 0) > 0);
+	fclose(f);
+	CHECK(out && strstr(out, "slot 1: mirror 0: unknown flags 0x80"));
+	free(out);
+	env_fini(&e);
+}
+
 /* The formatted cache itself opens: the checks refuse nothing valid. */
 static void test_valid_opens(void)
 {
@@ -554,6 +572,7 @@ static const struct {
 	{ "test_file_size_past_backing", test_file_size_past_backing },
 	{ "test_superblock_fields", test_superblock_fields },
 	{ "test_check_2m_header", test_check_2m_header },
+	{ "test_check_one_bad_copy", test_check_one_bad_copy },
 	{ "test_hdr_block_size_2m", test_hdr_block_size_2m },
 };
 
