@@ -259,9 +259,12 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			/* two slots for one block cannot come from our writes
 			 */
 			snprintf(err, errlen,
-				 "metadata maps block %llu of a file twice "
-				 "(slot %llu)",
-				 (unsigned long long)s->blk,
+				 "metadata maps block %llu of file record %u "
+				 "twice (slots %llu and %llu)",
+				 (unsigned long long)s->blk, s->file - 1,
+				 (unsigned long long)(slot_find(c, s->file,
+								s->blk) -
+						      c->slots),
 				 (unsigned long long)i);
 			ret = -EUCLEAN;
 			goto err_files;
