@@ -6,6 +6,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <syslog.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +242,11 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      "expected %u, %u, 0 or 1",
 			      h->hdr_size, h->file_size, h->mirror,
 			      META_HDR_SIZE, META_FILE_SIZE);
+	if (h->failed & ~3u || (h->failed >> h->mirror & 1))
+		return refuse(why, len, -EUCLEAN,
+			      "header failed %#x: not bits 0 and 1, or names "
+			      "its own mirror %u",
+			      h->failed, h->mirror);
 	if (!block_size_ok(h->block_size))
 		return refuse(why, len, -EUCLEAN,
 			      "header block_size %u is not a power of two "
@@ -345,16 +351,53 @@ static const char *mname(const char *const names[2], int i, char *buf,
 	return buf;
 }
 
+/* Write mirror k's header with its failed bits set to failed. */
+static int hdr_set_failed(struct meta *m, int k, uint32_t failed)
+{
+	struct meta_hdr *h = m->r[k].addr;
+
+	h->failed = failed;
+	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+	return pm_persist(&m->r[k], h, META_HDR_SIZE);
+}
+
+/*
+ * The bad mirror becomes a copy of the good one; only then does the good
+ * one's header stop calling it stale (a crash in between rebuilds it again).
+ */
 static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 {
 	struct meta_hdr *h = m->r[bad].addr;
+	int ret;
 
 	memcpy(m->r[bad].addr, m->r[good].addr, total);
 	h->mirror = bad;
+	h->failed = 0;
 	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 	m->have[bad] = 1;
 	m->rebuilt[bad] = 1;
-	return pm_persist(&m->r[bad], m->r[bad].addr, total);
+	ret = pm_persist(&m->r[bad], m->r[bad].addr, total);
+	/* a stand-in for a missing device is no copy: the mark stays */
+	if (!ret && !m->r[bad].missing &&
+	    ((const struct meta_hdr *)m->r[good].addr)->failed)
+		ret = hdr_set_failed(m, good, 0);
+	return ret;
+}
+
+/* A mirror that a valid header of the other calls stale is not trusted. */
+static void drop_stale(struct meta *m, const struct meta_hdr *h[2], int ret[2],
+		       char why[2][256])
+{
+	int i;
+
+	for (i = 0; i < 2; i++)
+		if (m->have[i] && m->have[!i] && (h[i]->failed >> !i & 1)) {
+			m->have[!i] = 0;
+			ret[!i] = -ESTALE;
+			snprintf(why[!i], 256,
+				 "stale: the other mirror's header says it "
+				 "failed a write");
+		}
 }
 
 /* Attach without repairing anything: the offline check only reads.  A mirror
@@ -362,7 +405,7 @@ static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 int meta_attach_ro_named(struct meta *m, struct pm_region r[2],
 			 const char *const names[2], char *err, size_t len)
 {
-	const struct meta_hdr *h = NULL;
+	const struct meta_hdr *h = NULL, *hh[2] = { r[0].addr, r[1].addr };
 	char why[2][256], n[2][128];
 	int i, ret[2];
 
@@ -371,11 +414,14 @@ int meta_attach_ro_named(struct meta *m, struct pm_region r[2],
 		m->r[i] = r[i];
 		ret[i] = meta_hdr_why(r[i].addr, r[i].len, NULL, why[i],
 				      sizeof(why[i]));
-		if (!ret[i] && (!h || hdr_same(h, r[i].addr))) {
-			m->have[i] = 1;
-			if (!h)
-				h = r[i].addr;
-		}
+		m->have[i] = !ret[i];
+	}
+	drop_stale(m, hh, ret, why);
+	for (i = 0; i < 2; i++) {
+		if (m->have[i] && h && !hdr_same(h, r[i].addr))
+			m->have[i] = 0;
+		if (m->have[i] && !h)
+			h = r[i].addr;
 	}
 	if (!h) {
 		snprintf(err, len,
@@ -408,12 +454,19 @@ int meta_attach_named(struct meta *m, struct pm_region r[2],
 		ret[i] = meta_hdr_why(r[i].addr, r[i].len, NULL, why[i],
 				      sizeof(why[i]));
 		mname(names, i, n[i], sizeof(n[i]));
-		if (!ret[i]) {
-			m->have[i] = 1;
-			if (good < 0)
-				good = i;
-		}
+		m->have[i] = !ret[i];
 	}
+	if (m->have[0] && m->have[1] && (h[0]->failed >> 1 & 1) &&
+	    (h[1]->failed & 1)) {
+		snprintf(err, len,
+			 "each metadata mirror says the other failed; the "
+			 "cache cannot tell which one is current");
+		return -EUCLEAN;
+	}
+	drop_stale(m, h, ret, why);
+	for (i = 0; i < 2 && good < 0; i++)
+		if (m->have[i])
+			good = i;
 	if (good < 0) {
 		snprintf(err, len,
 			 "neither metadata mirror holds a valid nvcachefs "
@@ -539,7 +592,7 @@ static int file_ok(const struct meta_file *f, char *why, size_t len)
 	if (f->seq >= META_SEQ_MAX)
 		return refuse(why, len, -EUCLEAN, "seq %llu is out of range",
 			      (unsigned long long)f->seq);
-	if (f->flags & ~MF_USED)
+	if (f->flags & ~META_FILE_FLAGS)
 		return refuse(why, len, -EUCLEAN, "unknown flags %#x",
 			      f->flags);
 	if (!(f->flags & MF_USED))
@@ -681,43 +734,95 @@ void meta_file_why(struct meta *m, uint32_t i, char *why, size_t len)
 	}
 }
 
+/*
+ * Mirror k failed a write: it is written no more, and the other mirror's
+ * header says so before anything else is written there.  Once per mirror.
+ */
+static void meta_fail(struct meta *m, int k, int err)
+{
+	int o = !k;
+
+	if (__atomic_exchange_n(&m->failed[k], 1, __ATOMIC_ACQ_REL))
+		return;
+	__atomic_store_n(&m->have[k], 0, __ATOMIC_RELEASE);
+	log_msg(LOG_CRIT,
+		"metadata mirror %d failed a write (%s): the cache goes on "
+		"with mirror %d alone; the failed one is rebuilt at the next "
+		"mount",
+		k, strerror(-err), o);
+	if (!__atomic_load_n(&m->have[o], __ATOMIC_ACQUIRE))
+		return;
+	err = hdr_set_failed(m, o,
+			     ((struct meta_hdr *)m->r[o].addr)->failed | 1u << k);
+	if (err)
+		meta_fail(m, o, err);
+}
+
+/* Write one record at offset off of every mirror in turn. */
+static int meta_put(struct meta *m, uint64_t off, const void *rec, size_t len)
+{
+	int k, ret, held = 0;
+
+	for (k = 0; k < 2; k++) {
+		if (!__atomic_load_n(&m->have[k], __ATOMIC_ACQUIRE))
+			continue;
+		ret = pm_write(&m->r[k], off, rec, len);
+		if (ret)
+			meta_fail(m, k, ret);
+		else
+			held++;
+	}
+	/* a mirror dropped after its write still holds the record, but it
+	 * is stale for the next mount: only the surviving one counts */
+	for (k = 0; k < 2; k++)
+		if (__atomic_load_n(&m->have[k], __ATOMIC_ACQUIRE))
+			return held ? 0 : -EIO;
+	return -EIO;
+}
+
+uint64_t meta_next_seq(struct meta *m)
+{
+	uint64_t i, next = 0;
+	struct meta_slot s;
+	int k;
+
+	for (k = 0; k < 2; k++) {
+		if (!m->have[k])
+			continue;
+		for (i = 0; i < m->nfiles; i++) {
+			const struct meta_file *f =
+				(const struct meta_file *)file_addr(m, k, i);
+
+			if (!file_ok(f, NULL, 0) && f->seq >= next)
+				next = f->seq + 1;
+		}
+		for (i = 0; i < m->nslots; i++)
+			if (!slot_decode(m, slot_addr(m, k, i), &s, NULL, 0) &&
+			    s.seq >= next)
+				next = s.seq + 1;
+	}
+	return next;
+}
+
+int meta_writable(struct meta *m)
+{
+	return __atomic_load_n(&m->have[0], __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&m->have[1], __ATOMIC_ACQUIRE);
+}
+
 int meta_put_slot(struct meta *m, uint64_t i, struct meta_slot *s)
 {
 	uint8_t buf[128];
-	int k, ret;
 
 	s->seq = __atomic_fetch_add(&m->seq, 1, __ATOMIC_RELAXED);
 	slot_encode(m, s, buf);
-	for (k = 0; k < 2; k++) {
-		uint8_t *p;
-
-		if (!m->have[k])
-			continue;
-		p = slot_addr(m, k, i);
-		memcpy(p, buf, m->slot_size);
-		ret = pm_persist(&m->r[k], p, m->slot_size);
-		if (ret)
-			return ret;
-	}
-	return 0;
+	return meta_put(m, m->slots_off + i * m->slot_size, buf, m->slot_size);
 }
 
 int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f)
 {
-	int k, ret;
-
 	f->seq = __atomic_fetch_add(&m->seq, 1, __ATOMIC_RELAXED);
 	f->csum = meta_csum(f, offsetof(struct meta_file, csum));
-	for (k = 0; k < 2; k++) {
-		uint8_t *p;
-
-		if (!m->have[k])
-			continue;
-		p = file_addr(m, k, i);
-		memcpy(p, f, META_FILE_SIZE);
-		ret = pm_persist(&m->r[k], p, META_FILE_SIZE);
-		if (ret)
-			return ret;
-	}
-	return 0;
+	return meta_put(m, m->files_off + (uint64_t)i * META_FILE_SIZE, f,
+			META_FILE_SIZE);
 }
