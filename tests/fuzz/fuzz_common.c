@@ -3,7 +3,10 @@
 #define _GNU_SOURCE
 #include "fuzz.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +193,28 @@ static void fz_live_remove(void)
 	rmdir(live_dir.dir);
 }
 
+/* A run that crashed left its scratch directory: remove those of dead pids. */
+static void fz_live_sweep(void)
+{
+	DIR *d = opendir("/tmp");
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		char path[300];
+		int pid;
+
+		if (sscanf(e->d_name, "nvc-fuzz-live-%d", &pid) != 1 ||
+		    pid <= 0 || !kill(pid, 0) || errno != ESRCH)
+			continue;
+		snprintf(path, sizeof(path), "/tmp/%s/f", e->d_name);
+		unlink(path);
+		snprintf(path, sizeof(path), "/tmp/%s", e->d_name);
+		rmdir(path);
+	}
+	if (d)
+		closedir(d);
+}
+
 static struct fz_live *fz_live(uint32_t bs)
 {
 	static const struct timespec t[2] = { { 1000000000, 0 },
@@ -199,9 +224,11 @@ static struct fz_live *fz_live(uint32_t bs)
 	int mnt;
 
 	if (l->dfd < 0) {
-		snprintf(l->dir, sizeof(l->dir), "/tmp/nvc-fuzz-live-XXXXXX");
-		if (!mkdtemp(l->dir))
-			fz_fail("mkdtemp");
+		fz_live_sweep();
+		snprintf(l->dir, sizeof(l->dir), "/tmp/nvc-fuzz-live-%d",
+			 (int)getpid());
+		if (mkdir(l->dir, 0700) && errno != EEXIST)
+			fz_fail("mkdir the scratch directory");
 		l->dfd = open(l->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		l->fd = openat(l->dfd, "f", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		l->h.fh.handle_bytes = MAX_HANDLE_SZ;
