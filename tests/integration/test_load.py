@@ -948,7 +948,7 @@ def figures(workers, readers, samples, st, elapsed, flush_s, seed, shd, case):
         "samples": len(dirty),
         "dirty_slots_percent_timeline": [round(d) for d in dslots[::4]],
         "flush_seconds": round(flush_s, 1),
-        "daemon": {k: c[k] for k in ("write_ops", "write_bytes", "read_ops", "read_bytes", "destaged_bytes",
+        "daemon_after_load": {k: c[k] for k in ("write_ops", "write_bytes", "read_ops", "read_bytes", "destaged_bytes",
                                      "evictions", "destage_errors", "fsync_ops", "backing_write_bytes")}
         | {k: g[k] for k in ("slots", "dirty_slots", "used_slots", "capacity_bytes")},
         "losses": 0,
@@ -1008,6 +1008,7 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
         expect.update(w.files)
 
     errs = []
+    st_load = c.stats_json()["total"] if not mon.hang() and not shd.errors else None  # the load's own counters
     kill9 = env("NVC_LOAD_KILL9", CASES[case]["kill9"], lambda v: v not in ("0", "no"))
     if kill9 and not mon.hang() and not shd.errors:
         # every write acknowledged, nothing in flight: kill -9 must lose none of them (PRODUCT 4.4)
@@ -1051,13 +1052,15 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
     lost = os.path.join(c.backing, ".nvcachefs-lost+found")
     if os.path.isdir(lost) and os.listdir(lost):
         errs.append(f"lost+found holds {os.listdir(lost)}")
-    fig = figures(workers, readers, mon.read_samples(), st, elapsed, flush_s, seed, shd, case)
+    fig = figures(workers, readers, mon.read_samples(), st_load, elapsed, flush_s, seed, shd, case)
     fl = mon.read_flushes()
     fig["flushes_during_load"] = {"count": len(fl), "max_seconds": max((x["seconds"] for x in fl), default=None),
                                   "failed": [x for x in fl if x["rc"] != 0][:5]}
     if fig["flushes_during_load"]["failed"]:
         errs.append(f"nvcachectl flush during the load failed: {fig['flushes_during_load']['failed']}")
     fig["kill9_and_remount_before_flush"] = bool(kill9)
+    fig["daemon_at_the_end"] = {k: st["counters"][k] for k in ("destaged_bytes", "read_bytes", "evictions")} | {
+        k: st["gauges"][k] for k in ("dirty_slots", "used_slots")}
     fig["files_compared"] = len(expect)
     fig["bytes_compared"] = sum(len(f.data) for f in expect.values())
     rc = c.unmount(timeout=180)
