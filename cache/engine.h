@@ -126,6 +126,7 @@ struct cslot {
 					      cache */
 	uint64_t gen; /* bumped by every write, checked by destage */
 	uint64_t dirty_since;
+	uint64_t dirty_epoch; /* flush epoch it went dirty in (cache_flush) */
 	uint32_t hnext; /* hash chain: slot index + 1 */
 	uint8_t state;
 	uint8_t persisted; /* the persistent entry is not free */
@@ -197,6 +198,7 @@ struct cache {
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
 	int waiting_writers, flush_waiters, draining, stopping, active;
+	uint64_t epoch; /* flush epochs: one per flush started */
 	int last_destage_err;
 	uint64_t last_io;
 	pthread_t destagers[64];

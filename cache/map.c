@@ -169,6 +169,7 @@ void slot_settle(struct cache *c, struct cslot *s)
 void file_mark_dirty(struct cache *c, struct cfile *f, struct cslot *s)
 {
 	s->dirty_since = now_ms();
+	s->dirty_epoch = c->epoch;
 	c->ndirty_slots++;
 	if (!f->ndirty++) {
 		f->dirty_since = s->dirty_since;
