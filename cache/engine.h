@@ -144,6 +144,7 @@ struct cfile {
 	int fd;
 	int ro;
 	uint64_t size; /* as the mount shows it */
+	uint64_t psize; /* the size the persisted record says (atomic) */
 	uint64_t bsize; /* of the backing file, as far as we know */
 	struct timespec mtime;
 	int mtime_set;
@@ -364,6 +365,7 @@ void file_put_locked(struct cache *c, struct cfile *f);
 int file_idle_fd_locked(struct cache *c, struct cfile *f);
 int file_reopen_by_handle(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
+int file_persist_size(struct cache *c, struct cfile *f, uint64_t end);
 int file_note_backing(struct cache *c, struct cfile *f);
 /* The same in memory only: the caller persists the record. */
 int file_note_backing_stat(struct cache *c, struct cfile *f);
