@@ -362,8 +362,13 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		pthread_mutex_unlock(&c->lock);
 		if (changed && slot_persist(c, s))
 			log_msg(LOG_ERR, "cannot persist a cleaned slot");
-		/* clean now: the second copy is not needed any more */
-		if (changed && s->twin && !bm_any(s->dirty)) {
+		/*
+		 * Clean now: the second copy is not needed any more, unless
+		 * a writer holds the slot (pins beyond ours): it checked the
+		 * twin before it took the slot's lock, and will write both.
+		 * The last unpin frees a twin left on a clean slot.
+		 */
+		if (changed && s->twin && !bm_any(s->dirty) && s->pins == 1) {
 			pthread_mutex_lock(&c->lock);
 			twin_free_locked(c, s);
 			pthread_mutex_unlock(&c->lock);
@@ -387,11 +392,8 @@ out_error:
 		(unsigned long long)f->ino, strerror(-ret));
 out_unpin:
 	pthread_mutex_lock(&c->lock);
-	for (i = 0; i < n; i++) {
-		v[i]->pins--;
-		if (!v[i]->pins && v[i]->state == SLOT_FRESH)
-			slot_settle(c, v[i]);
-	}
+	for (i = 0; i < n; i++)
+		slot_unpin_locked(c, f, v[i]);
 	pthread_cond_broadcast(&c->space_cond);
 	pthread_cond_broadcast(&c->flush_cond);
 	pthread_mutex_unlock(&c->lock);
