@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -98,7 +99,9 @@ static int run_flush(struct cache *c, struct cfile *f, char *buf, struct run *r)
 struct batch {
 	struct dev_io io[BATCH_IOS];
 	uint64_t owner[BATCH_IOS]; /* index into v[] of the slot read */
-	uint64_t held[BATCH_IOS]; /* slots read-locked for this batch */
+	/* slots read-locked for this batch: one per read, and the slot being
+	 * queued, which stays held across a flush of the batch */
+	uint64_t held[BATCH_IOS + 1];
 	unsigned nio, nheld;
 };
 
@@ -167,7 +170,7 @@ static int batch_flush(struct cache *c, struct cfile *f, char *buf,
 int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 {
 	struct cslot **v = NULL;
-	uint64_t *gens = NULL, (*snap)[META_MAX_WORDS] = NULL;
+	uint64_t *gens = NULL, *eps = NULL, (*snap)[META_MAX_WORDS] = NULL;
 	char *buf = NULL, *skip = NULL;
 	struct batch *b = NULL;
 	int partial = 0;
@@ -199,9 +202,10 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		n += list_entry(l, struct cslot, flink)->state == SLOT_DIRTY;
 	v = calloc(n ? n : 1, sizeof(*v));
 	gens = calloc(n ? n : 1, sizeof(*gens));
+	eps = calloc(n ? n : 1, sizeof(*eps));
 	snap = calloc(n ? n : 1, sizeof(*snap));
 	skip = calloc(n ? n : 1, 1);
-	if (!v || !gens || !snap || !skip) {
+	if (!v || !gens || !eps || !snap || !skip) {
 		pthread_mutex_unlock(&c->lock);
 		ret = -ENOMEM;
 		goto out_free;
@@ -234,9 +238,11 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		uint32_t p = 0, run0;
 
 		pthread_rwlock_rdlock(&s->rw);
+		assert(b->nheld < BATCH_IOS + 1);
 		b->held[b->nheld++] = i;
 		pthread_mutex_lock(&c->lock);
 		gens[i] = s->gen;
+		eps[i] = c->epoch;
 		memcpy(snap[i], s->dirty, sizeof(snap[i]));
 		pthread_mutex_unlock(&c->lock);
 		while (p < c->ppb && !ret) {
@@ -267,6 +273,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 				if (part > len)
 					part = len;
 				io = &b->io[b->nio];
+				assert(b->nio < BATCH_IOS);
 				b->owner[b->nio++] = i;
 				io->dev = slot_dev(c, slot_idx(c, s));
 				io->op = DEV_READ;
@@ -337,6 +344,9 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 			continue;
 		pthread_rwlock_wrlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
+		/* all it held when its pages were read is durable now */
+		if (s->dirty_epoch < eps[i])
+			s->dirty_epoch = eps[i];
 		if (s->gen == gens[i] && s->state == SLOT_DIRTY) {
 			for (w = 0; w < META_MAX_WORDS; w++) {
 				pages_dirty(c, s,
@@ -352,8 +362,13 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		pthread_mutex_unlock(&c->lock);
 		if (changed && slot_persist(c, s))
 			log_msg(LOG_ERR, "cannot persist a cleaned slot");
-		/* clean now: the second copy is not needed any more */
-		if (changed && s->twin && !bm_any(s->dirty)) {
+		/*
+		 * Clean now: the second copy is not needed any more, unless
+		 * a writer holds the slot (pins beyond ours): it checked the
+		 * twin before it took the slot's lock, and will write both.
+		 * The last unpin frees a twin left on a clean slot.
+		 */
+		if (changed && s->twin && !bm_any(s->dirty) && s->pins == 1) {
 			pthread_mutex_lock(&c->lock);
 			twin_free_locked(c, s);
 			pthread_mutex_unlock(&c->lock);
@@ -377,11 +392,8 @@ out_error:
 		(unsigned long long)f->ino, strerror(-ret));
 out_unpin:
 	pthread_mutex_lock(&c->lock);
-	for (i = 0; i < n; i++) {
-		v[i]->pins--;
-		if (!v[i]->pins && v[i]->state == SLOT_FRESH)
-			slot_settle(c, v[i]);
-	}
+	for (i = 0; i < n; i++)
+		slot_unpin_locked(c, f, v[i]);
 	pthread_cond_broadcast(&c->space_cond);
 	pthread_cond_broadcast(&c->flush_cond);
 	pthread_mutex_unlock(&c->lock);
@@ -390,6 +402,7 @@ out_free:
 	free(buf);
 	free(v);
 	free(gens);
+	free(eps);
 	free(snap);
 	free(skip);
 	pthread_rwlock_unlock(&f->rw);
@@ -527,27 +540,35 @@ void destage_stop(struct cache *c)
 	c->ndestagers = 0;
 }
 
-/* Dirty slots that a working device holds (c->lock held). */
-static uint64_t dirty_on_working_devices(struct cache *c)
+/*
+ * A flush owes the backing store what was written before it started, not a
+ * cache without dirty data, which never comes while others write.  It takes
+ * an epoch; a slot that goes dirty notes the epoch it went dirty in, and a
+ * destage pass raises it to the epoch in which it read the slot, since all
+ * the slot held then is durable once the pass completes.  The flush is done
+ * when no dirty slot has an epoch before its own.  Counts the slots still
+ * owed, and those of them that a working device (or a working second copy)
+ * holds, in *working.  c->lock held.
+ */
+static uint64_t flush_owed_locked(struct cache *c, uint64_t epoch,
+				  uint64_t *working)
 {
 	struct list *l, *m;
 	uint64_t n = 0;
-	int d, any = 0;
 
-	for (d = 0; d < c->ndevs; d++)
-		any |= c->dev_failed[d];
-	if (!any)
-		return c->ndirty_slots;
+	*working = 0;
 	for (l = c->dirty_files.next; l != &c->dirty_files; l = l->next) {
 		struct cfile *f = list_entry(l, struct cfile, dlink);
 
 		for (m = f->slots.next; m != &f->slots; m = m->next) {
 			struct cslot *s = list_entry(m, struct cslot, flink);
 
-			n += s->state == SLOT_DIRTY &&
-			     (!slot_failed(c, s) ||
-			      (s->twin &&
-			       !slot_failed(c, &c->slots[s->twin - 1])));
+			if (s->state != SLOT_DIRTY || s->dirty_epoch >= epoch)
+				continue;
+			n++;
+			*working += !slot_failed(c, s) ||
+				    (s->twin &&
+				     !slot_failed(c, &c->slots[s->twin - 1]));
 		}
 	}
 	return n;
@@ -555,13 +576,14 @@ static uint64_t dirty_on_working_devices(struct cache *c)
 
 int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 {
-	uint64_t stuck_since = 0, last_dirty = UINT64_MAX;
+	uint64_t stuck_since = 0, last_owed = UINT64_MAX, owed, working, epoch;
 	int ret = 0;
 
 	pthread_mutex_lock(&c->lock);
+	epoch = ++c->epoch;
 	c->flush_waiters++;
 	pthread_cond_broadcast(&c->destage_cond);
-	while (c->ndirty_slots && !c->stopping) {
+	while ((owed = flush_owed_locked(c, epoch, &working)) && !c->stopping) {
 		struct timespec ts;
 		uint64_t dirty = c->dirty_pages * NVC_PAGE;
 
@@ -571,17 +593,17 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 			pthread_mutex_lock(&c->lock);
 		}
 		/* what only a failed device holds can never be destaged */
-		if (c->ndirty_slots && !dirty_on_working_devices(c)) {
+		if (!working) {
 			log_msg(LOG_ERR,
 				"flush: %llu dirty blocks are on a failed "
 				"cache device and cannot be destaged",
-				(unsigned long long)c->ndirty_slots);
+				(unsigned long long)owed);
 			ret = -EIO;
 			break;
 		}
 		/* give up when destage keeps failing without progress */
-		if (dirty < last_dirty) {
-			last_dirty = dirty;
+		if (owed < last_owed) {
+			last_owed = owed;
 			stuck_since = now_ms();
 		} else if (c->last_destage_err &&
 			   now_ms() - stuck_since > 10000) {
@@ -596,7 +618,7 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 		}
 		pthread_cond_timedwait(&c->flush_cond, &c->lock, &ts);
 	}
-	if (!ret && c->ndirty_slots)
+	if (!ret && flush_owed_locked(c, epoch, &working))
 		ret = -EIO;
 	c->flush_waiters--;
 	pthread_mutex_unlock(&c->lock);

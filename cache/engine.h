@@ -126,6 +126,7 @@ struct cslot {
 					      cache */
 	uint64_t gen; /* bumped by every write, checked by destage */
 	uint64_t dirty_since;
+	uint64_t dirty_epoch; /* flush epoch it went dirty in (cache_flush) */
 	uint32_t hnext; /* hash chain: slot index + 1 */
 	uint8_t state;
 	uint8_t persisted; /* the persistent entry is not free */
@@ -143,6 +144,7 @@ struct cfile {
 	int fd;
 	int ro;
 	uint64_t size; /* as the mount shows it */
+	uint64_t psize; /* the size the persisted record says (atomic) */
 	uint64_t bsize; /* of the backing file, as far as we know */
 	struct timespec mtime;
 	int mtime_set;
@@ -197,6 +199,7 @@ struct cache {
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
 	int waiting_writers, flush_waiters, draining, stopping, active;
+	uint64_t epoch; /* flush epochs: one per flush started */
 	int last_destage_err;
 	uint64_t last_io;
 	pthread_t destagers[64];
@@ -362,6 +365,7 @@ void file_put_locked(struct cache *c, struct cfile *f);
 int file_idle_fd_locked(struct cache *c, struct cfile *f);
 int file_reopen_by_handle(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
+int file_persist_size(struct cache *c, struct cfile *f, uint64_t end);
 int file_note_backing(struct cache *c, struct cfile *f);
 /* The same in memory only: the caller persists the record. */
 int file_note_backing_stat(struct cache *c, struct cfile *f);

@@ -121,11 +121,34 @@ int file_bk_busy(struct cache *c, struct cfile *f, int busy)
 int file_persist_record(struct cache *c, struct cfile *f)
 {
 	struct meta_file r;
+	int ret;
 
 	pthread_mutex_lock(&c->lock);
 	file_fill_record(f, &r);
 	pthread_mutex_unlock(&c->lock);
-	return meta_put_file(&c->meta, f->rec - 1, &r);
+	ret = meta_put_file(&c->meta, f->rec - 1, &r);
+	if (!ret)
+		__atomic_store_n(&f->psize, r.size, __ATOMIC_RELEASE);
+	return ret;
+}
+
+/*
+ * A write that ends at end is acknowledged only once the persisted size
+ * covers it.  Another writer may have raised the size in memory and not yet
+ * persisted it: the first to get here persists the size as it is now, which
+ * covers both.
+ */
+int file_persist_size(struct cache *c, struct cfile *f, uint64_t end)
+{
+	int ret = 0;
+
+	if (__atomic_load_n(&f->psize, __ATOMIC_ACQUIRE) >= end)
+		return 0;
+	pthread_mutex_lock(&f->rec_lock);
+	if (f->rec && __atomic_load_n(&f->psize, __ATOMIC_ACQUIRE) < end)
+		ret = file_persist_record(c, f);
+	pthread_mutex_unlock(&f->rec_lock);
+	return ret;
 }
 
 /*

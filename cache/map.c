@@ -169,6 +169,7 @@ void slot_settle(struct cache *c, struct cslot *s)
 void file_mark_dirty(struct cache *c, struct cfile *f, struct cslot *s)
 {
 	s->dirty_since = now_ms();
+	s->dirty_epoch = c->epoch;
 	c->ndirty_slots++;
 	if (!f->ndirty++) {
 		f->dirty_since = s->dirty_since;
@@ -364,6 +365,8 @@ struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
 void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s)
 {
 	s->pins--;
+	if (!s->pins && s->twin && !bm_any(s->dirty))
+		twin_free_locked(c, s); /* clean or empty: one copy is enough */
 	if (!s->pins && s->state == SLOT_CLEAN)
 		space_freed_locked(c); /* evictable now */
 	if (!s->pins && s->state == SLOT_FRESH && s->file) {

@@ -211,7 +211,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		}
 		f->rec = r + 1;
 		f->ino = mf.ino;
-		f->size = mf.size;
+		f->size = f->psize = mf.size;
 		f->bsize = mf.bk_size;
 		f->bk_mtime_ns = mf.bk_mtime_ns;
 		f->bk_busy = !!(mf.flags & MF_BK_BUSY);

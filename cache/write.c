@@ -406,6 +406,8 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 		ret = f->rec ? file_persist_record(c, f) : 0;
 		pthread_mutex_unlock(&f->rec_lock);
 	}
+	if (!ret)
+		ret = file_persist_size(c, f, hi);
 out_unlock:
 	for (i = nsp - 1; i >= 0; i--)
 		pthread_rwlock_unlock(&sp[i].s->rw);

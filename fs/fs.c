@@ -36,253 +36,6 @@ struct fs_dir {
 	struct dirent *entry;
 };
 
-static struct fs *fs_of(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
-
-static struct fs_inode *inode_of(struct fs *fs, fuse_ino_t ino)
-{
-	return ino == FUSE_ROOT_ID ? &fs->root
-				   : (struct fs_inode *)(uintptr_t)ino;
-}
-
-static void proc_path(int fd, char *buf, size_t len)
-{
-	snprintf(buf, len, "/proc/self/fd/%d", fd);
-}
-
-struct fs_fhandle {
-	struct file_handle fh;
-	unsigned char bytes[FS_HANDLE_MAX];
-};
-
-/* Remember fd's handle in in and close fd, when the inode can do without. */
-static void inode_drop_fd(struct fs *fs, struct fs_inode *in,
-			  const struct stat *st)
-{
-	struct fs_fhandle h;
-	int mnt;
-
-	if (!fs->by_handle || S_ISDIR(st->st_mode))
-		return;
-	h.fh.handle_bytes = FS_HANDLE_MAX;
-	if (name_to_handle_at(in->fd, "", &h.fh, &mnt, AT_EMPTY_PATH))
-		return;
-	in->htype = h.fh.handle_type;
-	in->hbytes = h.fh.handle_bytes;
-	memcpy(in->handle, h.fh.f_handle, h.fh.handle_bytes);
-	close(in->fd);
-	in->fd = -1;
-}
-
-/* An O_PATH descriptor for in, or -errno; give it back with inode_fd_put. */
-static int inode_fd(struct fs *fs, struct fs_inode *in)
-{
-	int fd = __atomic_load_n(&in->fd, __ATOMIC_ACQUIRE);
-	struct fs_fhandle h;
-
-	if (fd >= 0)
-		return fd;
-	h.fh.handle_bytes = in->hbytes;
-	h.fh.handle_type = in->htype;
-	memcpy(h.fh.f_handle, in->handle, in->hbytes);
-	fd = open_by_handle_at(fs->backing_fd, &h.fh, O_PATH | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
-}
-
-static void inode_fd_put(struct fs_inode *in, int fd)
-{
-	if (fd >= 0 && fd != __atomic_load_n(&in->fd, __ATOMIC_ACQUIRE))
-		close(fd);
-}
-
-static size_t ihash(struct fs *fs, dev_t dev, ino_t ino)
-{
-	return (ino * 0x9e3779b97f4a7c15ull ^ dev) & fs->imask;
-}
-
-/*
- * A name is about to go and may be the inode's last: an inode the kernel
- * still holds (an open, unlinked file) keeps a descriptor from now on, as its
- * handle will not open any more.
- */
-static void inode_pin(struct fs *fs, const struct stat *st)
-{
-	struct fs_inode *in;
-	int fd;
-
-	pthread_mutex_lock(&fs->ilock);
-	for (in = fs->itab[ihash(fs, st->st_dev, st->st_ino)]; in;
-	     in = in->next)
-		if (in->ino == st->st_ino && in->dev == st->st_dev)
-			break;
-	if (in && in->fd < 0) {
-		fd = inode_fd(fs, in);
-		if (fd >= 0)
-			__atomic_store_n(&in->fd, fd, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&fs->ilock);
-}
-
-int fs_init_table(struct fs *fs)
-{
-	struct fs_fhandle h;
-	int mnt, fd;
-
-	/* can this daemon open by handle (CAP_DAC_READ_SEARCH)? */
-	h.fh.handle_bytes = FS_HANDLE_MAX;
-	if (!name_to_handle_at(fs->backing_fd, "", &h.fh, &mnt,
-			       AT_EMPTY_PATH)) {
-		fd = open_by_handle_at(fs->backing_fd, &h.fh,
-				       O_PATH | O_CLOEXEC);
-		if (fd >= 0) {
-			fs->by_handle = 1;
-			close(fd);
-		}
-	}
-	fs->imask = (1u << 16) - 1;
-	fs->itab = calloc(fs->imask + 1, sizeof(*fs->itab));
-	pthread_mutex_init(&fs->ilock, NULL);
-	return fs->itab ? 0 : -ENOMEM;
-}
-
-void fs_free_table(struct fs *fs)
-{
-	size_t i;
-
-	for (i = 0; fs->itab && i <= fs->imask; i++) {
-		struct fs_inode *n, *in;
-
-		for (in = fs->itab[i]; in; in = n) {
-			n = in->next;
-			if (in->fd >= 0)
-				close(in->fd);
-			free(in);
-		}
-	}
-	free(fs->itab);
-	fs->itab = NULL;
-}
-
-/* Find or add the inode for fd (which we then own or close). */
-static struct fs_inode *inode_get(struct fs *fs, int fd, const struct stat *st)
-{
-	struct fs_inode *in;
-	size_t h = ihash(fs, st->st_dev, st->st_ino);
-
-	if (st->st_dev == fs->root.dev && st->st_ino == fs->root.ino) {
-		close(fd);
-		pthread_mutex_lock(&fs->ilock);
-		fs->root.nlookup++;
-		pthread_mutex_unlock(&fs->ilock);
-		return &fs->root;
-	}
-	pthread_mutex_lock(&fs->ilock);
-	for (in = fs->itab[h]; in; in = in->next)
-		if (in->ino == st->st_ino && in->dev == st->st_dev)
-			break;
-	if (in) {
-		in->nlookup++;
-		pthread_mutex_unlock(&fs->ilock);
-		close(fd);
-		return in;
-	}
-	in = calloc(1, sizeof(*in));
-	if (!in) {
-		pthread_mutex_unlock(&fs->ilock);
-		close(fd);
-		return NULL;
-	}
-	in->fd = fd;
-	in->dev = st->st_dev;
-	in->ino = st->st_ino;
-	in->nlookup = 1;
-	inode_drop_fd(fs, in, st);
-	in->next = fs->itab[h];
-	fs->itab[h] = in;
-	pthread_mutex_unlock(&fs->ilock);
-	return in;
-}
-
-static void inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
-{
-	struct fs_inode **p;
-
-	if (in == &fs->root)
-		return;
-	pthread_mutex_lock(&fs->ilock);
-	in->nlookup -= n < in->nlookup ? n : in->nlookup;
-	if (!in->nlookup) {
-		for (p = &fs->itab[ihash(fs, in->dev, in->ino)]; *p;
-		     p = &(*p)->next)
-			if (*p == in) {
-				*p = in->next;
-				break;
-			}
-		if (in->fd >= 0)
-			close(in->fd);
-		free(in);
-	}
-	pthread_mutex_unlock(&fs->ilock);
-}
-
-/* Attributes as the mount must show them: cached size and mtime win. */
-static int fs_stat(struct fs *fs, int fd, struct stat *st)
-{
-	uint64_t size;
-	struct timespec mt;
-
-	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
-		return -errno;
-	if (S_ISREG(st->st_mode) &&
-	    !cache_file_attr(fs->cache, st->st_dev, st->st_ino, &size, &mt)) {
-		st->st_size = size;
-		if (mt.tv_nsec != UTIME_OMIT)
-			st->st_mtim = mt;
-	}
-	return 0;
-}
-
-/* The entry for a node the daemon holds as fd (which the inode then owns). */
-static int entry_of_fd(struct fs *fs, int fd, struct fuse_entry_param *e)
-{
-	struct fs_inode *in;
-	int ret;
-
-	memset(e, 0, sizeof(*e));
-	e->attr_timeout = fs->timeout;
-	e->entry_timeout = fs->timeout;
-	ret = fs_stat(fs, fd, &e->attr);
-	if (ret) {
-		close(fd);
-		return ret;
-	}
-	in = inode_get(fs, fd, &e->attr);
-	if (!in)
-		return -ENOMEM;
-	e->ino = in == &fs->root ? FUSE_ROOT_ID : (uintptr_t)in;
-	return 0;
-}
-
-static int do_lookup(struct fs *fs, fuse_ino_t parent, const char *name,
-		     struct fuse_entry_param *e)
-{
-	int fd = openat(inode_of(fs, parent)->fd, name,
-			O_PATH | O_NOFOLLOW | O_CLOEXEC);
-
-	return fd < 0 ? -errno : entry_of_fd(fs, fd, e);
-}
-
-static void reply_entry_or_err(fuse_req_t req, int ret,
-			       struct fuse_entry_param *e)
-{
-	if (ret)
-		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_entry(req, e);
-}
-
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE; /* it would break kill -9 */
@@ -297,7 +50,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fuse_entry_param e;
-	int ret = do_lookup(fs_of(req), parent, name, &e);
+	int ret = fs_lookup(fs_of(req), parent, name, &e);
 
 	if (ret == -ENOENT) {
 		/* negative entry: the mount owns the backing directory */
@@ -306,12 +59,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	reply_entry_or_err(req, ret, &e);
+	fs_reply_entry(req, ret, &e);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n)
 {
-	inode_forget(fs_of(req), inode_of(fs_of(req), ino), n);
+	fs_inode_forget(fs_of(req), fs_inode_of(fs_of(req), ino), n);
 	fuse_reply_none(req);
 }
 
@@ -321,8 +74,8 @@ static void op_forget_multi(fuse_req_t req, size_t count,
 	size_t i;
 
 	for (i = 0; i < count; i++)
-		inode_forget(fs_of(req), inode_of(fs_of(req), f[i].ino),
-			     f[i].nlookup);
+		fs_inode_forget(fs_of(req), fs_inode_of(fs_of(req), f[i].ino),
+				f[i].nlookup);
 	fuse_reply_none(req);
 }
 
@@ -330,11 +83,11 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
-	struct fs_inode *in = inode_of(fs, ino);
+	struct fs_inode *in = fs_inode_of(fs, ino);
 	struct stat st;
-	int fd = inode_fd(fs, in), ret = fd < 0 ? fd : fs_stat(fs, fd, &st);
+	int fd = fs_inode_fd(fs, in), ret = fd < 0 ? fd : fs_stat(fs, fd, &st);
 
-	inode_fd_put(in, fd);
+	fs_inode_fd_put(in, fd);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -344,12 +97,12 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 /* The cache's object for a regular file's inode. */
 static int inode_cfile(struct fs *fs, struct fs_inode *in, struct cfile **cf)
 {
-	int fd = inode_fd(fs, in), ret;
+	int fd = fs_inode_fd(fs, in), ret;
 
 	if (fd < 0)
 		return fd;
 	ret = cache_file_get(fs->cache, fd, cf);
-	inode_fd_put(in, fd);
+	fs_inode_fd_put(in, fd);
 	return ret;
 }
 
@@ -369,16 +122,16 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		       int valid, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
-	struct fs_inode *in = inode_of(fs, ino);
+	struct fs_inode *in = fs_inode_of(fs, ino);
 	char path[64];
 	struct stat st;
-	int ret = 0, fd = inode_fd(fs, in);
+	int ret = 0, fd = fs_inode_fd(fs, in);
 
 	if (fd < 0) {
 		fuse_reply_err(req, -fd);
 		return;
 	}
-	proc_path(fd, path, sizeof(path));
+	fs_proc_path(fd, path, sizeof(path));
 	if (valid & FUSE_SET_ATTR_MODE) {
 		if (chmod(path, attr->st_mode))
 			ret = -errno;
@@ -420,7 +173,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	}
 	if (!ret)
 		ret = fs_stat(fs, fd, &st);
-	inode_fd_put(in, fd);
+	fs_inode_fd_put(in, fd);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -429,15 +182,15 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-	struct fs_inode *in = inode_of(fs_of(req), ino);
+	struct fs_inode *in = fs_inode_of(fs_of(req), ino);
 	char buf[PATH_MAX + 1];
-	int fd = inode_fd(fs_of(req), in);
+	int fd = fs_inode_fd(fs_of(req), in);
 	ssize_t n = fd < 0 ? (errno = -fd, -1)
 			   : readlinkat(fd, "", buf, sizeof(buf));
 
 	if (n < 0)
 		n = -errno;
-	inode_fd_put(in, fd);
+	fs_inode_fd_put(in, fd);
 	if (n < 0)
 		fuse_reply_err(req, -n);
 	else if (n == sizeof(buf))
@@ -501,7 +254,7 @@ static int new_node_own(fuse_req_t req, int pfd, int fd, const struct stat *st,
 	 * directory keeps the set-group-ID bit its parent gave it */
 	mode = (st->st_mode & 0777) | (mode & 07000) |
 	       (S_ISDIR(st->st_mode) ? st->st_mode & S_ISGID : 0);
-	proc_path(fd, path, sizeof(path));
+	fs_proc_path(fd, path, sizeof(path));
 	return chmod(path, mode) ? -errno : 0;
 }
 
@@ -539,7 +292,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      mode_t mode, dev_t rdev, const char *link)
 {
 	struct fs *fs = fs_of(req);
-	int pfd = inode_of(fs, parent)->fd, fd, ret;
+	int pfd = fs_inode_of(fs, parent)->fd, fd, ret;
 	struct fuse_entry_param e;
 	struct stat st;
 
@@ -560,7 +313,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	reply_entry_or_err(req, entry_of_fd(fs, fd, &e), &e);
+	fs_reply_entry(req, fs_entry_of_fd(fs, fd, &e), &e);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -585,26 +338,26 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 		    const char *name)
 {
 	struct fs *fs = fs_of(req);
-	struct fs_inode *in = inode_of(fs, ino);
+	struct fs_inode *in = fs_inode_of(fs, ino);
 	struct fuse_entry_param e;
 	char path[64];
-	int fd = inode_fd(fs, in), ret;
+	int fd = fs_inode_fd(fs, in), ret;
 
 	if (fd < 0) {
 		fuse_reply_err(req, -fd);
 		return;
 	}
-	proc_path(fd, path, sizeof(path));
-	ret = linkat(AT_FDCWD, path, inode_of(fs, parent)->fd, name,
+	fs_proc_path(fd, path, sizeof(path));
+	ret = linkat(AT_FDCWD, path, fs_inode_of(fs, parent)->fd, name,
 		     AT_SYMLINK_FOLLOW)
 		      ? -errno
 		      : 0;
-	inode_fd_put(in, fd);
+	fs_inode_fd_put(in, fd);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	reply_entry_or_err(req, do_lookup(fs, parent, name, &e), &e);
+	fs_reply_entry(req, fs_lookup(fs, parent, name, &e), &e);
 }
 
 /* A name is about to go: remember its inode, to drop cached data if it was the
@@ -617,12 +370,12 @@ static int name_ino(int pfd, const char *name, struct stat *st)
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
-	int pfd = inode_of(fs, parent)->fd;
+	int pfd = fs_inode_of(fs, parent)->fd;
 	struct stat st;
 	int known = !name_ino(pfd, name, &st);
 
 	if (known)
-		inode_pin(fs, &st);
+		fs_inode_pin(fs, &st);
 	if (unlinkat(pfd, name, 0)) {
 		fuse_reply_err(req, errno);
 		return;
@@ -634,7 +387,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, unlinkat(inode_of(fs_of(req), parent)->fd, name,
+	fuse_reply_err(req, unlinkat(fs_inode_of(fs_of(req), parent)->fd, name,
 				     AT_REMOVEDIR)
 				    ? errno
 				    : 0);
@@ -645,13 +398,13 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      unsigned int flags)
 {
 	struct fs *fs = fs_of(req);
-	int nfd = inode_of(fs, newparent)->fd;
+	int nfd = fs_inode_of(fs, newparent)->fd;
 	struct stat st;
 	int known = !(flags & RENAME_EXCHANGE) && !name_ino(nfd, newname, &st);
 
 	if (known)
-		inode_pin(fs, &st);
-	if (renameat2(inode_of(fs, parent)->fd, name, nfd, newname, flags)) {
+		fs_inode_pin(fs, &st);
+	if (renameat2(fs_inode_of(fs, parent)->fd, name, nfd, newname, flags)) {
 		fuse_reply_err(req, errno);
 		return;
 	}
@@ -697,7 +450,7 @@ static int open_fh(struct fs *fs, struct fs_inode *in,
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
-	int ret = open_fh(fs, inode_of(fs, ino), fi);
+	int ret = open_fh(fs, fs_inode_of(fs, ino), fi);
 
 	if (ret)
 		fuse_reply_err(req, -ret);
@@ -713,7 +466,7 @@ static int create_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
 			mode_t mode, int excl, struct fuse_entry_param *e)
 {
 	struct fs *fs = fs_of(req);
-	int pfd = inode_of(fs, parent)->fd, fd, pathfd, ret;
+	int pfd = fs_inode_of(fs, parent)->fd, fd, pathfd, ret;
 	char path[64];
 	struct stat st;
 
@@ -721,7 +474,7 @@ static int create_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
 		    O_CREAT | O_EXCL | O_RDONLY | O_NOFOLLOW | O_CLOEXEC,
 		    mode & 0777);
 	if (fd < 0 && errno == EEXIST && !excl)
-		return do_lookup(fs, parent, name, e);
+		return fs_lookup(fs, parent, name, e);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st)) {
@@ -732,14 +485,14 @@ static int create_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
 	ret = new_node_own(req, pfd, fd, &st, S_IFREG | mode);
 	if (ret)
 		goto err_drop;
-	proc_path(fd, path, sizeof(path));
+	fs_proc_path(fd, path, sizeof(path));
 	pathfd = open(path, O_PATH | O_CLOEXEC);
 	if (pathfd < 0) {
 		ret = -errno;
 		goto err_drop;
 	}
 	close(fd);
-	return entry_of_fd(fs, pathfd, e);
+	return fs_entry_of_fd(fs, pathfd, e);
 err_drop:
 	new_node_drop(pfd, name, &st);
 	close(fd);
@@ -759,13 +512,13 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		return;
 	}
 	if (!S_ISREG(e.attr.st_mode)) {
-		inode_forget(fs, inode_of(fs, e.ino), 1);
+		fs_inode_forget(fs, fs_inode_of(fs, e.ino), 1);
 		fuse_reply_err(req, S_ISDIR(e.attr.st_mode) ? EISDIR : EINVAL);
 		return;
 	}
-	ret = open_fh(fs, inode_of(fs, e.ino), fi);
+	ret = open_fh(fs, fs_inode_of(fs, e.ino), fi);
 	if (ret) {
-		inode_forget(fs, inode_of(fs, e.ino), 1);
+		fs_inode_forget(fs, fs_inode_of(fs, e.ino), 1);
 		fuse_reply_err(req, -ret);
 		return;
 	}
@@ -859,7 +612,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	fd = openat(inode_of(fs_of(req), ino)->fd, ".",
+	fd = openat(fs_inode_of(fs_of(req), ino)->fd, ".",
 		    O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0 || !(d->dp = fdopendir(fd))) {
 		int e = errno;
@@ -912,7 +665,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				e.attr.st_ino = d->entry->d_ino;
 				e.attr.st_mode = d->entry->d_type << 12;
 			} else {
-				int r = do_lookup(fs, ino, nm, &e);
+				int r = fs_lookup(fs, ino, nm, &e);
 
 				if (r) {
 					err = -r;
@@ -923,8 +676,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 						   telldir(d->dp));
 			if (n > rem) {
 				if (e.ino)
-					inode_forget(fs, inode_of(fs, e.ino),
-						     1);
+					fs_inode_forget(
+						fs, fs_inode_of(fs, e.ino), 1);
 				break;
 			}
 		} else {
@@ -992,17 +745,17 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags)
 {
-	struct fs_inode *in = inode_of(fs_of(req), ino);
-	int fd = inode_fd(fs_of(req), in), ret;
+	struct fs_inode *in = fs_inode_of(fs_of(req), ino);
+	int fd = fs_inode_fd(fs_of(req), in), ret;
 	char path[64];
 
 	if (fd < 0) {
 		fuse_reply_err(req, -fd);
 		return;
 	}
-	proc_path(fd, path, sizeof(path));
+	fs_proc_path(fd, path, sizeof(path));
 	ret = setxattr(path, name, value, size, flags) ? errno : 0;
-	inode_fd_put(in, fd);
+	fs_inode_fd_put(in, fd);
 	fuse_reply_err(req, ret);
 }
 
@@ -1010,20 +763,20 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 static void xattr_reply(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
-	struct fs_inode *in = inode_of(fs_of(req), ino);
+	struct fs_inode *in = fs_inode_of(fs_of(req), ino);
 	char path[64], *buf = NULL;
-	int fd = inode_fd(fs_of(req), in);
+	int fd = fs_inode_fd(fs_of(req), in);
 	ssize_t n;
 
 	if (fd < 0) {
 		fuse_reply_err(req, -fd);
 		return;
 	}
-	proc_path(fd, path, sizeof(path));
+	fs_proc_path(fd, path, sizeof(path));
 	if (size) {
 		buf = malloc(size);
 		if (!buf) {
-			inode_fd_put(in, fd);
+			fs_inode_fd_put(in, fd);
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
@@ -1031,7 +784,7 @@ static void xattr_reply(fuse_req_t req, fuse_ino_t ino, const char *name,
 	n = name ? getxattr(path, name, buf, size) : listxattr(path, buf, size);
 	if (n < 0)
 		n = -errno;
-	inode_fd_put(in, fd);
+	fs_inode_fd_put(in, fd);
 	if (n < 0)
 		fuse_reply_err(req, -n);
 	else if (size)
@@ -1054,17 +807,17 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	struct fs_inode *in = inode_of(fs_of(req), ino);
-	int fd = inode_fd(fs_of(req), in), ret;
+	struct fs_inode *in = fs_inode_of(fs_of(req), ino);
+	int fd = fs_inode_fd(fs_of(req), in), ret;
 	char path[64];
 
 	if (fd < 0) {
 		fuse_reply_err(req, -fd);
 		return;
 	}
-	proc_path(fd, path, sizeof(path));
+	fs_proc_path(fd, path, sizeof(path));
 	ret = removexattr(path, name) ? errno : 0;
-	inode_fd_put(in, fd);
+	fs_inode_fd_put(in, fd);
 	fuse_reply_err(req, ret);
 }
 

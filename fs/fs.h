@@ -50,6 +50,20 @@ extern const struct fuse_lowlevel_ops fs_ops;
 int fs_init_table(struct fs *fs);
 void fs_free_table(struct fs *fs);
 
+/* inode.c: the inode table and lookups (the ops in fs.c use them) */
+struct fs *fs_of(fuse_req_t req);
+struct fs_inode *fs_inode_of(struct fs *fs, fuse_ino_t ino);
+void fs_proc_path(int fd, char *buf, size_t len);
+int fs_inode_fd(struct fs *fs, struct fs_inode *in);
+void fs_inode_fd_put(struct fs_inode *in, int fd);
+void fs_inode_pin(struct fs *fs, const struct stat *st);
+void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n);
+int fs_stat(struct fs *fs, int fd, struct stat *st);
+int fs_entry_of_fd(struct fs *fs, int fd, struct fuse_entry_param *e);
+int fs_lookup(struct fs *fs, fuse_ino_t parent, const char *name,
+	      struct fuse_entry_param *e);
+void fs_reply_entry(fuse_req_t req, int ret, struct fuse_entry_param *e);
+
 /* ctl.c: the control socket */
 int fs_ctl_start(struct fs *fs, const char *mountpoint);
 void fs_ctl_stop(void);

@@ -1,0 +1,97 @@
+/* tests: destage — runs of many small blocks, and flush on a busy mount. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+
+#include "env.h"
+
+/* 4 KiB blocks: a 1 MiB run of destage reads spans 256 slots, each still
+ * locked while the batch is read (it overflowed its list of held slots). */
+static void test_destage_runs_of_small_blocks(void)
+{
+	struct env e;
+	size_t size = 3 * MiB;
+	char *buf = malloc(size);
+	struct cfile *f;
+	int fd;
+
+	env_init(&e, 1024, 4 * KiB);
+	f = file_open(&e, "f", &fd);
+	fill(buf, size, 1);
+	CHECK_EQ(cache_write(e.c, f, buf, size, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(backing_same(fd, buf, size));
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(buf);
+}
+
+static struct env fe;
+static int stop;
+
+static void *busy_writer(void *arg)
+{
+	struct cfile *f = arg;
+	char buf[64 * 1024];
+	unsigned i = 0;
+
+	fill(buf, sizeof(buf), 3);
+	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED))
+		CHECK_EQ(cache_write(fe.c, f, buf, sizeof(buf),
+				     (i++ % 32) * sizeof(buf)),
+			 0);
+	return NULL;
+}
+
+static void hung(int sig)
+{
+	static const char msg[] =
+		"flush still waiting after 30 s while a writer runs\n";
+
+	(void)!write(2, msg, sizeof(msg) - 1);
+	_exit(1);
+}
+
+/* A flush returns once what was written before it is destaged, even while
+ * another writer keeps the cache dirty. */
+static void test_flush_on_a_busy_mount(void)
+{
+	char *buf = malloc(MiB);
+	struct cfile *a, *b;
+	pthread_t t;
+	int fa, fb;
+
+	env_init(&fe, 64, 64 * KiB);
+	/* destage slower than the writer: the cache never runs clean */
+	cache_config(fe.c)->max_rate = 16 * MiB;
+	a = file_open(&fe, "a", &fa);
+	b = file_open(&fe, "b", &fb);
+	fill(buf, MiB, 2);
+	CHECK_EQ(cache_write(fe.c, a, buf, MiB, 0), 0);
+	pthread_create(&t, NULL, busy_writer, b);
+	usleep(100000);
+	signal(SIGALRM, hung);
+	alarm(30);
+	CHECK_EQ(cache_flush(fe.c, NULL, NULL), 0);
+	alarm(0);
+	CHECK(backing_same(fa, buf, MiB));
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+	pthread_join(t, NULL);
+	cache_file_put(fe.c, a);
+	cache_file_put(fe.c, b);
+	close(fa);
+	close(fb);
+	env_fini(&fe);
+	free(buf);
+}
+
+int main(void)
+{
+	log_setup(LOG_TO_STDERR);
+	rbuf = dev_alloc_buf(2 * MiB + 8192);
+	RUN(test_destage_runs_of_small_blocks);
+	RUN(test_flush_on_a_busy_mount);
+	free(rbuf);
+	return CHECK_DONE();
+}
