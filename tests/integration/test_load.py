@@ -9,7 +9,7 @@ file records than open files), copies2 (dirty_copies = 2 on three devices; by ha
   NVC_LOAD_RATE (4M), NVC_LOAD_NDEVS (2), NVC_LOAD_DEV_MB (32), NVC_LOAD_BS (64K), NVC_LOAD_COPIES (1),
   NVC_LOAD_MAX_SIZE_MB (2), NVC_LOAD_WATCHDOG (60 s without any completed operation),
   NVC_LOAD_OP_LIMIT (150 s for one operation), NVC_LOAD_FLUSH_EVERY (seconds between `nvcachectl flush` runs
-  racing the workers; 0: none; the small case uses 4), NVC_LOAD_CONF ("section.key=value;..." extra config keys),
+  racing the workers; 0: none; space: 15, small: 4), NVC_LOAD_CONF ("section.key=value;..." extra config keys),
   NVC_LOAD_EVIDENCE (a directory that receives the report, the figures and the daemon log), NVC_LOAD_ALL=1 (copies2 too).
 """
 import collections
@@ -873,7 +873,7 @@ def save_evidence(cache, text, name):
 # than open files (reads and writes of a file without a record go around the cache); two copies of each dirty block
 # on three devices.  The last one runs only when asked for (NVC_LOAD_ALL=1, or -k copies2): CI keeps to the first two.
 CASES = {
-    "space": dict(share=1.0, ndevs=NDEVS, flush_every=0, kill9=True, full=True, keys={}),
+    "space": dict(share=1.0, ndevs=NDEVS, flush_every=15, kill9=True, full=True, keys={}),
     # files without a record write around the cache, racing flushes keep destage busy: not always full
     "small": dict(share=0.4, ndevs=NDEVS, flush_every=4, kill9=False, full=False,
                   keys={"cache.max_files": "64", "cache.block_size": "4K"}),
