@@ -23,6 +23,10 @@ struct rec_log {
 	size_t n, cap;
 };
 
+/* the logging thread's number, given at its first event */
+static __thread int rec_thread;
+static int rec_threads;
+
 struct dev {
 	enum dev_kind kind;
 	struct rec_log *rec;
@@ -249,6 +253,10 @@ static size_t rec_add_locked(struct rec_log *l, enum rec_kind kind, int target,
 		l->cap = cap;
 	}
 	e = &l->ev[l->n];
+	if (!rec_thread)
+		rec_thread = __atomic_add_fetch(&rec_threads, 1,
+						__ATOMIC_RELAXED);
+	e->thread = rec_thread;
 	e->kind = kind;
 	e->target = target;
 	e->off = off;
@@ -332,6 +340,16 @@ int pm_rec_create(struct rec_log *l, int target, size_t len,
 		out->rec = l;
 		out->rec_id = target;
 	}
+	return ret;
+}
+
+int pm_rec_create_blk(struct rec_log *l, int target, size_t len,
+		      struct pm_region *out)
+{
+	int ret = pm_rec_create(l, target, len, out);
+
+	if (!ret)
+		out->rec_blk = 1;
 	return ret;
 }
 

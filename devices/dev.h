@@ -92,6 +92,7 @@ struct pm_region {
 	struct dev
 		*bdev; /* a block device: a RAM copy, persisted by FUA writes */
 	size_t loaded; /* bytes of the block device read into the copy */
+	int rec_blk; /* recording region persisted like a block device (tests) */
 };
 
 int pm_map(const char *path, size_t len, int create, struct pm_region *out);
@@ -113,7 +114,14 @@ enum rec_kind {
 	REC_MARK, /* the test's own events */
 	REC_BK_WRITE,
 	REC_BK_TRUNC,
-	REC_BK_SYNC,
+	REC_BK_SYNC, /* off: the index of its REC_BK_SYNC_BEGIN */
+	/* a block-device mirror's page write (pm_rec_create_blk): the page as
+	 * it was when the write was issued, and its completion (off: the index
+	 * of its REC_PM_PAGE_BEGIN); its REC_PM_PERSIST comes after the last
+	 * page, when pm_persist returns */
+	REC_PM_PAGE_BEGIN,
+	REC_PM_PAGE_END,
+	REC_BK_SYNC_BEGIN,
 };
 
 struct rec_event {
@@ -123,6 +131,7 @@ struct rec_event {
 	uint32_t len;
 	int fua;
 	uint8_t *data;
+	int thread; /* which thread logged it: 1, 2, ... in order of first event */
 };
 
 int rec_log_new(struct rec_log **out);
@@ -136,5 +145,9 @@ int dev_rec_create(struct rec_log *l, int target, uint64_t size,
 		   struct dev **out);
 int pm_rec_create(struct rec_log *l, int target, size_t len,
 		  struct pm_region *out);
+/* A recording region persisted the way a block-device mirror is: whole 4 KiB
+ * pages, each logged as a write that starts and later completes. */
+int pm_rec_create_blk(struct rec_log *l, int target, size_t len,
+		      struct pm_region *out);
 
 #endif
