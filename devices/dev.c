@@ -343,6 +343,19 @@ int pm_rec_create(struct rec_log *l, int target, size_t len,
 	return ret;
 }
 
+/*
+ * A recording device's flush takes a moment, like a real one: its start and
+ * its completion are logged, and it covers only the writes that completed
+ * before it started.
+ */
+static void rec_flush(struct rec_log *l, int target)
+{
+	size_t b = rec_log_add(l, REC_DEV_FLUSH_BEGIN, target, 0, NULL, 0, 0);
+
+	usleep(200);
+	rec_log_add(l, REC_DEV_FLUSH, target, b, NULL, 0, 0);
+}
+
 int pm_rec_create_blk(struct rec_log *l, int target, size_t len,
 		      struct pm_region *out)
 {
@@ -604,8 +617,7 @@ static int dev_flush_io(struct dev *d)
 
 	if (d->kind == DEV_KIND_MEM) {
 		if (d->rec && !d->faults.fail_writes)
-			rec_log_add(d->rec, REC_DEV_FLUSH, d->rec_id, 0, NULL,
-				    0, 0);
+			rec_flush(d->rec, d->rec_id);
 		return d->faults.fail_writes;
 	}
 	if (d->faults.fail_writes)

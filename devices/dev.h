@@ -109,7 +109,7 @@ void pm_unmap(struct pm_region *r);
  */
 enum rec_kind {
 	REC_DEV_WRITE, /* data: the bytes written */
-	REC_DEV_FLUSH,
+	REC_DEV_FLUSH, /* off: the index of its REC_DEV_FLUSH_BEGIN */
 	REC_PM_PERSIST, /* data: the persisted bytes */
 	REC_MARK, /* the test's own events */
 	REC_BK_WRITE,
@@ -122,6 +122,8 @@ enum rec_kind {
 	REC_PM_PAGE_BEGIN,
 	REC_PM_PAGE_END,
 	REC_BK_SYNC_BEGIN,
+	REC_DEV_FLUSH_BEGIN, /* REC_DEV_FLUSH comes when it completed, its off
+				the index of this */
 };
 
 struct rec_event {

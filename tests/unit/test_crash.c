@@ -120,6 +120,7 @@ static char *rbuf;
 static unsigned seed, mseed;
 static int nthreads = 1, copies = 1, blk, debug, total_ops = 300;
 static int failed_states;
+static int lose_blank;
 static int hold_inodes, held_fds[MAXINC], nheld;
 
 #undef CHECK_EQ
@@ -544,11 +545,20 @@ static int size_ok(int i, uint64_t s, size_t g, size_t h)
 	return 0;
 }
 
+static void dump_events(const char *range);
+
 static void explain(int i, uint64_t w, size_t g, size_t h)
 {
 	const struct inc *I = &incs[i];
 	uint32_t j;
 
+	if (debug > 1 && g <= h) {
+		char range[64];
+
+		snprintf(range, sizeof(range), "%zu-%zu", g > 60 ? g - 60 : 0,
+			 h + 3);
+		dump_events(range);
+	}
 	fprintf(out, "    guaranteed: ops ended before event %zu; begun: "
 		     "before %zu\n",
 		g, h);
@@ -618,7 +628,9 @@ static void check_reads(void)
 
 /* ----------------------------------------------------- crash states */
 
-enum { LOSE_NONE, LOSE_MISSING, LOSE_GARBAGE };
+/* a device lost at the crash: gone, failing every I/O (and full of garbage),
+ * or (NVC_CRASH_LOSE_BLANK=1) full of garbage but readable */
+enum { LOSE_NONE, LOSE_MISSING, LOSE_EIO, LOSE_GARBAGE };
 
 struct crash {
 	size_t k;
@@ -627,30 +639,35 @@ struct crash {
 };
 
 static size_t nev, opened;
-static size_t *next_flush, *page_end;
+static size_t *next_flush, *page_end; /* page_end: also a flush's end */
 static uint64_t devsize;
 static size_t mlen;
 
 static void index_events(void)
 {
-	size_t j, last_flush[2] = { SIZE_MAX, SIZE_MAX };
+	size_t j, first_end[2] = { SIZE_MAX, SIZE_MAX };
 	int d;
 
 	nev = rec_log_count(L);
 	next_flush = malloc(nev * sizeof(size_t));
 	page_end = malloc(nev * sizeof(size_t));
+	for (j = 0; j < nev; j++) {
+		page_end[j] = SIZE_MAX;
+		if (ev(j)->kind == REC_PM_PAGE_END ||
+		    ev(j)->kind == REC_DEV_FLUSH)
+			page_end[ev(j)->off] = j;
+	}
+	/* a write is durable once a flush of its device that started after it
+	 * completed: the first such completion */
 	for (j = nev; j-- > 0;) {
 		const struct rec_event *e = ev(j);
 
-		if (e->kind == REC_DEV_FLUSH)
-			last_flush[e->target] = j;
+		if (e->kind == REC_DEV_FLUSH_BEGIN &&
+		    page_end[j] < first_end[e->target])
+			first_end[e->target] = page_end[j];
 		d = e->kind == REC_DEV_WRITE ? e->target : 0;
-		next_flush[j] = last_flush[d];
-		page_end[j] = SIZE_MAX;
+		next_flush[j] = first_end[d];
 	}
-	for (j = 0; j < nev; j++)
-		if (ev(j)->kind == REC_PM_PAGE_END)
-			page_end[ev(j)->off] = j;
 }
 
 /*
@@ -1075,6 +1092,42 @@ static void lose_device(const struct crash *cr, struct dev **devs)
 		dev_write(devs[cr->lose_dev], junk, n, at);
 	}
 	free(junk);
+	if (cr->lose == LOSE_EIO) {
+		dev_faults(devs[cr->lose_dev])->fail_reads = -EIO;
+		dev_faults(devs[cr->lose_dev])->fail_writes = -EIO;
+	}
+}
+
+/* The slot entries of mirror 0 (debugging). */
+static void dump_slots(struct pm_region *r)
+{
+	const struct meta_hdr *h = r[0].addr;
+	uint64_t i;
+
+	for (i = 0; i < h->nslots; i++) {
+		const uint8_t *p = (const uint8_t *)r[0].addr + h->slots_off +
+				   i * h->slot_size;
+		uint64_t seq, blk, valid, dirty;
+		uint32_t file, flags;
+
+		memcpy(&seq, p, 8);
+		memcpy(&file, p + 8, 4);
+		memcpy(&flags, p + 12, 4);
+		memcpy(&blk, p + 16, 8);
+		memcpy(&valid, p + 24, 8);
+		memcpy(&dirty, p + 32, 8);
+		if (file)
+			fprintf(out,
+				"  slot %llu (dev %llu): seq %llu file %u blk "
+				"%llu valid %llx dirty %llx%s\n",
+				(unsigned long long)i,
+				(unsigned long long)(i % 2),
+				(unsigned long long)seq, file,
+				(unsigned long long)blk,
+				(unsigned long long)valid,
+				(unsigned long long)dirty,
+				flags & 1 ? " twin" : "");
+	}
 }
 
 static void crash_check(struct cache_config *cfg, const struct crash *cr,
@@ -1099,6 +1152,8 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 	if (cr->lose)
 		lose_device(cr, devs);
 	bad += check_records(cr, r);
+	if (debug > 1)
+		dump_slots(r);
 	if (debug > 1)
 		for (i = 0; i < 6; i++) {
 			const struct meta_hdr *h = r[0].addr;
@@ -1180,6 +1235,7 @@ static int is_boundary(const struct rec_event *e)
 {
 	switch (e->kind) {
 	case REC_DEV_FLUSH:
+	case REC_DEV_FLUSH_BEGIN:
 	case REC_PM_PERSIST:
 	case REC_PM_PAGE_BEGIN:
 	case REC_PM_PAGE_END:
@@ -1198,7 +1254,7 @@ static void dump_events(const char *range)
 	static const char *const kn[] = { "devw",    "flush",	 "persist",
 					  "mark",    "bkw",	 "bktrunc",
 					  "bksync",  "pagew",	 "pagedone",
-					  "bksync0" };
+					  "bksync0", "flush0" };
 	size_t a = 0, b = 0, j;
 
 	if (sscanf(range, "%zu-%zu", &a, &b) < 2)
@@ -1206,15 +1262,19 @@ static void dump_events(const char *range)
 	for (j = a; j < b && j < nev; j++) {
 		const struct rec_event *e = ev(j);
 
+		if (debug > 1 && e->kind == REC_PM_PERSIST)
+			continue;
 		fprintf(out, "  %zu t%d %s target %d off %llu len %u%s\n", j,
 			e->thread, kn[e->kind], e->target,
 			(unsigned long long)e->off, e->len,
 			e->fua ? " fua" : "");
 	}
-	for (j = 0; j < (size_t)nincs; j++)
+	for (j = 0; j < (size_t)nincs && !debug; j++)
 		fprintf(out, "  inc %zu %s ino %d\n", j, incs[j].name,
 			(int)incs[j].ino);
 }
+
+static int env_int(const char *name, int def);
 
 static int size_cmp(const void *a, const void *b)
 {
@@ -1336,16 +1396,21 @@ static int run_seed(unsigned s)
 		const struct rec_event *prev = ev(points[j] - 1);
 
 		if (copies > 1 && rnd() % 2) {
-			cr.lose = 1 + rnd() % 2;
+			cr.lose = 1 + rnd() % (lose_blank ? 3 : 2);
 			cr.lose_dev = rnd() % 2;
-			nlost++;
 		}
+		if (getenv("NVC_CRASH_LOSE")) /* DEV:HOW, HOW 0 none 1 missing
+						 2 EIO 3 garbage */
+			sscanf(getenv("NVC_CRASH_LOSE"), "%d:%d", &cr.lose_dev,
+			       &cr.lose);
+		nlost += cr.lose != LOSE_NONE;
 		crash_check(&cfg, &cr, img);
 		nstates++;
 		/* the kill -9 state: after every op, and now and then */
-		if ((prev->kind == REC_MARK && prev->target >= 0 &&
-		     prev->off == 1) ||
-		    rnd() % 4 == 0 || getenv("NVC_CRASH_AT")) {
+		if (((prev->kind == REC_MARK && prev->target >= 0 &&
+		      prev->off == 1) ||
+		     rnd() % 4 == 0 || getenv("NVC_CRASH_AT")) &&
+		    env_int("NVC_CRASH_KILL", 1)) {
 			cr.kill = 1;
 			cr.lose = LOSE_NONE;
 			crash_check(&cfg, &cr, img);
@@ -1425,6 +1490,7 @@ int main(void)
 	blk = env_int("NVC_CRASH_BLK", 0);
 	debug = env_int("NVC_CRASH_DEBUG", 0);
 	hold_inodes = env_int("NVC_CRASH_HOLD_INODES", 0);
+	lose_blank = env_int("NVC_CRASH_LOSE_BLANK", 0);
 	total_ops = env_int("NVC_CRASH_OPS", total_ops);
 	s0 = s1 = env_int("NVC_CRASH_SEED", 12345);
 	if (seeds && sscanf(seeds, "%u-%u", &s0, &s1) < 2)
