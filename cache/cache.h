@@ -180,6 +180,6 @@ void cache_set_bk_hooks(struct cache *c, const struct cache_bk_hooks *h);
 /* The daemon's control socket for a mount point (realpath). */
 int ctl_socket_path(const char *mountpoint, char *out, size_t len);
 #define CTL_DIR "/run/nvcachefs"
-#define CTL_PROTO_VERSION 2
+#define CTL_PROTO_VERSION 3
 
 #endif

@@ -174,14 +174,23 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	struct run run = { 0, 0 };
 	struct list *l;
 	struct stat st;
-	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats);
+	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats), bk_gen;
 	int ret = 0;
 
-	if (f->fd < 0 && !f->bk_missing) {
+	if (f->fd < 0) {
 		ret = file_reopen_by_handle(c, f);
-		if (ret)
+		if (ret) {
+			CNT_ADD(c, destage_errors, 1);
+			log_msg(LOG_ERR,
+				"destage of inode %llu: cannot open its backing "
+				"file: %s; the data stays dirty and destage "
+				"retries",
+				(unsigned long long)f->ino, strerror(-ret));
 			return ret;
+		}
 	}
+	if (__atomic_load_n(&f->bk_missing, __ATOMIC_ACQUIRE))
+		file_late_check(c, f);
 	if (f->fd < 0 || f->ro)
 		return -EBADF;
 	pthread_rwlock_rdlock(&f->rw);
@@ -210,6 +219,9 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	}
 	pthread_mutex_unlock(&c->lock);
 	qsort(v, n, sizeof(*v), cmp_blk);
+	ret = n ? file_bk_busy(c, f, 1) : 0;
+	if (ret)
+		goto out_unpin;
 	buf = dev_alloc_buf(DESTAGE_BUF);
 	b = calloc(1, sizeof(*b));
 	if (!buf || !b) {
@@ -302,12 +314,13 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 
 		futimens(f->fd, ts);
 	}
+	bk_gen = __atomic_load_n(&f->bk_wgen, __ATOMIC_ACQUIRE);
 	if (backing_sync(c, f, 1)) {
 		ret = -errno;
 		goto out_error;
 	}
 	BK_HOOK(c, sync, f->ino);
-	f->bk_durable = 1;
+	file_bk_synced(f, bk_gen);
 	if (!fstat(f->fd, &st)) {
 		pthread_mutex_lock(&c->lock);
 		f->bsize = st.st_size;
@@ -347,8 +360,10 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		}
 		pthread_rwlock_unlock(&s->rw);
 	}
+	/* durable and noted: the record says so, with the new look */
 	if (f->rec) {
 		pthread_mutex_lock(&f->rec_lock);
+		f->bk_busy = 0;
 		file_persist_record(c, f);
 		pthread_mutex_unlock(&f->rec_lock);
 	}
@@ -400,7 +415,7 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 	*wait_ms = 1000;
 	if (list_empty(&c->dirty_files))
 		return NULL;
-	pct = c->ndirty_slots * 100 / (c->nslots ? c->nslots : 1);
+	pct = dirty_occupancy(c) * 100 / (c->nslots ? c->nslots : 1);
 	if (pct >= cfg->high_wm && !c->draining) {
 		c->draining = 1;
 		log_msg(LOG_DEBUG, "destage: high watermark reached (%llu%%)",
@@ -415,7 +430,7 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 	for (l = c->dirty_files.next; l != &c->dirty_files; l = l->next) {
 		struct cfile *f = list_entry(l, struct cfile, dlink);
 
-		if (f->destaging || f->bk_missing || (f->fd < 0 && !f->hbytes))
+		if (f->destaging || (f->fd < 0 && !f->hbytes))
 			continue;
 		if (urgent || (age && now - f->dirty_since >= age))
 			return f;

@@ -50,7 +50,12 @@ static inline void list_add_tail(struct list *head, struct list *e)
  * valid yet, not on any list; its persistent entry is still free, so a crash
  * forgets it), CLEAN (valid pages, none dirty: on the LRU list, evictable when
  * unpinned) or DIRTY (some dirty page: on no list; only the destager makes it
- * CLEAN again, and only after the backing file was fsynced).
+ * CLEAN again, and only after the backing file was fsynced).  A slot goes on
+ * the free list only once an entry saying free is on the media (persisted ==
+ * 0, asserted where slots are taken); one whose free entry could not be
+ * persisted stays FREE off the list (counted in nlimbo) until the next mount,
+ * so that it never receives another file's data while an entry on the media
+ * may still map it to the old file.  File records likewise.
  *
  * Lock order: file->rw, then slot->rw (several slots of one file in ascending
  * block order), then c->lock, then file->rec_lock is never taken under
@@ -86,6 +91,29 @@ enum slot_state { SLOT_FREE, SLOT_FRESH, SLOT_CLEAN, SLOT_DIRTY };
  * persisted.  Overwrites of pages the entry already claims need neither: a
  * power loss leaves the old or the new bytes of the same file.
  */
+
+/*
+ * Flush generations.  A plain (not FUA) device write is durable only once a
+ * flush that started after the write completed has completed too; a flush
+ * already under way when the write completed proves nothing.  So each device
+ * counts its completed plain writes (written), a flush samples that count
+ * before it starts, and only when it completes publishes the sample as
+ * flushed.  Whoever needs the writes up to generation g durable waits until
+ * flushed >= g, and flushes itself if no flush covers g.  Flushes of one
+ * device are serialized by its lock, so concurrent fsyncs share a flush: the
+ * one that waited for the lock usually finds its generation covered.
+ * flushed never passes written and never goes back (asserted).
+ *
+ * The backing file's own durability has the same shape (cfile bk_wgen and
+ * bk_synced): a change that only the backing file's fsync makes durable (its
+ * creation, a write that went around a failed device) bumps bk_wgen; an fsync
+ * samples bk_wgen before it starts and publishes the sample when it is done.
+ */
+struct dev_sync {
+	uint64_t written; /* completed plain writes (atomic) */
+	uint64_t flushed; /* written, as the last completed flush found it */
+	pthread_mutex_t lock;
+};
 
 struct cslot {
 	uint32_t file; /* record index + 1; 0: free */
@@ -124,9 +152,12 @@ struct cfile {
 	uint64_t dirty_since;
 	int destaging;
 	int unlinked;
-	int bk_durable;
-	int bk_missing; /* the backing file could not be opened at mount */
+	uint64_t bk_wgen; /* backing changes that need the file's fsync */
+	uint64_t bk_synced; /* bk_wgen as the last completed fsync found it */
+	int bk_missing; /* the backing file could not be opened at mount; it is
+			   checked once it has a descriptor (file_late_check) */
 	uint64_t bk_mtime_ns;
+	int bk_busy; /* changing the backing file: MF_BK_BUSY (rec_lock) */
 	uint32_t hbytes;
 	int32_t htype;
 	uint8_t handle[META_HANDLE_MAX];
@@ -144,6 +175,7 @@ struct cache {
 	int own_devs;
 	struct meta meta;
 	int backing_fd;
+	dev_t backing_dev;
 	uint64_t max_file_size; /* of the backing file system */
 	uint32_t bs, ppb; /* block size, pages per block */
 	uint64_t nslots;
@@ -157,8 +189,9 @@ struct cache {
 	uint32_t nfree_recs;
 	struct list free_slots, lru, dirty_files;
 	uint64_t nfree, ndirty_slots, dirty_pages, valid_pages;
+	uint64_t ntwins; /* second copies: slots that dirty data occupies too */
 	uint64_t dev_valid_pages[NVC_MAX_DEVS], dev_dirty_pages[NVC_MAX_DEVS];
-	int dev_dirty[NVC_MAX_DEVS];
+	struct dev_sync dsync[NVC_MAX_DEVS];
 	int dev_failed[NVC_MAX_DEVS]; /* no new data goes there */
 
 	pthread_mutex_t lock;
@@ -182,6 +215,8 @@ struct cache {
 		int d;
 	} obs[NVC_MAX_DEVS];
 	uint64_t meta_repaired;
+	uint64_t nlimbo; /* freed slots whose free entry could not be persisted:
+			    never reused while mounted */
 	const struct cache_bk_hooks *bk;
 };
 
@@ -218,6 +253,28 @@ static inline void pages_dirty(struct cache *c, struct cslot *s, int64_t n)
 {
 	c->dirty_pages += n;
 	c->dev_dirty_pages[(s - c->slots) % c->ndevs] += n;
+}
+
+/*
+ * Waiting for space.  Writers wait on space_cond for a slot (free, or clean
+ * and unpinned, to evict).  Whatever makes one appear calls
+ * space_freed_locked: a slot settling free or clean, an unpin, the last close
+ * of a file.  The destager is not the only one that frees space.  Nobody
+ * waits for a file record: those only a release can free, and a release needs
+ * a FUSE thread that may itself be waiting; without a record a request goes
+ * around the cache (file_ensure_record).
+ */
+static inline void space_freed_locked(struct cache *c)
+{
+	if (c->waiting_writers)
+		pthread_cond_broadcast(&c->space_cond);
+}
+
+/* Slots that dirty data occupies, second copies included: what the
+ * watermarks compare with (c->lock held). */
+static inline uint64_t dirty_occupancy(const struct cache *c)
+{
+	return c->ndirty_slots + c->ntwins;
 }
 
 static inline uint64_t slot_off(struct cache *c, uint64_t s)
@@ -265,36 +322,81 @@ static inline uint32_t bm_count(const uint64_t *w)
 	return n;
 }
 
-/* engine.c, called by recovery and destage */
+/* Blocks of one request segment, and the I/O buffer each thread keeps. */
+#define SEG_MAX_BLOCKS 64
+#define IO_BUF_BYTES (2u * 1024 * 1024 + 2 * NVC_PAGE)
+
+/* One block of a request: its slot (pinned) and the request's pages in it. */
+struct span {
+	struct cslot *s;
+	uint64_t blk;
+	uint32_t p0, p1; /* pages of the request within the block */
+	uint64_t valid[META_MAX_WORDS];
+	int miss;
+};
+
+/* map.c: the block map, allocation and eviction */
 struct cslot *slot_find(struct cache *c, uint32_t rec, uint64_t blk);
 void slot_hash_add(struct cache *c, struct cslot *s);
 void slot_settle(struct cache *c, struct cslot *s);
 int slot_persist(struct cache *c, struct cslot *s);
 void slot_drop_locked(struct cache *c, struct cslot *s);
+void slot_hash_del(struct cache *c, struct cslot *s);
+void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p);
+struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f, uint64_t blk);
+struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s);
+void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s);
+int working_devices(struct cache *c);
 void twin_free_locked(struct cache *c, struct cslot *s);
 int twin_persist(struct cache *c, struct cslot *s);
 int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
 	      uint32_t p1);
+
+/* file.c: file objects and their records */
 void file_hash_add(struct cache *c, struct cfile *f);
+int file_ensure_record(struct cache *c, struct cfile *f);
+int file_bk_busy(struct cache *c, struct cfile *f, int busy);
+void file_late_check(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
 void file_put_locked(struct cache *c, struct cfile *f);
 int file_idle_fd_locked(struct cache *c, struct cfile *f);
 int file_reopen_by_handle(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
 int file_note_backing(struct cache *c, struct cfile *f);
-int file_trim(struct cache *c, struct cfile *f, uint64_t size);
-void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n);
+/* The same in memory only: the caller persists the record. */
+int file_note_backing_stat(struct cache *c, struct cfile *f);
 void file_mark_dirty(struct cache *c, struct cfile *f, struct cslot *s);
 void file_mark_clean(struct cache *c, struct cfile *f, struct cslot *s);
 
+/* write.c */
+int file_trim(struct cache *c, struct cfile *f, uint64_t size);
+
+/* io.c: backing I/O, device errors, the read path */
+void *io_buf(void);
+int backing_read(struct cache *c, struct cfile *f, void *buf, size_t len,
+		 uint64_t off);
+void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n);
+/* Device d wrote plain (not FUA) data: one more generation to flush. */
+void cache_dev_written(struct cache *c, int d);
+/* Every plain write to device d that completed before the call is durable. */
+int cache_dev_sync(struct cache *c, int d);
+/* The backing file changed in a way only its fsync makes durable. */
+void file_bk_changed(struct cfile *f);
+/* An fsync that started when bk_wgen was gen has completed. */
+void file_bk_synced(struct cfile *f, uint64_t gen);
+/* Every such change before the call is durable (fsync of the backing file). */
+int file_bk_sync(struct cache *c, struct cfile *f);
+
 /* recover.c */
 int recover_load(struct cache *c, char *err, size_t errlen);
+void file_check_backing(struct cache *c, struct cfile *f);
 
-/* engine.c */
-void stats_attach_devs(struct cache *c);
 int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
 		  uint64_t off);
 int backing_sync(struct cache *c, struct cfile *f, int data_only);
+
+/* engine.c */
+void stats_attach_devs(struct cache *c);
 void stats_note_destaged(struct cache *c, uint64_t bytes);
 
 /* destage.c */

@@ -4,6 +4,7 @@
 #include "meta.h"
 
 #include <errno.h>
+#include <syslog.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,8 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen)
 		return -EUCLEAN;
 	if (h->version != META_VERSION)
 		return -EPROTO;
+	if (h->failed & ~3u || (h->failed >> h->mirror & 1) || h->mirror > 1)
+		return -EUCLEAN;
 	if (h->total_len > maplen ||
 	    h->slot_size != meta_slot_size(h->block_size) ||
 	    h->file_size != META_FILE_SIZE)
@@ -163,16 +166,49 @@ int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len)
 	return ret;
 }
 
+/* Write mirror k's header with its failed bits set to failed. */
+static int hdr_set_failed(struct meta *m, int k, uint32_t failed)
+{
+	struct meta_hdr *h = m->r[k].addr;
+
+	h->failed = failed;
+	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+	return pm_persist(&m->r[k], h, META_HDR_SIZE);
+}
+
+/*
+ * The bad mirror becomes a copy of the good one; only then does the good
+ * one's header stop calling it stale (a crash in between rebuilds it again).
+ */
 static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 {
 	struct meta_hdr *h = m->r[bad].addr;
+	int ret;
 
 	memcpy(m->r[bad].addr, m->r[good].addr, total);
 	h->mirror = bad;
+	h->failed = 0;
 	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 	m->have[bad] = 1;
 	m->rebuilt[bad] = 1;
-	return pm_persist(&m->r[bad], m->r[bad].addr, total);
+	ret = pm_persist(&m->r[bad], m->r[bad].addr, total);
+	/* a stand-in for a missing device is no copy: the mark stays */
+	if (!ret && !m->r[bad].missing &&
+	    ((const struct meta_hdr *)m->r[good].addr)->failed)
+		ret = hdr_set_failed(m, good, 0);
+	return ret;
+}
+
+/* A mirror that a valid header of the other calls stale is not trusted. */
+static void drop_stale(struct meta *m, const struct meta_hdr *h[2], int ret[2])
+{
+	int i;
+
+	for (i = 0; i < 2; i++)
+		if (m->have[i] && m->have[!i] && (h[i]->failed >> !i & 1)) {
+			m->have[!i] = 0;
+			ret[!i] = -ESTALE;
+		}
 }
 
 /* Attach without repairing anything: the offline check only reads. */
@@ -182,14 +218,18 @@ int meta_attach_ro(struct meta *m, struct pm_region r[2], char *err, size_t len)
 	int i;
 
 	memset(m, 0, sizeof(*m));
+	const struct meta_hdr *hh[2] = { r[0].addr, r[1].addr };
+	int ret[2];
+
 	for (i = 0; i < 2; i++) {
 		m->r[i] = r[i];
-		if (!meta_hdr_check(r[i].addr, r[i].len, NULL)) {
-			m->have[i] = 1;
-			if (!h)
-				h = r[i].addr;
-		}
+		ret[i] = meta_hdr_check(r[i].addr, r[i].len, NULL);
+		m->have[i] = !ret[i];
 	}
+	drop_stale(m, hh, ret);
+	for (i = 0; i < 2 && !h; i++)
+		if (m->have[i])
+			h = r[i].addr;
 	if (!h) {
 		snprintf(err, len, "no valid metadata mirror");
 		return -ENODATA;
@@ -220,12 +260,19 @@ int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len)
 		ret[i] = r[i].addr && r[i].len >= META_HDR_SIZE
 				 ? hdr_ok(h[i], r[i].len)
 				 : -ENODATA;
-		if (!ret[i]) {
-			m->have[i] = 1;
-			if (good < 0)
-				good = i;
-		}
+		m->have[i] = !ret[i];
 	}
+	if (m->have[0] && m->have[1] && (h[0]->failed >> 1 & 1) &&
+	    (h[1]->failed & 1)) {
+		snprintf(err, len,
+			 "each metadata mirror says the other failed; the "
+			 "cache cannot tell which one is current");
+		return -EUCLEAN;
+	}
+	drop_stale(m, h, ret);
+	for (i = 0; i < 2 && good < 0; i++)
+		if (m->have[i])
+			good = i;
 	if (good < 0) {
 		snprintf(err, len,
 			 "neither metadata mirror holds a valid nvcachefs "
@@ -394,43 +441,98 @@ int meta_get_file(struct meta *m, uint32_t i, struct meta_file *out, int *bad)
 	return 1;
 }
 
+/*
+ * Mirror k failed a write: it is written no more, and the other mirror's
+ * header says so before anything else is written there.  Once per mirror.
+ */
+static void meta_fail(struct meta *m, int k, int err)
+{
+	int o = !k;
+
+	if (__atomic_exchange_n(&m->failed[k], 1, __ATOMIC_ACQ_REL))
+		return;
+	__atomic_store_n(&m->have[k], 0, __ATOMIC_RELEASE);
+	log_msg(LOG_CRIT,
+		"metadata mirror %d failed a write (%s): the cache goes on "
+		"with mirror %d alone; the failed one is rebuilt at the next "
+		"mount",
+		k, strerror(-err), o);
+	if (!__atomic_load_n(&m->have[o], __ATOMIC_ACQUIRE))
+		return;
+	err = hdr_set_failed(m, o,
+			     ((struct meta_hdr *)m->r[o].addr)->failed | 1u << k);
+	if (err)
+		meta_fail(m, o, err);
+}
+
+/* Write one record at offset off of every mirror in turn. */
+static int meta_put(struct meta *m, uint64_t off, const void *rec, size_t len)
+{
+	int k, ret, held = 0;
+
+	for (k = 0; k < 2; k++) {
+		if (!__atomic_load_n(&m->have[k], __ATOMIC_ACQUIRE))
+			continue;
+		ret = pm_write(&m->r[k], off, rec, len);
+		if (ret)
+			meta_fail(m, k, ret);
+		else
+			held++;
+	}
+	/* a mirror dropped after its write still holds the record, but it
+	 * is stale for the next mount: only the surviving one counts */
+	for (k = 0; k < 2; k++)
+		if (__atomic_load_n(&m->have[k], __ATOMIC_ACQUIRE))
+			return held ? 0 : -EIO;
+	return -EIO;
+}
+
+uint64_t meta_next_seq(struct meta *m)
+{
+	uint64_t i, next = 0;
+	struct meta_slot s;
+	int k;
+
+	for (k = 0; k < 2; k++) {
+		if (!m->have[k])
+			continue;
+		for (i = 0; i < m->nfiles; i++) {
+			const struct meta_file *f =
+				(const struct meta_file *)file_addr(m, k, i);
+
+			if (f->csum ==
+				    meta_csum(f, offsetof(struct meta_file,
+							  csum)) &&
+			    f->seq >= next)
+				next = f->seq + 1;
+		}
+		for (i = 0; i < m->nslots; i++)
+			if (!slot_decode(m, slot_addr(m, k, i), &s) &&
+			    s.seq >= next)
+				next = s.seq + 1;
+	}
+	return next;
+}
+
+int meta_writable(struct meta *m)
+{
+	return __atomic_load_n(&m->have[0], __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&m->have[1], __ATOMIC_ACQUIRE);
+}
+
 int meta_put_slot(struct meta *m, uint64_t i, struct meta_slot *s)
 {
 	uint8_t buf[128];
-	int k, ret;
 
 	s->seq = __atomic_fetch_add(&m->seq, 1, __ATOMIC_RELAXED);
 	slot_encode(m, s, buf);
-	for (k = 0; k < 2; k++) {
-		uint8_t *p;
-
-		if (!m->have[k])
-			continue;
-		p = slot_addr(m, k, i);
-		memcpy(p, buf, m->slot_size);
-		ret = pm_persist(&m->r[k], p, m->slot_size);
-		if (ret)
-			return ret;
-	}
-	return 0;
+	return meta_put(m, m->slots_off + i * m->slot_size, buf, m->slot_size);
 }
 
 int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f)
 {
-	int k, ret;
-
 	f->seq = __atomic_fetch_add(&m->seq, 1, __ATOMIC_RELAXED);
 	f->csum = meta_csum(f, offsetof(struct meta_file, csum));
-	for (k = 0; k < 2; k++) {
-		uint8_t *p;
-
-		if (!m->have[k])
-			continue;
-		p = file_addr(m, k, i);
-		memcpy(p, f, META_FILE_SIZE);
-		ret = pm_persist(&m->r[k], p, META_FILE_SIZE);
-		if (ret)
-			return ret;
-	}
-	return 0;
+	return meta_put(m, m->files_off + (uint64_t)i * META_FILE_SIZE, f,
+			META_FILE_SIZE);
 }

@@ -71,12 +71,18 @@ struct meta_hdr {
 	uint64_t slots_off;
 	uint64_t total_len;
 	uint64_t format_time;
-	uint8_t reserved[4096 - 104];
+	uint32_t failed; /* bit k: mirror k failed while mounted; stale */
+	uint32_t reserved1;
+	uint8_t reserved[4096 - 112];
 	uint64_t csum;
 };
 
 /* flags of a file record */
 #define MF_USED 1u
+/* the cache was changing the backing file (destage, truncate): after a crash
+ * its mtime says nothing about changes behind the cache's back, and the
+ * record is the truth */
+#define MF_BK_BUSY 2u
 
 struct meta_file {
 	uint64_t seq;
@@ -110,6 +116,7 @@ struct meta {
 	int rebuilt[2]; /* was damaged or lost at mount, rebuilt from the other
 			 */
 	int bad_reason[2];
+	int failed[2]; /* failed a write while mounted: no longer written */
 	uint32_t words; /* bitmap words per slot entry */
 	uint32_t slot_size;
 	uint64_t nslots;
@@ -142,8 +149,19 @@ void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
 /* Read the newest valid copy; returns 1 if found valid, 0 if none. */
 int meta_get_slot(struct meta *m, uint64_t i, struct meta_slot *out, int *bad);
 int meta_get_file(struct meta *m, uint32_t i, struct meta_file *out, int *bad);
-/* Write both mirrors in order, each persisted before the next. */
+/*
+ * Write both mirrors in order, each persisted before the next.  A mirror that
+ * fails a write is dropped (logged, never written again) and the other
+ * mirror's header records that it is stale, so that the next mount rebuilds it
+ * instead of trusting its older records.  0 when a mirror holds the record;
+ * -EIO when none does (then the media may hold the old or the new record).
+ */
 int meta_put_slot(struct meta *m, uint64_t i, struct meta_slot *s);
 int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f);
+/* One past the highest sequence number of any valid record in either mirror:
+ * what recovery must start from before it rewrites anything. */
+uint64_t meta_next_seq(struct meta *m);
+/* 1 while a mirror still takes writes. */
+int meta_writable(struct meta *m);
 
 #endif

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,6 +28,77 @@ static int mirrors_differ(struct meta *m, uint64_t off, size_t len)
 		      len) != 0;
 }
 
+/*
+ * The backing file of f has a descriptor (at mount, or later for one that
+ * could not be opened at mount): check it against the record.  Nobody touched
+ * it since the cache last saw it (same mtime): the record is the truth, and a
+ * truncate cut short by a crash (size recorded, backing file not yet cut or
+ * grown) is finished, durably: the record may go once the file has no cached
+ * data, and then the backing file's size is all there is; what lies between
+ * the two sizes and is not cached reads as zeros either way.  The same holds
+ * when the record says the cache was changing the backing file (MF_BK_BUSY:
+ * a destage or truncate under way), whatever its mtime.  Changed behind
+ * the cache's back: its clean data goes, its dirty data stays; with nothing
+ * dirty the backing copy wins.  Nothing cached past the size may come back.
+ * f->rw held for writing (or recovery, alone).
+ */
+void file_check_backing(struct cache *c, struct cfile *f)
+{
+	struct stat st;
+	struct list *l;
+	uint64_t mt;
+
+	if (fstat(f->fd, &st))
+		return;
+	f->dev = st.st_dev;
+	f->bsize = st.st_size;
+	mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	if (f->bk_busy) {
+		/* the cache itself was changing it when it stopped */
+		mt = f->bk_mtime_ns;
+		f->bk_busy = 0;
+	}
+	if (mt == f->bk_mtime_ns && (uint64_t)st.st_size != f->size) {
+		if (ftruncate(f->fd, f->size) || fsync(f->fd))
+			log_msg(LOG_ERR,
+				"recovery: cannot truncate backing file (inode "
+				"%llu) to %llu: %s",
+				(unsigned long long)f->ino,
+				(unsigned long long)f->size, strerror(errno));
+		else
+			f->bsize = f->size;
+	} else if (mt != f->bk_mtime_ns) {
+		log_msg(f->ndirty ? LOG_WARNING : LOG_NOTICE,
+			"recovery: backing file (inode %llu) changed behind the "
+			"cache's back; %s",
+			(unsigned long long)f->ino,
+			f->ndirty ? "keeping its dirty data, dropping clean data"
+				  : "dropping its clean cached data");
+		pthread_mutex_lock(&c->lock);
+		for (l = f->slots.next; l != &f->slots;) {
+			struct cslot *s = list_entry(l, struct cslot, flink);
+
+			l = l->next;
+			if (s->state == SLOT_CLEAN && !s->pins)
+				slot_drop_locked(c, s);
+		}
+		if (!f->ndirty)
+			f->size = st.st_size;
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (!fstat(f->fd, &st))
+		mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	f->bk_mtime_ns = mt;
+	if (f->nslots)
+		file_trim(c, f, f->size);
+}
+
+/*
+ * Open a recovered file by its handle.  Gone (ESTALE, ENOENT): its data is
+ * dropped.  Unopenable for another reason (EIO, EPERM, ENOMEM): it keeps
+ * everything and waits, findable by inode, for an open through the mount or a
+ * later destage to give it a descriptor (bk_missing).
+ */
 static void recover_file_open(struct cache *c, struct cfile *f)
 {
 	struct {
@@ -34,26 +106,26 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 		uint8_t buf[META_HANDLE_MAX];
 	} h;
 	struct stat st;
-	uint64_t mt;
 
 	h.fh.handle_bytes = f->hbytes;
 	h.fh.handle_type = f->htype;
 	memcpy(h.fh.f_handle, f->handle, f->hbytes);
 	f->fd = open_by_handle_at(c->backing_fd, &h.fh, O_RDWR | O_CLOEXEC);
+	if (f->fd < 0 && (errno == ESTALE || errno == ENOENT)) {
+		log_msg(LOG_INFO,
+			"recovery: backing file (inode %llu) is gone; dropping "
+			"its cached data",
+			(unsigned long long)f->ino);
+		f->unlinked = 1;
+		return;
+	}
 	if (f->fd < 0) {
-		if (errno == ESTALE || errno == ENOENT) {
-			log_msg(LOG_INFO,
-				"recovery: backing file (inode %llu) is gone; "
-				"dropping its cached data",
-				(unsigned long long)f->ino);
-			f->unlinked = 1;
-		} else {
-			log_msg(LOG_ERR,
-				"recovery: cannot open backing file (inode "
-				"%llu): %s; its dirty data stays in the cache",
-				(unsigned long long)f->ino, strerror(errno));
-			f->bk_missing = 1;
-		}
+		log_msg(LOG_ERR,
+			"recovery: cannot open backing file (inode %llu): %s; "
+			"its data stays in the cache until it can be opened",
+			(unsigned long long)f->ino, strerror(errno));
+		f->bk_missing = 1;
+		f->dev = c->backing_dev;
 		return;
 	}
 	if (fstat(f->fd, &st) || st.st_ino != f->ino) {
@@ -62,53 +134,7 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 		f->unlinked = 1;
 		return;
 	}
-	f->dev = st.st_dev;
-	f->bsize = st.st_size;
-	mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
-	if (mt == f->bk_mtime_ns) {
-		/*
-		 * Nobody touched the backing file since the cache last saw it:
-		 * the record is the truth.  A truncate cut short by the crash
-		 * (size recorded, backing file not yet cut) is finished.
-		 */
-		if ((uint64_t)st.st_size > f->size) {
-			if (ftruncate(f->fd, f->size))
-				log_msg(LOG_ERR,
-					"recovery: cannot truncate backing "
-					"file (inode %llu): %s",
-					(unsigned long long)f->ino,
-					strerror(errno));
-			else
-				f->bsize = f->size;
-		}
-	} else if (!f->ndirty) {
-		/* changed behind our back, nothing dirty: the backing copy wins
-		 */
-		log_msg(LOG_NOTICE,
-			"recovery: backing file (inode %llu) changed while "
-			"unmounted; dropping its clean cached data",
-			(unsigned long long)f->ino);
-		f->unlinked = 2;
-		f->size = st.st_size;
-	} else {
-		struct list *l;
-
-		log_msg(LOG_WARNING,
-			"recovery: backing file (inode %llu) changed while "
-			"unmounted; keeping its dirty data, dropping clean "
-			"data",
-			(unsigned long long)f->ino);
-		for (l = f->slots.next; l != &f->slots;) {
-			struct cslot *s = list_entry(l, struct cslot, flink);
-
-			l = l->next;
-			if (s->state == SLOT_CLEAN)
-				slot_drop_locked(c, s);
-		}
-	}
-	if (!fstat(f->fd, &st))
-		mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
-	f->bk_mtime_ns = mt;
+	file_check_backing(c, f);
 }
 
 int recover_load(struct cache *c, char *err, size_t errlen)
@@ -124,6 +150,12 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 
 	if (!twins)
 		return -ENOMEM;
+	/*
+	 * What recovery rewrites must be newer than every copy on the media:
+	 * a crash between its write of one mirror and of the other must not
+	 * let the older copy win.
+	 */
+	m->seq = meta_next_seq(m);
 	for (r = 0; r < m->nfiles; r++) {
 		struct meta_file mf;
 		struct cfile *f;
@@ -163,9 +195,9 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		f->size = mf.size;
 		f->bsize = mf.bk_size;
 		f->bk_mtime_ns = mf.bk_mtime_ns;
+		f->bk_busy = !!(mf.flags & MF_BK_BUSY);
 		f->hbytes = mf.handle_bytes;
 		f->htype = mf.handle_type;
-		f->bk_durable = 1;
 		memcpy(f->handle, mf.handle, mf.handle_bytes);
 		c->recs[r] = f;
 	}
@@ -268,6 +300,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			t->persisted = 1;
 			t->state = SLOT_FRESH;
 			p->twin = twins[i].idx + 1;
+			c->ntwins++;
 		} else {
 			/* its slot is clean or gone: the copy is not needed */
 			struct meta_slot z;
@@ -278,7 +311,8 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		}
 	}
 	free(twins);
-	m->seq = maxseq;
+	if (maxseq > m->seq)
+		m->seq = maxseq;
 	c->meta_repaired = fixed;
 	if (fixed)
 		log_msg(LOG_NOTICE,
@@ -303,13 +337,6 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			(unsigned long long)f->nslots,
 			(unsigned long long)f->ndirty,
 			f->unlinked ? " dropped" : "");
-		if (f->unlinked == 2) {
-			/* changed behind our back, nothing dirty: forget it */
-			f->unlinked = 1;
-		}
-		/* nothing cached past the recorded size may come back later */
-		if (f->fd >= 0 && !f->unlinked && f->nslots)
-			file_trim(c, f, f->size);
 		file_hash_add(c, f);
 		f->refs = 1;
 		file_put_locked(c, f);
@@ -368,6 +395,8 @@ static int cache_alloc(struct cache *c)
 	c->free_recs = calloc(c->meta.nfiles, sizeof(*c->free_recs));
 	if (!c->slots || !c->shash || !c->fhash || !c->recs || !c->free_recs)
 		return -ENOMEM;
+	for (i = 0; i < NVC_MAX_DEVS; i++)
+		pthread_mutex_init(&c->dsync[i].lock, NULL);
 	for (i = 0; i < c->nslots; i++) {
 		pthread_rwlock_init(&c->slots[i].rw, NULL);
 		list_init(&c->slots[i].link);
@@ -515,6 +544,37 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * meta.rebuilt[] holds each mirror's enum stat_mirror_state (meta_attach sets
+ * 1 for a rebuilt one), which the snapshot reports.  A mirror that is missing
+ * was given to meta_attach as a stand-in in memory, which it filled from the
+ * good one: from here on it is neither read nor written, and the good one's
+ * header calls it stale (as for a mirror that failed while mounted), so that
+ * when the device is back its old copy is rebuilt whole from the good one,
+ * never merged record by record with it.  (meta_attach's rebuild of the
+ * stand-in keeps that mark if it was there; it is set here otherwise.)
+ */
+_Static_assert(STAT_MIRROR_REBUILT == 1, "meta_attach sets rebuilt[] to 1");
+
+static int mirrors_missing(struct meta *m)
+{
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		struct meta_hdr *h = m->r[!i].addr;
+
+		if (!m->r[i].missing)
+			continue;
+		assert(m->have[!i] && !m->r[!i].missing);
+		m->have[i] = 0;
+		m->rebuilt[i] = STAT_MIRROR_MISSING;
+		h->failed |= 1u << i;
+		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+		return pm_persist(&m->r[!i], h, META_HDR_SIZE);
+	}
+	return 0;
+}
+
 int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		    struct pm_region mirrors[2], int backing_fd,
 		    struct cache **out, char *err, size_t errlen)
@@ -541,8 +601,16 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	if (ret)
 		goto err_free;
 	c->nslots = c->meta.nslots;
+	ret = mirrors_missing(&c->meta);
+	if (ret) {
+		snprintf(err, errlen,
+			 "cannot mark the missing metadata mirror stale in the "
+			 "other: %s",
+			 strerror(-ret));
+		goto err_free;
+	}
 	for (d = 0; d < 2; d++)
-		if (c->meta.rebuilt[d])
+		if (c->meta.rebuilt[d] == STAT_MIRROR_REBUILT)
 			log_msg(LOG_WARNING,
 				"metadata mirror %d was not valid (%s); "
 				"rebuilt from mirror %d",
@@ -554,6 +622,11 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	if (ret)
 		goto err_free;
 	c->max_file_size = probe_max_file_size(backing_fd);
+	{
+		struct stat st;
+
+		c->backing_dev = fstat(backing_fd, &st) ? 0 : st.st_dev;
+	}
 	ret = recover_load(c, err, errlen);
 	if (ret)
 		goto err_free;
@@ -574,6 +647,39 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 err_free:
 	c->own_devs = 0;
 	cache_free(c);
+	return ret;
+}
+
+/* A damaged or lost mirror, made anew at len bytes to be rebuilt. */
+static int mirror_recreate(struct cache_config *cfg, int i, int why,
+			   uint64_t len, struct pm_region *r)
+{
+	log_msg(LOG_WARNING,
+		"metadata mirror %s is damaged or lost (%s); rebuilding it "
+		"from %s",
+		cfg->meta_paths[i], strerror(-why), cfg->meta_paths[!i]);
+	return pm_map(cfg->meta_paths[i], len, 1, r);
+}
+
+/*
+ * A mirror on a device that is not there is not made anew (a file in its
+ * place under /dev would live in RAM): the cache runs on the other mirror
+ * alone, and a stand-in in memory takes the missing one's place for
+ * meta_attach.  When the device is back, the next mount brings it up to
+ * date record by record.
+ */
+static int mirror_stand_in(struct cache_config *cfg, int i, uint64_t len,
+			   struct pm_region *r)
+{
+	int ret;
+
+	log_msg(LOG_CRIT,
+		"metadata mirror %s is missing (no such device): mounting "
+		"degraded, the metadata on %s alone",
+		cfg->meta_paths[i], cfg->meta_paths[!i]);
+	ret = pm_mem_create(len, r);
+	if (!ret)
+		r->missing = 1;
 	return ret;
 }
 
@@ -609,7 +715,8 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	}
 	/*
 	 * A mirror that is missing, truncated or damaged is recreated at the
-	 * good one's size here and rebuilt from it by meta_attach.
+	 * good one's size here and rebuilt from it by meta_attach; a device
+	 * that is not there (-ENODEV) stays missing.
 	 */
 	for (i = 0; i < 2; i++) {
 		mret[i] = pm_map(cfg->meta_paths[i], 0, 0, &mirrors[i]);
@@ -639,13 +746,11 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	for (i = 0; i < 2; i++) {
 		if (!mret[i])
 			continue;
-		log_msg(LOG_WARNING,
-			"metadata mirror %s is damaged or lost (%s); "
-			"rebuilding it from %s",
-			cfg->meta_paths[i], strerror(-mret[i]),
-			cfg->meta_paths[!i]);
 		pm_unmap(&mirrors[i]);
-		ret = pm_map(cfg->meta_paths[i], total[!i], 1, &mirrors[i]);
+		ret = mret[i] == -ENODEV
+			      ? mirror_stand_in(cfg, i, total[!i], &mirrors[i])
+			      : mirror_recreate(cfg, i, mret[i], total[!i],
+						&mirrors[i]);
 		if (ret) {
 			snprintf(err, errlen,
 				 "%s: cannot recreate metadata mirror: %s",

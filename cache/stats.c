@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "stats.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -18,6 +19,23 @@ const struct stat_desc stat_dev_counter_desc[] = { STAT_DEV_COUNTERS(
 	STAT_DESC) };
 const struct stat_desc stat_dev_gauge_desc[] = { STAT_DEV_GAUGES(STAT_DESC) };
 const struct stat_desc stat_dev_lat_desc[] = { STAT_DEV_LATS(STAT_LDESC) };
+
+const char *const stat_mirror_state_name[STAT_MIRROR_NSTATES] = {
+	[STAT_MIRROR_OK] = "ok",
+	[STAT_MIRROR_REBUILT] = "rebuilt",
+	[STAT_MIRROR_MISSING] = "missing",
+	[STAT_MIRROR_FAILED] = "failed",
+};
+
+int stat_mirror_state_find(const char *name)
+{
+	int i;
+
+	for (i = 0; i < STAT_MIRROR_NSTATES; i++)
+		if (!strcmp(stat_mirror_state_name[i], name))
+			return i;
+	return -1;
+}
 
 const char *const lat_hiccup_names[LAT_NHICCUPS] = { "<1ms",	 "1ms",
 						     "2-10ms",	 "11-50ms",
@@ -269,7 +287,7 @@ void stat_diff(const struct stat_snap *a, const struct stat_snap *b,
  *   l NAME COUNT SUM MAX H0..H5 [I:N]...     latency histogram
  *   dev D PATH              then, for that device:
  *   dc D NAME VALUE / dg D NAME VALUE / dl D NAME ... as above
- *   mirror M rebuilt|ok PATH
+ *   mirror M STATE PATH     STATE: a stat_mirror_state_name
  *   end
  */
 static void write_hist(FILE *out, const char *prefix, const char *name,
@@ -317,10 +335,15 @@ int stat_write(FILE *out, const struct stat_snap *s)
 			write_hist(out, p, stat_dev_lat_desc[k].name,
 				   &s->dev[d].lat[k]);
 	}
-	for (d = 0; d < 2; d++)
+	for (d = 0; d < 2; d++) {
+		unsigned st = s->mirror_state[d];
+
+		assert(st < STAT_MIRROR_NSTATES);
 		fprintf(out, "mirror %d %s %s\n", d,
-			s->mirror_rebuilt[d] ? "rebuilt" : "ok",
+			st < STAT_MIRROR_NSTATES ? stat_mirror_state_name[st]
+						 : "unknown",
 			s->mirror_path[d]);
+	}
 	fprintf(out, "end\n");
 	return ferror(out) ? -EIO : 0;
 }
@@ -439,7 +462,10 @@ int stat_read(FILE *in, struct stat_snap *s, char *err, size_t errlen)
 				   2 &&
 			   n && (d == 0 || d == 1)) {
 			rest = line + n;
-			s->mirror_rebuilt[d] = !strcmp(name, "rebuilt");
+			k = stat_mirror_state_find(name);
+			if (k < 0)
+				goto bad;
+			s->mirror_state[d] = k;
 			snprintf(s->mirror_path[d], sizeof(s->mirror_path[d]),
 				 "%s", rest);
 		} else {

@@ -211,6 +211,28 @@ static inline void stat_dev_lat(struct stat_store *s, int dev,
 }
 
 /*
+ * The state of a metadata mirror, one per mirror in a snapshot.  The wire
+ * format, the JSON and the Prometheus output carry the names; a new state is
+ * added before STAT_MIRROR_NSTATES, with its name in stat_mirror_state_name
+ * (and its wording in tools/show.c's text output).
+ */
+enum stat_mirror_state {
+	STAT_MIRROR_OK, /* "ok" */
+	STAT_MIRROR_REBUILT, /* "rebuilt": damaged or lost at mount, rebuilt
+				from the other */
+	STAT_MIRROR_MISSING, /* "missing": a device that is not there; the
+				cache runs on the other mirror alone */
+	STAT_MIRROR_FAILED, /* "failed": failed a write while mounted; the
+			       cache runs on the other mirror alone, and it
+			       is rebuilt at the next mount */
+	STAT_MIRROR_NSTATES
+};
+
+extern const char *const stat_mirror_state_name[STAT_MIRROR_NSTATES];
+/* The state named name, or -1. */
+int stat_mirror_state_find(const char *name);
+
+/*
  * A snapshot: the sum of the shards minus the baseline taken by the last
  * reset, plus gauges and the device and mirror states.  It is what the
  * daemon sends and nvcachectl reads (stat_write / stat_read), and what
@@ -231,7 +253,7 @@ struct stat_snap {
 	int ndevs;
 	struct stat_dev_snap dev[STAT_MAX_DEVS];
 	char mirror_path[2][256];
-	int mirror_rebuilt[2];
+	int mirror_state[2]; /* enum stat_mirror_state */
 	int timing;
 };
 

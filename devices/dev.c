@@ -3,8 +3,10 @@
 #define _GNU_SOURCE
 #include "dev.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <liburing.h>
 #include <linux/fs.h>
 #include <pthread.h>
@@ -232,7 +234,7 @@ static int io_check(const struct dev_io *io)
 		return -EINVAL;
 	if (io->op == DEV_READ && io->dev->faults.fail_reads)
 		return io->dev->faults.fail_reads;
-	if (io->op == DEV_WRITE && io->dev->faults.fail_writes)
+	if (io->op != DEV_READ && io->dev->faults.fail_writes)
 		return io->dev->faults.fail_writes;
 	return 0;
 }
@@ -368,7 +370,10 @@ int pm_rec_create_blk(struct rec_log *l, int target, size_t len,
 
 static void io_mem(struct dev_io *io)
 {
-	if (io->op == DEV_READ) {
+	if (io->op == DEV_FLUSH) {
+		if (io->dev->rec)
+			rec_flush(io->dev->rec, io->dev->rec_id);
+	} else if (io->op == DEV_READ) {
 		memcpy(io->buf, io->dev->mem + io->off, io->len);
 	} else if (io->dev->rec) {
 		/* applied and logged under one lock: the log order is the real
@@ -433,6 +438,59 @@ static uint64_t mono_ns(void)
 	return ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
+static __thread struct dev_ring_faults ring_faults;
+static __thread int ring_faults_on;
+
+void dev_set_ring_faults(const struct dev_ring_faults *f)
+{
+	memset(&ring_faults, 0, sizeof(ring_faults));
+	if (f)
+		ring_faults = *f;
+	ring_faults_on = f != NULL;
+}
+
+/* The injected error for this call, or 0 (the test hook above). */
+static int fault_fires(unsigned *skip, unsigned *count, int err)
+{
+	if (*skip) {
+		(*skip)--;
+		return 0;
+	}
+	if (!*count)
+		return 0;
+	(*count)--;
+	return err;
+}
+
+static int ring_submit_wait(struct io_uring *ring, unsigned wait_nr)
+{
+	if (__builtin_expect(ring_faults_on, 0)) {
+		int err = fault_fires(&ring_faults.submit_skip,
+				      &ring_faults.submit_count,
+				      ring_faults.submit_err);
+
+		if (err)
+			return err;
+	}
+	return wait_nr ? io_uring_submit_and_wait(ring, wait_nr)
+		       : io_uring_submit(ring);
+}
+
+/* Wait until nr completions are there; *cqe is the first. */
+static int ring_wait(struct io_uring *ring, struct io_uring_cqe **cqe,
+		     unsigned nr)
+{
+	if (__builtin_expect(ring_faults_on, 0)) {
+		int err = fault_fires(&ring_faults.wait_skip,
+				      &ring_faults.wait_count,
+				      ring_faults.wait_err);
+
+		if (err)
+			return err;
+	}
+	return io_uring_wait_cqe_nr(ring, cqe, nr);
+}
+
 static int poll_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
 {
 	uint64_t until = mono_ns() + poll_ns;
@@ -440,7 +498,7 @@ static int poll_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
 
 	while (io_uring_peek_cqe(ring, cqe)) {
 		if ((++spins & 63) == 0 && mono_ns() > until)
-			return io_uring_wait_cqe(ring, cqe);
+			return ring_wait(ring, cqe, 1);
 		__builtin_ia32_pause();
 	}
 	return 0;
@@ -462,102 +520,212 @@ static void observe(const struct dev_io *io, uint64_t t0)
 		       d->obs_timing && t0 ? mono_ns() - t0 : 0);
 }
 
-int dev_io_run(struct dev_io *ios, unsigned n)
+/*
+ * One batch on the calling thread's ring.  inflight counts the requests the
+ * kernel has taken and not yet completed to us; a batch returns only when it
+ * is 0, so that no request of it can touch the caller's memory afterwards.
+ * A request that could not be submitted is turned into a NOP that belongs to
+ * nobody (user data NULL): whoever submits it later reaps it and ignores it.
+ */
+struct batch {
+	struct io_uring *ring;
+	unsigned inflight;
+	int err; /* no ring, or submission given up: the rest fails with it */
+	int spin;
+	uint64_t t0;
+};
+
+/* Transient refusals of a submission are retried this often (about 1 s). */
+#define SUBMIT_RETRIES 1000
+
+static int transient(int err)
 {
-	struct io_uring *ring = NULL;
-	unsigned i, queued = 0, done = 0;
-	int ret, first = 0, spin = 0;
-	uint64_t t0 = 0;
+	return err == -EINTR || err == -EAGAIN || err == -EBUSY;
+}
 
-	for (i = 0; i < n && !t0; i++)
-		if (ios[i].dev->obs_timing)
-			t0 = mono_ns();
+static void batch_complete(struct batch *b, struct io_uring_cqe *cqe)
+{
+	struct dev_io *c = io_uring_cqe_get_data(cqe);
+	int res = cqe->res;
 
-	for (i = 0; i < n; i++) {
-		struct dev_io *io = &ios[i];
-		struct io_uring_sqe *sqe;
+	io_uring_cqe_seen(b->ring, cqe);
+	assert(b->inflight > 0);
+	b->inflight--;
+	if (!c)
+		return; /* a given-up request's NOP */
+	c->res = res < 0 ? res : io_finish(c, res);
+	observe(c, b->t0);
+}
 
-		io->res = io_check(io);
-		if (io->res) {
-			observe(io, t0);
-			continue;
-		}
-		if (io->dev->kind == DEV_KIND_MEM) {
-			io_mem(io);
-			observe(io, t0);
-			continue;
-		}
-		if (!ring) {
-			ret = ring_get(&ring);
-			if (ret)
-				return ret;
-		}
-		sqe = io_uring_get_sqe(ring);
-		if (!sqe) {
-			/* ring full: drain what is queued, then go on */
-			ret = io_uring_submit_and_wait(ring, queued - done);
-			(void)ret;
-			while (done < queued) {
-				struct io_uring_cqe *cqe;
-				struct dev_io *c;
-
-				if (io_uring_wait_cqe(ring, &cqe))
-					break;
-				c = io_uring_cqe_get_data(cqe);
-				c->res = cqe->res < 0 ? cqe->res
-						      : io_finish(c, cqe->res);
-				io_uring_cqe_seen(ring, cqe);
-				observe(c, t0);
-				done++;
-			}
-			sqe = io_uring_get_sqe(ring);
-			if (!sqe)
-				return -EBUSY;
-		}
-		if (io->op == DEV_READ)
-			io_uring_prep_read(sqe, io->dev->fd, io->buf, io->len,
-					   io->off);
-		else
-			io_uring_prep_write(sqe, io->dev->fd, io->buf, io->len,
-					    io->off);
-		if (io->op == DEV_WRITE && io->fua)
-			sqe->rw_flags = RWF_DSYNC;
-		io_uring_sqe_set_data(sqe, io);
-		queued++;
-	}
-	if (queued > done) {
-		spin = poll_ns &&
-		       __atomic_add_fetch(&spinners, 1, __ATOMIC_RELAXED) <=
-			       max_spinners;
-		if (poll_ns && !spin)
-			__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
-		ret = spin ? io_uring_submit(ring)
-			   : io_uring_submit_and_wait(ring, queued - done);
-		if (ret < 0 && ret != -EINTR)
-			goto out_spin;
-	}
-	ret = 0;
-	while (done < queued) {
+/*
+ * Reap completions until at most left requests are in flight.  This never
+ * gives up: until a request completes, the kernel may still write to its
+ * buffer, and cancelling does not stop I/O already at the device.  A wait
+ * that fails for good is replaced by looking at the queue every millisecond.
+ */
+static void batch_reap(struct batch *b, unsigned left)
+{
+	while (b->inflight > left) {
+		unsigned nr = b->inflight - left;
 		struct io_uring_cqe *cqe;
-		struct dev_io *c;
+		int ret = b->spin ? poll_cqe(b->ring, &cqe)
+				  : ring_wait(b->ring, &cqe, nr);
 
-		ret = spin ? poll_cqe(ring, &cqe)
-			   : io_uring_wait_cqe(ring, &cqe);
+		if (ret && !transient(ret)) {
+			usleep(1000);
+			ret = io_uring_peek_cqe(b->ring, &cqe);
+		}
+		if (!ret)
+			batch_complete(b, cqe);
+	}
+}
+
+/*
+ * Hand everything prepared to the kernel, in the same call waiting until at
+ * most left requests are in flight (UINT_MAX: no waiting).  A transient
+ * refusal is retried, after a completion (which frees what the kernel ran
+ * short of) or a millisecond.  Returns 0, or the error that left requests
+ * unsubmitted.
+ */
+static int batch_submit(struct batch *b, unsigned left)
+{
+	unsigned ready, tries = 0;
+
+	while ((ready = io_uring_sq_ready(b->ring))) {
+		unsigned all = b->inflight + ready;
+		int ret =
+			ring_submit_wait(b->ring, all > left ? all - left : 0);
+
+		if (ret > 0) {
+			b->inflight += ret;
+			tries = 0;
+			continue;
+		}
+		if (!ret)
+			ret = -EAGAIN; /* nothing taken */
 		if (ret == -EINTR)
 			continue;
-		if (ret)
-			goto out_spin;
-		c = io_uring_cqe_get_data(cqe);
-		c->res = cqe->res < 0 ? cqe->res : io_finish(c, cqe->res);
-		io_uring_cqe_seen(ring, cqe);
-		observe(c, t0);
-		done++;
+		if (!transient(ret) || ++tries > SUBMIT_RETRIES)
+			return ret;
+		if (b->inflight)
+			batch_reap(b, b->inflight - 1);
+		else
+			usleep(1000);
 	}
-out_spin:
-	if (spin)
-		__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* The requests still in the submission queue fail with err, as NOPs. */
+static void batch_abandon(struct batch *b, int err)
+{
+	struct io_uring_sq *sq = &b->ring->sq;
+	unsigned shift = b->ring->flags & IORING_SETUP_SQE128 ? 1 : 0;
+	unsigned i;
+
+	for (i = *sq->khead; i != sq->sqe_tail; i++) {
+		struct io_uring_sqe *sqe =
+			&sq->sqes[(i & sq->ring_mask) << shift];
+		struct dev_io *io = (struct dev_io *)(uintptr_t)sqe->user_data;
+
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, NULL);
+		if (io) {
+			io->res = err;
+			observe(io, b->t0);
+		}
+	}
+	b->err = err;
+}
+
+/* The submission queue is full: submit it and reap everything, as at the end.
+ */
+static int batch_make_room(struct batch *b)
+{
+	int ret = batch_submit(b, 0);
+
 	if (ret)
-		return ret;
+		batch_abandon(b, ret);
+	batch_reap(b, 0);
+	return ret;
+}
+
+/* Prepare io's request; 0, or -errno if it cannot be queued. */
+static int batch_queue(struct batch *b, struct dev_io *io)
+{
+	struct io_uring_sqe *sqe;
+	int ret;
+
+	if (b->err)
+		return b->err;
+	if (!b->ring) {
+		ret = ring_get(&b->ring);
+		if (ret)
+			return b->err = ret;
+	}
+	sqe = io_uring_get_sqe(b->ring);
+	if (!sqe) {
+		ret = batch_make_room(b);
+		if (ret)
+			return ret;
+		sqe = io_uring_get_sqe(b->ring);
+		if (!sqe) /* full of NOPs nobody could submit */
+			return b->err = -EBUSY;
+	}
+	if (io->op == DEV_READ)
+		io_uring_prep_read(sqe, io->dev->fd, io->buf, io->len, io->off);
+	else if (io->op == DEV_WRITE)
+		io_uring_prep_write(sqe, io->dev->fd, io->buf, io->len,
+				    io->off);
+	else
+		io_uring_prep_fsync(sqe, io->dev->fd, IORING_FSYNC_DATASYNC);
+	if (io->op == DEV_WRITE && io->fua)
+		sqe->rw_flags = RWF_DSYNC;
+	io_uring_sqe_set_data(sqe, io);
+	return 0;
+}
+
+/* Submit the rest and reap everything: one system call in the common case. */
+static void batch_finish(struct batch *b)
+{
+	int ret;
+
+	if (!b->inflight && (b->err || !io_uring_sq_ready(b->ring)))
+		return;
+	b->spin =
+		poll_ns && __atomic_add_fetch(&spinners, 1, __ATOMIC_RELAXED) <=
+				   max_spinners;
+	if (poll_ns && !b->spin)
+		__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
+	ret = b->err ? 0 : batch_submit(b, b->spin ? UINT_MAX : 0);
+	if (ret)
+		batch_abandon(b, ret);
+	batch_reap(b, 0);
+	if (b->spin)
+		__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
+}
+
+int dev_io_run(struct dev_io *ios, unsigned n)
+{
+	struct batch b = { 0 };
+	unsigned i;
+	int first = 0;
+
+	for (i = 0; i < n && !b.t0; i++)
+		if (ios[i].dev->obs_timing)
+			b.t0 = mono_ns();
+	for (i = 0; i < n; i++) {
+		struct dev_io *io = &ios[i];
+
+		io->res = io_check(io);
+		if (!io->res && io->dev->kind == DEV_KIND_MEM)
+			io_mem(io);
+		else if (!io->res && !(io->res = batch_queue(&b, io)))
+			continue; /* observed when it completes */
+		observe(io, b.t0);
+	}
+	if (b.ring)
+		batch_finish(&b);
+	assert(!b.inflight);
 	for (i = 0; i < n; i++)
 		if (ios[i].res && !first)
 			first = ios[i].res;
@@ -596,49 +764,15 @@ int dev_write_fua(struct dev *d, const void *buf, uint32_t len, uint64_t off)
 	return dev_write_io(d, buf, len, off, 1);
 }
 
-static int dev_flush_io(struct dev *d);
-
 int dev_flush(struct dev *d)
 {
 	struct dev_io io = { .dev = d, .op = DEV_FLUSH };
-	uint64_t t0 = d->obs_timing ? mono_ns() : 0;
 
-	io.res = dev_flush_io(d);
-	observe(&io, t0);
-	return io.res;
-}
-
-static int dev_flush_io(struct dev *d)
-{
-	struct io_uring *ring;
-	struct io_uring_sqe *sqe;
-	struct io_uring_cqe *cqe;
-	int ret;
-
-	if (d->kind == DEV_KIND_MEM) {
-		if (d->rec && !d->faults.fail_writes)
-			rec_flush(d->rec, d->rec_id);
-		return d->faults.fail_writes;
+	if (d->kind == DEV_KIND_MEM && d->faults.flush_delay_us) {
+		/* tests: a slow flush, under way until it ends */
+		__atomic_add_fetch(&d->faults.flushing, 1, __ATOMIC_SEQ_CST);
+		usleep(d->faults.flush_delay_us);
+		__atomic_sub_fetch(&d->faults.flushing, 1, __ATOMIC_SEQ_CST);
 	}
-	if (d->faults.fail_writes)
-		return d->faults.fail_writes;
-	ret = ring_get(&ring);
-	if (ret)
-		return ret;
-	sqe = io_uring_get_sqe(ring);
-	if (!sqe)
-		return fdatasync(d->fd) ? -errno : 0;
-	io_uring_prep_fsync(sqe, d->fd, IORING_FSYNC_DATASYNC);
-	io_uring_sqe_set_data(sqe, NULL);
-	ret = io_uring_submit_and_wait(ring, 1);
-	if (ret < 0)
-		return ret;
-	do
-		ret = io_uring_wait_cqe(ring, &cqe);
-	while (ret == -EINTR);
-	if (ret)
-		return ret;
-	ret = cqe->res;
-	io_uring_cqe_seen(ring, cqe);
-	return ret < 0 ? ret : 0;
+	return dev_io_run(&io, 1);
 }

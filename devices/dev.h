@@ -16,6 +16,13 @@
  * and returns when all have completed.  Each calling thread owns its own
  * io_uring, created on first use and torn down at thread exit, so no lock is
  * taken on the I/O path.
+ *
+ * Whatever fails, dev_io_run() returns only when the kernel holds no request
+ * of the batch any more (nothing can touch the array or the buffers
+ * afterwards), and every element has its own res: 0, the device's error, or
+ * the error that kept it from being submitted (then it never reaches the
+ * device).  It returns the first error in array order.  A DEV_FLUSH element
+ * flushes its device's write cache; it is not ordered with the batch's writes.
  */
 
 #define DEV_ALIGN 4096u
@@ -38,6 +45,9 @@ struct dev_io {
 struct dev_faults {
 	int fail_reads; /* -errno returned by every read, 0 for none */
 	int fail_writes; /* -errno returned by every write, 0 for none */
+	unsigned flush_delay_us; /* an in-memory device's flush takes this long
+				    (the flush counts when it ends) */
+	int flushing; /* an in-memory device's flushes under way */
 };
 
 int dev_open(const char *path, struct dev **out);
@@ -51,6 +61,20 @@ const char *dev_path(const struct dev *d);
 struct dev_faults *dev_faults(struct dev *d);
 
 int dev_io_run(struct dev_io *ios, unsigned n);
+
+/*
+ * Test hook: make the calling thread's io_uring calls fail, as the kernel
+ * may (a signal, no memory, a full completion queue).  After skip calls
+ * succeed, the next count calls return err instead of entering the kernel;
+ * submissions and waits are counted separately.  NULL clears it.
+ */
+struct dev_ring_faults {
+	int submit_err;
+	unsigned submit_skip, submit_count;
+	int wait_err;
+	unsigned wait_skip, wait_count;
+};
+void dev_set_ring_faults(const struct dev_ring_faults *f);
 
 /*
  * An observer sees every completed request to a device: its operation,
@@ -92,14 +116,31 @@ struct pm_region {
 	struct dev
 		*bdev; /* a block device: a RAM copy, persisted by FUA writes */
 	size_t loaded; /* bytes of the block device read into the copy */
+	int missing; /* memory standing in for a device that is not there */
+	struct pm_faults *faults; /* plain memory: shared by copies */
 	int rec_blk; /* recording region persisted like a block device (tests) */
 };
 
+/* Tests: a region of plain memory that fails its writes (pm_write writes
+ * nothing, pm_persist reports the error) with this -errno; 0: works. */
+struct pm_faults {
+	int fail_write;
+};
+
+/*
+ * Map the region at path: a block device, or a file, created (create != 0)
+ * at len bytes if it does not exist.  Nothing is ever created on the file
+ * system /dev is on (devtmpfs: RAM): a path there that does not exist, or is
+ * not a device, is a device that is not there, -ENODEV.
+ */
 int pm_map(const char *path, size_t len, int create, struct pm_region *out);
 int pm_mem_create(size_t len, struct pm_region *out);
 /* Make sure the first len bytes are there (a block device is read on demand). */
 int pm_load(struct pm_region *r, size_t len);
 int pm_persist(const struct pm_region *r, const void *addr, size_t len);
+/* Copy len bytes to offset off of the region and make them durable. */
+int pm_write(const struct pm_region *r, size_t off, const void *src,
+	     size_t len);
 void pm_unmap(struct pm_region *r);
 
 /*

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <libpmem.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -80,19 +81,52 @@ int pm_load(struct pm_region *r, size_t len)
 	return 0;
 }
 
+/*
+ * 1 if path, or else the nearest directory above it that exists, is on the
+ * file system /dev is on (devtmpfs, or a container's tmpfs): a file there
+ * lives in RAM, and a name there that is not a device is a device gone.
+ */
+static int on_dev_fs(const char *path)
+{
+	struct stat dev, st;
+	char p[PATH_MAX];
+
+	if (stat("/dev", &dev) || strlen(path) >= sizeof(p) - 1)
+		return 0;
+	strcpy(p, path);
+	while (stat(p, &st)) {
+		char *slash = strrchr(p, '/');
+
+		if (!strcmp(p, ".") || !strcmp(p, "/"))
+			return 0;
+		if (!slash)
+			strcpy(p, ".");
+		else if (slash == p)
+			slash[1] = '\0';
+		else
+			*slash = '\0';
+	}
+	return st.st_dev == dev.st_dev;
+}
+
 int pm_map(const char *path, size_t len, int create, struct pm_region *out)
 {
 	struct stat st;
 	size_t mapped;
 	void *addr;
+	int gone;
 
 	memset(out, 0, sizeof(*out));
 	out->lock_fd = -1;
-	if (!stat(path, &st) && S_ISBLK(st.st_mode))
+	gone = stat(path, &st) ? -errno : 0;
+	if (!gone && S_ISBLK(st.st_mode))
 		return pm_map_blk(path, len, create, out);
+	/* a device DAX character device is mapped like a file */
+	if ((gone || !S_ISCHR(st.st_mode)) && on_dev_fs(path))
+		return -ENODEV;
 	if (!create) {
-		if (stat(path, &st))
-			return -errno;
+		if (gone)
+			return gone;
 		if ((size_t)st.st_size < len)
 			return -ENOSPC;
 	}
@@ -129,8 +163,12 @@ int pm_mem_create(size_t len, struct pm_region *out)
 {
 	memset(out, 0, sizeof(*out));
 	out->addr = calloc(1, len);
-	if (!out->addr)
+	out->faults = calloc(1, sizeof(*out->faults));
+	if (!out->addr || !out->faults) {
+		free(out->addr);
+		free(out->faults);
 		return -ENOMEM;
+	}
 	out->len = len;
 	out->is_mem = 1;
 	out->lock_fd = -1;
@@ -295,6 +333,8 @@ int pm_persist(const struct pm_region *r, const void *addr, size_t len)
 	if (r->bdev || r->rec_blk)
 		return pm_persist_pages(r, addr, len);
 	if (r->is_mem) {
+		if (r->faults->fail_write)
+			return r->faults->fail_write;
 		if (r->rec)
 			rec_log_add(r->rec, REC_PM_PERSIST, r->rec_id,
 				    (const char *)addr - (const char *)r->addr,
@@ -306,6 +346,17 @@ int pm_persist(const struct pm_region *r, const void *addr, size_t len)
 		return 0;
 	}
 	return pmem_msync(addr, len) ? -errno : 0;
+}
+
+int pm_write(const struct pm_region *r, size_t off, const void *src,
+	     size_t len)
+{
+	if (off > r->len || len > r->len - off)
+		return -EINVAL;
+	if (r->is_mem && r->faults->fail_write)
+		return r->faults->fail_write;
+	memcpy((char *)r->addr + off, src, len);
+	return pm_persist(r, (char *)r->addr + off, len);
 }
 
 void pm_unmap(struct pm_region *r)
@@ -323,8 +374,11 @@ void pm_unmap(struct pm_region *r)
 		r->addr = NULL;
 		return;
 	}
-	if (r->is_mem)
+	if (r->is_mem) {
 		free(r->addr);
+		free(r->faults);
+		r->faults = NULL;
+	}
 	else
 		pmem_unmap(r->addr, r->len);
 	r->addr = NULL;

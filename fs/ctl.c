@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "fs.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -21,17 +22,48 @@ static int ctl_fd = -1;
 static char ctl_path[108];
 static pthread_t ctl_thread;
 static int ctl_pipe[2] = { -1, -1 };
-/* clients run in their own threads; stop waits for them before the cache goes
+/*
+ * Clients run in their own threads, on the list while they may use the cache
+ * or their socket; stop shuts their sockets down (an idle or stuck client
+ * then returns at once) and waits for the list to empty before the cache goes.
  */
 static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t clients_cond = PTHREAD_COND_INITIALIZER;
-static int nclients;
+static struct client *clients;
+
+/* a client has this long to send its request, and to take each answer */
+#define CLIENT_TIMEOUT_S 5
+/* accept out of descriptors: the next try after this long */
+#define ACCEPT_BACKOFF_MS 200
 
 struct client {
 	struct fs *fs;
 	int fd;
 	int owner; /* may flush and reset, not only read */
+	struct client *next;
 };
+
+static void client_add(struct client *cl)
+{
+	pthread_mutex_lock(&clients_lock);
+	cl->next = clients;
+	clients = cl;
+	pthread_mutex_unlock(&clients_lock);
+}
+
+/* Off the list: stop no longer touches cl's socket, nor waits for it. */
+static void client_remove(struct client *cl)
+{
+	struct client **p;
+
+	pthread_mutex_lock(&clients_lock);
+	for (p = &clients; *p != cl; p = &(*p)->next)
+		assert(*p);
+	*p = cl->next;
+	if (!clients)
+		pthread_cond_broadcast(&clients_cond);
+	pthread_mutex_unlock(&clients_lock);
+}
 
 static void say(int fd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -140,7 +172,9 @@ static void *client_main(void *arg)
 	int proto = 0;
 	ssize_t n;
 
-	n = recv(cl->fd, line, sizeof(line) - 1, 0);
+	do
+		n = recv(cl->fd, line, sizeof(line) - 1, 0);
+	while (n < 0 && errno == EINTR);
 	if (n > 0) {
 		line[n] = 0;
 		line[strcspn(line, "\r\n")] = 0;
@@ -182,61 +216,85 @@ static void *client_main(void *arg)
 	} else {
 		say(cl->fd, "error unknown command '%s'\n", cmd);
 	}
+	client_remove(cl);
 	close(cl->fd);
 	free(cl);
-	pthread_mutex_lock(&clients_lock);
-	if (!--nclients)
-		pthread_cond_broadcast(&clients_cond);
-	pthread_mutex_unlock(&clients_lock);
 	return NULL;
+}
+
+/* A client allowed in gets a thread; fd is then its, else closed. */
+static void client_start(struct fs *fs, int fd)
+{
+	struct timeval tv = { .tv_sec = CLIENT_TIMEOUT_S };
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	struct client *cl;
+	pthread_t t;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) ||
+	    !may_read(fd, &cred)) {
+		say(fd, "error permission denied\n");
+		goto err_close;
+	}
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
+		goto err_close;
+	cl = malloc(sizeof(*cl));
+	if (!cl)
+		goto err_close;
+	cl->fs = fs;
+	cl->fd = fd;
+	cl->owner = may_command(&cred);
+	client_add(cl);
+	if (pthread_create(&t, NULL, client_main, cl)) {
+		client_remove(cl);
+		free(cl);
+		goto err_close;
+	}
+	pthread_detach(t);
+	return;
+err_close:
+	close(fd);
+}
+
+/* Whether accept failed for want of descriptors (or memory), to be waited
+ * out, not retried at once; said once (*said), until an accept works. */
+static int accept_starved(int err, int *said)
+{
+	if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM)
+		return 0;
+	if (!*said)
+		log_msg(LOG_WARNING,
+			"control socket: cannot accept a client: %s; "
+			"retrying every %d ms",
+			strerror(err), ACCEPT_BACKOFF_MS);
+	*said = 1;
+	return 1;
 }
 
 static void *ctl_main(void *arg)
 {
 	struct fs *fs = arg;
+	int starved = 0, said = 0;
 
 	for (;;) {
-		struct pollfd p[2] = { { ctl_fd, POLLIN, 0 },
-				       { ctl_pipe[0], POLLIN, 0 } };
-		struct ucred cred;
-		socklen_t len = sizeof(cred);
-		struct client *cl;
-		pthread_t t;
+		/* the stop pipe first: when starved, only it is watched */
+		struct pollfd p[2] = { { ctl_pipe[0], POLLIN, 0 },
+				       { ctl_fd, POLLIN, 0 } };
 		int fd;
 
-		if (poll(p, 2, -1) < 0)
+		if (poll(p, starved ? 1 : 2, starved ? ACCEPT_BACKOFF_MS : -1) <
+		    0)
 			continue;
-		if (p[1].revents)
+		if (p[0].revents)
 			break;
 		fd = accept4(ctl_fd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) ||
-		    !may_read(fd, &cred)) {
-			say(fd, "error permission denied\n");
-			close(fd);
+		if (fd < 0) {
+			starved = accept_starved(errno, &said);
 			continue;
 		}
-		cl = malloc(sizeof(*cl));
-		if (!cl) {
-			close(fd);
-			continue;
-		}
-		cl->fs = fs;
-		cl->fd = fd;
-		cl->owner = may_command(&cred);
-		pthread_mutex_lock(&clients_lock);
-		nclients++;
-		pthread_mutex_unlock(&clients_lock);
-		if (pthread_create(&t, NULL, client_main, cl)) {
-			close(fd);
-			free(cl);
-			pthread_mutex_lock(&clients_lock);
-			nclients--;
-			pthread_mutex_unlock(&clients_lock);
-			continue;
-		}
-		pthread_detach(t);
+		starved = said = 0;
+		client_start(fs, fd);
 	}
 	return NULL;
 }
@@ -252,7 +310,8 @@ int fs_ctl_start(struct fs *fs, const char *mountpoint)
 	mkdir(CTL_DIR, 0755);
 	unlink(ctl_path);
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", ctl_path);
-	ctl_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	/* non-blocking: a retry after a backoff may find nobody waiting */
+	ctl_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (ctl_fd < 0)
 		return -errno;
 	if (bind(ctl_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
@@ -293,12 +352,16 @@ err_close:
 
 void fs_ctl_stop(void)
 {
+	struct client *cl;
+
 	if (ctl_fd < 0)
 		return;
 	(void)!write(ctl_pipe[1], "x", 1);
 	pthread_join(ctl_thread, NULL);
 	pthread_mutex_lock(&clients_lock);
-	while (nclients)
+	for (cl = clients; cl; cl = cl->next)
+		shutdown(cl->fd, SHUT_RDWR);
+	while (clients)
 		pthread_cond_wait(&clients_cond, &clients_lock);
 	pthread_mutex_unlock(&clients_lock);
 	close(ctl_fd);

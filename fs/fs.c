@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
+#include <syslog.h>
 #include <unistd.h>
 
 /*
@@ -243,18 +244,15 @@ static int fs_stat(struct fs *fs, int fd, struct stat *st)
 	return 0;
 }
 
-static int do_lookup(struct fs *fs, fuse_ino_t parent, const char *name,
-		     struct fuse_entry_param *e)
+/* The entry for a node the daemon holds as fd (which the inode then owns). */
+static int entry_of_fd(struct fs *fs, int fd, struct fuse_entry_param *e)
 {
-	struct fs_inode *p = inode_of(fs, parent), *in;
-	int fd, ret;
+	struct fs_inode *in;
+	int ret;
 
 	memset(e, 0, sizeof(*e));
 	e->attr_timeout = fs->timeout;
 	e->entry_timeout = fs->timeout;
-	fd = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
 	ret = fs_stat(fs, fd, &e->attr);
 	if (ret) {
 		close(fd);
@@ -265,6 +263,15 @@ static int do_lookup(struct fs *fs, fuse_ino_t parent, const char *name,
 		return -ENOMEM;
 	e->ino = in == &fs->root ? FUSE_ROOT_ID : (uintptr_t)in;
 	return 0;
+}
+
+static int do_lookup(struct fs *fs, fuse_ino_t parent, const char *name,
+		     struct fuse_entry_param *e)
+{
+	int fd = openat(inode_of(fs, parent)->fd, name,
+			O_PATH | O_NOFOLLOW | O_CLOEXEC);
+
+	return fd < 0 ? -errno : entry_of_fd(fs, fd, e);
 }
 
 static void reply_entry_or_err(fuse_req_t req, int ret,
@@ -441,48 +448,119 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	}
 }
 
-/* New names are owned by the caller; a set-group-ID directory gives its group.
+/*
+ * A new node is made by root with no set-ID or sticky bit, then given to its
+ * creator through a descriptor: its name is in a directory the creator may
+ * write, and may be swapped for a symlink to another file at any moment.
  */
-static int own_new(struct fs *fs, fuse_req_t req, int pfd, const char *name,
-		   mode_t mode)
+
+/* Open the node just made as name, not following it, and check it is the one
+ * made: the type asked for, still the daemon's, no other link. */
+static int new_node_open(int pfd, const char *name, mode_t mode,
+			 struct stat *st)
+{
+	int fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, st)) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	if ((st->st_mode & S_IFMT) != (mode & S_IFMT) ||
+	    st->st_uid != geteuid() || (!S_ISDIR(mode) && st->st_nlink != 1)) {
+		log_msg(LOG_WARNING,
+			"a new node was replaced before it was given to "
+			"its creator (uid %u); left alone",
+			(unsigned)st->st_uid);
+		close(fd);
+		return -EIO;
+	}
+	return fd;
+}
+
+/* Give the new node fd to the request's caller, with the mode asked for; a
+ * set-group-ID directory gives its group. */
+static int new_node_own(fuse_req_t req, int pfd, int fd, const struct stat *st,
+			mode_t mode)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct stat pst;
 	gid_t gid = ctx->gid;
+	char path[64];
 
 	if (!fstatat(pfd, "", &pst, AT_EMPTY_PATH) && (pst.st_mode & S_ISGID))
 		gid = (gid_t)-1;
-	if (fchownat(pfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW))
+	if (fchownat(fd, "", ctx->uid, gid, AT_EMPTY_PATH))
 		return -errno;
-	/* chown clears set-ID bits of files; put back what was asked for */
-	if ((mode & 07000) && !S_ISLNK(mode) &&
-	    fchmodat(pfd, name, mode & 07777, 0))
-		return -errno;
-	return 0;
+	if (S_ISLNK(st->st_mode) || !(mode & 07000))
+		return 0;
+	/* the mode the node was made with, plus the bits asked for; a new
+	 * directory keeps the set-group-ID bit its parent gave it */
+	mode = (st->st_mode & 0777) | (mode & 07000) |
+	       (S_ISDIR(st->st_mode) ? st->st_mode & S_ISGID : 0);
+	proc_path(fd, path, sizeof(path));
+	return chmod(path, mode) ? -errno : 0;
+}
+
+/* Remove a new node that could not be given away, if name is still it. */
+static void new_node_drop(int pfd, const char *name, const struct stat *st)
+{
+	struct stat now;
+
+	if (fstatat(pfd, name, &now, AT_SYMLINK_NOFOLLOW) ||
+	    now.st_dev != st->st_dev || now.st_ino != st->st_ino)
+		return;
+	if (unlinkat(pfd, name, S_ISDIR(st->st_mode) ? AT_REMOVEDIR : 0))
+		log_msg(LOG_ERR,
+			"a new node its creator cannot have stays root's: %s",
+			strerror(errno));
+}
+
+/* Make name as asked, without set-ID or sticky bits (added once it is the
+ * caller's). */
+static int new_node_make(int pfd, const char *name, mode_t mode, dev_t rdev,
+			 const char *link)
+{
+	int ret;
+
+	if (S_ISDIR(mode))
+		ret = mkdirat(pfd, name, mode & 0777);
+	else if (S_ISLNK(mode))
+		ret = symlinkat(link, pfd, name);
+	else
+		ret = mknodat(pfd, name, mode & ~07000, rdev);
+	return ret ? -errno : 0;
 }
 
 static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      mode_t mode, dev_t rdev, const char *link)
 {
 	struct fs *fs = fs_of(req);
-	struct fs_inode *p = inode_of(fs, parent);
+	int pfd = inode_of(fs, parent)->fd, fd, ret;
 	struct fuse_entry_param e;
-	int ret;
+	struct stat st;
 
-	if (S_ISDIR(mode))
-		ret = mkdirat(p->fd, name, mode);
-	else if (S_ISLNK(mode))
-		ret = symlinkat(link, p->fd, name);
-	else
-		ret = mknodat(p->fd, name, mode, rdev);
+	ret = new_node_make(pfd, name, mode, rdev, link);
 	if (ret) {
-		fuse_reply_err(req, errno);
+		fuse_reply_err(req, -ret);
 		return;
 	}
-	ret = own_new(fs, req, p->fd, name, S_ISLNK(mode) ? S_IFLNK : mode);
-	if (!ret)
-		ret = do_lookup(fs, parent, name, &e);
-	reply_entry_or_err(req, ret, &e);
+	fd = new_node_open(pfd, name, mode, &st);
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	ret = new_node_own(req, pfd, fd, &st, mode);
+	if (ret) {
+		new_node_drop(pfd, name, &st);
+		close(fd);
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	reply_entry_or_err(req, entry_of_fd(fs, fd, &e), &e);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -500,7 +578,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		       const char *name)
 {
-	make_node(req, parent, name, S_IFLNK, 0, link);
+	make_node(req, parent, name, S_IFLNK | 0777, 0, link);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
@@ -627,28 +705,55 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_open(req, fi);
 }
 
+/*
+ * An existing name is opened as it is; a new file is given to its caller
+ * through the descriptor that made it, then held as O_PATH like the others.
+ */
+static int create_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
+			mode_t mode, int excl, struct fuse_entry_param *e)
+{
+	struct fs *fs = fs_of(req);
+	int pfd = inode_of(fs, parent)->fd, fd, pathfd, ret;
+	char path[64];
+	struct stat st;
+
+	fd = openat(pfd, name,
+		    O_CREAT | O_EXCL | O_RDONLY | O_NOFOLLOW | O_CLOEXEC,
+		    mode & 0777);
+	if (fd < 0 && errno == EEXIST && !excl)
+		return do_lookup(fs, parent, name, e);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st)) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	ret = new_node_own(req, pfd, fd, &st, S_IFREG | mode);
+	if (ret)
+		goto err_drop;
+	proc_path(fd, path, sizeof(path));
+	pathfd = open(path, O_PATH | O_CLOEXEC);
+	if (pathfd < 0) {
+		ret = -errno;
+		goto err_drop;
+	}
+	close(fd);
+	return entry_of_fd(fs, pathfd, e);
+err_drop:
+	new_node_drop(pfd, name, &st);
+	close(fd);
+	return ret;
+}
+
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      mode_t mode, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
-	struct fs_inode *p = inode_of(fs, parent);
 	struct fuse_entry_param e;
-	int fd, ret, created = 1;
+	int ret;
 
-	fd = openat(p->fd, name,
-		    O_CREAT | O_EXCL | O_RDONLY | O_NOFOLLOW | O_CLOEXEC, mode);
-	if (fd < 0 && errno == EEXIST && !(fi->flags & O_EXCL)) {
-		created = 0;
-		fd = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-	}
-	if (fd < 0) {
-		fuse_reply_err(req, errno);
-		return;
-	}
-	close(fd);
-	ret = created ? own_new(fs, req, p->fd, name, mode) : 0;
-	if (!ret)
-		ret = do_lookup(fs, parent, name, &e);
+	ret = create_entry(req, parent, name, mode, fi->flags & O_EXCL, &e);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;

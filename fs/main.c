@@ -217,6 +217,27 @@ static void raise_fd_limit(void)
 	setrlimit(RLIMIT_NOFILE, &rl);
 }
 
+/*
+ * The mount's own options.  The backing path goes into fsname escaped as
+ * libfuse's option parser reads it (a backslash before each comma and
+ * backslash), so that a path with a comma cannot add options of its own.
+ */
+static int add_mount_opts(struct fuse_args *args, const char *backing)
+{
+	char *fsname = NULL, *opts = NULL;
+	int ret = -ENOMEM;
+
+	if (asprintf(&fsname, "fsname=nvcachefs:%s", backing) < 0)
+		return -ENOMEM;
+	if (!fuse_opt_add_opt_escaped(&opts, fsname) &&
+	    !fuse_opt_add_opt(&opts, "subtype=nvcachefs,default_permissions") &&
+	    !fuse_opt_add_arg(args, "-o") && !fuse_opt_add_arg(args, opts))
+		ret = 0;
+	free(opts);
+	free(fsname);
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -229,7 +250,7 @@ int main(int argc, char **argv)
 	struct fuse_session *se;
 	struct fuse_loop_config *lc;
 	struct fs fs;
-	char err[CFG_ERRLEN], mnt[PATH_MAX], fsname[PATH_MAX + 32];
+	char err[CFG_ERRLEN], mnt[PATH_MAX];
 	const char *config = NULL, *mountpoint;
 	char **ov = calloc(argc, sizeof(char *));
 	int nov = 0, foreground = 0, debug = 0, opt, ret, flush;
@@ -328,10 +349,10 @@ int main(int argc, char **argv)
 	if (ret)
 		die("%s", err);
 
-	snprintf(fsname, sizeof(fsname),
-		 "-ofsname=nvcachefs:%s,subtype=nvcachefs,default_permissions",
-		 cfg.backing_path);
-	fuse_opt_add_arg(&args, fsname);
+	if (add_mount_opts(&args, cfg.backing_path)) {
+		cache_close(fs.cache, 0);
+		die("out of memory");
+	}
 	if (debug)
 		fuse_opt_add_arg(&args, "-d");
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);

@@ -118,6 +118,32 @@ static void text_latency(FILE *out, const struct stat_snap *s)
 		}
 }
 
+/* A mirror's state: its name, and what the text output says of it. */
+static const char *mirror_state_name(int st)
+{
+	return st >= 0 && st < STAT_MIRROR_NSTATES ? stat_mirror_state_name[st]
+						   : "unknown";
+}
+
+static const char *mirror_text(int st)
+{
+	static const char *const text[STAT_MIRROR_NSTATES] = {
+		[STAT_MIRROR_REBUILT] = "rebuilt at mount (it was lost or "
+					"damaged)",
+		[STAT_MIRROR_MISSING] = "MISSING: the device is not there; "
+					"the metadata is on the other mirror "
+					"alone",
+		[STAT_MIRROR_FAILED] = "FAILED: a write failed while mounted; "
+				       "the metadata is on the other mirror "
+				       "alone until the next mount rebuilds "
+				       "it",
+	};
+
+	return st >= 0 && st < STAT_MIRROR_NSTATES && text[st]
+		       ? text[st]
+		       : mirror_state_name(st);
+}
+
 void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 {
 	uint64_t cap = STAT_GAUGE(s, capacity_bytes);
@@ -225,9 +251,7 @@ void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 	}
 	for (d = 0; d < 2; d++)
 		fprintf(out, "mirror %d   %s  %s\n", d, s->mirror_path[d],
-			s->mirror_rebuilt[d] ? "rebuilt at mount (it was lost "
-					       "or damaged)"
-					     : "ok");
+			mirror_text(s->mirror_state[d]));
 }
 
 /* ------------------------------------------------------------- interval */
@@ -423,9 +447,8 @@ static struct json_object *json_snap(const struct stat_snap *s, int gauges)
 				json_object_new_string(s->mirror_path[d]));
 			json_object_object_add(
 				y, "state",
-				json_object_new_string(s->mirror_rebuilt[d]
-							       ? "rebuilt"
-							       : "ok"));
+				json_object_new_string(
+					mirror_state_name(s->mirror_state[d])));
 			json_object_array_add(x, y);
 		}
 		json_object_object_add(o, "mirrors", x);
@@ -612,6 +635,18 @@ void show_prometheus(FILE *out, const char *mnt, const struct stat_snap *s)
 			"nvcachefs_mirror_rebuilt{mountpoint=\"%s\",mirror=\"%"
 			"d\","
 			"path=\"%s\"} %d\n",
-			m, d, p, s->mirror_rebuilt[d]);
+			m, d, p, s->mirror_state[d] == STAT_MIRROR_REBUILT);
+	}
+	prom_head(out, "mirror_state", "gauge",
+		  "the metadata mirror's state: 1 for the state it is in, 0 "
+		  "for the others");
+	for (d = 0; d < 2; d++) {
+		prom_escape(s->mirror_path[d], p, sizeof(p));
+		for (i = 0; i < STAT_MIRROR_NSTATES; i++)
+			fprintf(out,
+				"nvcachefs_mirror_state{mountpoint=\"%s\","
+				"mirror=\"%d\",path=\"%s\",state=\"%s\"} %d\n",
+				m, d, p, stat_mirror_state_name[i],
+				s->mirror_state[d] == i);
 	}
 }

@@ -140,7 +140,7 @@ static void test_wire_format_round_trip_and_diff(void)
 	STAT_DEV_GAUGE(&a, 1, failed) = 1;
 	lat_record(&a.dev[1].lat[STAT_DL_flush], 5000000);
 	strcpy(a.mirror_path[1], "/pmem/m1");
-	a.mirror_rebuilt[1] = 1;
+	a.mirror_state[1] = STAT_MIRROR_REBUILT;
 
 	f = open_memstream(&buf, &len);
 	CHECK_EQ(stat_write(f, &a), 0);

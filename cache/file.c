@@ -1,0 +1,570 @@
+/* cache: file objects — lookup by inode, persistent records, descriptors of
+ * idle files. */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+/* ---------------------------------------------------------------- files */
+
+static uint64_t file_key(dev_t dev, ino_t ino)
+{
+	uint64_t k[2] = { dev, ino };
+
+	return XXH3_64bits(k, sizeof(k));
+}
+
+/*
+ * The file object of (dev, ino).  One whose backing file lost its last link
+ * stays hashed while references to it remain (an open file still reads,
+ * writes and shows its size), but an open by name never finds it again: a
+ * new file may get the same inode number, and must get a new object
+ * (live_only).  Otherwise a live object is preferred.
+ */
+static struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino,
+			       int live_only)
+{
+	struct cfile *f, *dead = NULL;
+
+	for (f = c->fhash[file_key(dev, ino) & c->fmask]; f; f = f->hnext) {
+		if (f->dev != dev || f->ino != ino)
+			continue;
+		if (!f->unlinked)
+			return f;
+		dead = dead ? dead : f;
+	}
+	return live_only ? NULL : dead;
+}
+
+void file_hash_add(struct cache *c, struct cfile *f)
+{
+	struct cfile **b = &c->fhash[file_key(f->dev, f->ino) & c->fmask];
+
+	f->hnext = *b;
+	*b = f;
+}
+
+static void file_hash_del(struct cache *c, struct cfile *f)
+{
+	struct cfile **p = &c->fhash[file_key(f->dev, f->ino) & c->fmask];
+
+	while (*p && *p != f)
+		p = &(*p)->hnext;
+	if (*p)
+		*p = f->hnext;
+}
+
+struct cfile *file_new(void)
+{
+	struct cfile *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	f->fd = -1;
+	list_init(&f->slots);
+	list_init(&f->dlink);
+	pthread_rwlock_init(&f->rw, NULL);
+	pthread_mutex_init(&f->rec_lock, NULL);
+	return f;
+}
+
+static void file_free(struct cfile *f)
+{
+	if (f->fd >= 0)
+		close(f->fd);
+	pthread_rwlock_destroy(&f->rw);
+	pthread_mutex_destroy(&f->rec_lock);
+	free(f);
+}
+
+static void file_fill_record(struct cfile *f, struct meta_file *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->flags = MF_USED | (f->bk_busy ? MF_BK_BUSY : 0);
+	r->ino = f->ino;
+	r->size = f->size;
+	r->bk_size = f->bsize;
+	r->bk_mtime_ns = f->bk_mtime_ns;
+	r->handle_bytes = f->hbytes;
+	r->handle_type = f->htype;
+	memcpy(r->handle, f->handle, f->hbytes);
+}
+
+/*
+ * Say on the media, before the cache changes the backing file, that it is
+ * doing so (busy), and after the change is durable and noted, that it is
+ * done: a crash in between leaves a backing mtime that the cache itself
+ * moved, which recovery must not take for a change behind its back.
+ */
+int file_bk_busy(struct cache *c, struct cfile *f, int busy)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&f->rec_lock);
+	if (f->bk_busy != busy) {
+		f->bk_busy = busy;
+		ret = f->rec ? file_persist_record(c, f) : 0;
+	}
+	pthread_mutex_unlock(&f->rec_lock);
+	return ret;
+}
+
+/* Persist the file's record; the caller holds f->rec_lock. */
+int file_persist_record(struct cache *c, struct cfile *f)
+{
+	struct meta_file r;
+
+	pthread_mutex_lock(&c->lock);
+	file_fill_record(f, &r);
+	pthread_mutex_unlock(&c->lock);
+	return meta_put_file(&c->meta, f->rec - 1, &r);
+}
+
+/*
+ * The daemon itself changed the backing file (truncate, fallocate): note its
+ * new size and mtime, so that recovery does not take our own change for one
+ * made behind the cache's back.
+ */
+int file_note_backing_stat(struct cache *c, struct cfile *f)
+{
+	struct stat st;
+
+	if (fstat(f->fd, &st))
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	f->bsize = st.st_size;
+	f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+int file_note_backing(struct cache *c, struct cfile *f)
+{
+	int ret = file_note_backing_stat(c, f);
+
+	if (ret)
+		return ret;
+	if (f->rec) {
+		pthread_mutex_lock(&f->rec_lock);
+		ret = file_persist_record(c, f);
+		pthread_mutex_unlock(&f->rec_lock);
+	}
+	return ret;
+}
+
+/* Drop every slot of a file whose data is no longer wanted.  c->lock held. */
+static void file_drop_slots_locked(struct cache *c, struct cfile *f)
+{
+	while (!list_empty(&f->slots)) {
+		struct cslot *s =
+			list_entry(f->slots.next, struct cslot, flink);
+
+		slot_drop_locked(c, s);
+	}
+}
+
+/* Drop a reference; forget the file when nobody uses it and it has no data. */
+void file_put_locked(struct cache *c, struct cfile *f)
+{
+	if (--f->refs)
+		return;
+	/* a closed file's clean slots, and so its record, can be taken */
+	space_freed_locked(c);
+	if (f->unlinked)
+		file_drop_slots_locked(c, f);
+	if (f->nslots)
+		return;
+	if (f->rec) {
+		struct meta_file r;
+
+		memset(&r, 0, sizeof(r));
+		c->recs[f->rec - 1] = NULL;
+		/* a record the media may still hold is not handed out again */
+		if (meta_put_file(&c->meta, f->rec - 1, &r))
+			log_msg(LOG_ERR, "cannot persist a freed file record");
+		else
+			c->free_recs[c->nfree_recs++] = f->rec - 1;
+		f->rec = 0;
+	}
+	file_hash_del(c, f);
+	file_free(f);
+}
+
+static int file_reopen(struct cache *c, struct cfile *f, int fd);
+
+struct handle {
+	struct file_handle fh;
+	uint8_t buf[META_HANDLE_MAX];
+};
+
+static int same_handle(const struct cfile *f, const struct handle *h)
+{
+	return f->hbytes == h->fh.handle_bytes &&
+	       f->htype == h->fh.handle_type &&
+	       !memcmp(f->handle, h->fh.f_handle, f->hbytes);
+}
+
+/*
+ * A file that could not be opened at mount got a descriptor: check its
+ * backing file now, as recovery would have, before anything is served.
+ */
+void file_late_check(struct cache *c, struct cfile *f)
+{
+	pthread_rwlock_wrlock(&f->rw);
+	if (f->bk_missing && f->fd >= 0) {
+		file_check_backing(c, f);
+		__atomic_store_n(&f->bk_missing, 0, __ATOMIC_RELEASE);
+		log_msg(LOG_NOTICE,
+			"backing file (inode %llu) opened at last; its cached "
+			"data is served and destaged again",
+			(unsigned long long)f->ino);
+	}
+	pthread_rwlock_unlock(&f->rw);
+}
+
+/*
+ * The known object of (dev, ino), if it is the same file (the handle carries
+ * the inode's generation).  Another file with a recycled inode number means
+ * the old one is gone: its object is forgotten.  c->lock held.
+ */
+static struct cfile *file_lookup_locked(struct cache *c, const struct stat *st,
+					const struct handle *h)
+{
+	struct cfile *f = file_find(c, st->st_dev, st->st_ino, 1);
+
+	if (f && !same_handle(f, h)) {
+		log_msg(LOG_WARNING,
+			"backing inode %llu is another file now; the cached "
+			"data of the old one is dropped",
+			(unsigned long long)st->st_ino);
+		f->unlinked = 1;
+		f->refs++;
+		file_put_locked(c, f);
+		f = NULL;
+	}
+	if (f)
+		f->refs++;
+	return f;
+}
+
+int cache_file_get(struct cache *c, int fd, struct cfile **out)
+{
+	struct handle h;
+	struct cfile *f, *other;
+	struct stat st;
+	char path[64];
+	int mnt, ret;
+
+	if (fstat(fd, &st))
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	h.fh.handle_bytes = META_HANDLE_MAX;
+	if (name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH)) {
+		ret = errno == EOVERFLOW ? -ENOTSUP : -errno;
+		log_msg(LOG_ERR,
+			"backing file system cannot give file handles (%s): it "
+			"cannot be cached",
+			strerror(-ret));
+		return ret;
+	}
+	pthread_mutex_lock(&c->lock);
+	f = file_lookup_locked(c, &st, &h);
+	pthread_mutex_unlock(&c->lock);
+	if (f)
+		goto found;
+
+	f = file_new();
+	if (!f)
+		return -ENOMEM;
+	f->dev = st.st_dev;
+	f->ino = st.st_ino;
+	f->size = f->bsize = st.st_size;
+	f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	f->refs = 1;
+	f->bk_wgen = 1; /* its existence: not known to be durable yet */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	f->fd = open(path, O_RDWR | O_CLOEXEC);
+	if (f->fd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM ||
+			  errno == ETXTBSY)) {
+		f->fd = open(path, O_RDONLY | O_CLOEXEC);
+		f->ro = 1;
+	}
+	if (f->fd < 0) {
+		ret = -errno;
+		goto err_free;
+	}
+	f->hbytes = h.fh.handle_bytes;
+	f->htype = h.fh.handle_type;
+	memcpy(f->handle, h.fh.f_handle, f->hbytes);
+
+	pthread_mutex_lock(&c->lock);
+	other = file_lookup_locked(c, &st, &h);
+	if (other) {
+		/* another open made it meanwhile */
+		pthread_mutex_unlock(&c->lock);
+		file_free(f);
+		f = other;
+		goto found;
+	}
+	file_hash_add(c, f);
+	pthread_mutex_unlock(&c->lock);
+	*out = f;
+	return 0;
+found:
+	if (f->fd < 0) {
+		ret = file_reopen(c, f, fd);
+		if (ret) {
+			cache_file_put(c, f);
+			return ret;
+		}
+	}
+	if (__atomic_load_n(&f->bk_missing, __ATOMIC_ACQUIRE))
+		file_late_check(c, f);
+	*out = f;
+	return 0;
+err_free:
+	file_free(f);
+	return ret;
+}
+
+/*
+ * A file nobody has open keeps its cached blocks but not its backing
+ * descriptor: a cache of many small files would otherwise hold one descriptor
+ * per file and run the daemon out of them.  The backing file's look (size,
+ * mtime) is recorded first, for the check at the next mount; the descriptor
+ * comes back with the next open, or by the file's handle for destage.
+ */
+static int file_idle(const struct cfile *f)
+{
+	return f->refs == 1 && !f->destaging && !f->unlinked && f->fd >= 0 &&
+	       f->nslots;
+}
+
+/*
+ * With c->lock held and one reference on f (about to be put): if f is idle,
+ * record its backing file's look and take its descriptor away; c->lock is
+ * dropped meanwhile.  Returns the descriptor to close, or -1.
+ */
+int file_idle_fd_locked(struct cache *c, struct cfile *f)
+{
+	int ok, fd = -1;
+
+	if (!file_idle(f))
+		return -1;
+	pthread_mutex_unlock(&c->lock);
+	ok = !file_note_backing(c, f);
+	pthread_mutex_lock(&c->lock);
+	if (ok && file_idle(f)) {
+		fd = f->fd;
+		f->fd = -1;
+	}
+	return fd;
+}
+
+void cache_file_put(struct cache *c, struct cfile *f)
+{
+	int fd;
+
+	pthread_mutex_lock(&c->lock);
+	fd = file_idle_fd_locked(c, f);
+	file_put_locked(c, f);
+	pthread_mutex_unlock(&c->lock);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* A descriptor for the destage of a file nobody has open (f referenced). */
+int file_reopen_by_handle(struct cache *c, struct cfile *f)
+{
+	struct {
+		struct file_handle fh;
+		uint8_t buf[META_HANDLE_MAX];
+	} h;
+	int fd;
+
+	h.fh.handle_bytes = f->hbytes;
+	h.fh.handle_type = f->htype;
+	memcpy(h.fh.f_handle, f->handle, f->hbytes);
+	fd = open_by_handle_at(c->backing_fd, &h.fh, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	if (f->fd < 0) {
+		f->fd = fd;
+		fd = -1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (fd >= 0)
+		close(fd);
+	return 0;
+}
+
+/* Give a file found without a descriptor one again, from the caller's fd. */
+static int file_reopen(struct cache *c, struct cfile *f, int fd)
+{
+	char path[64];
+	int nfd, ro = 0;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	nfd = open(path, O_RDWR | O_CLOEXEC);
+	if (nfd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM ||
+			errno == ETXTBSY)) {
+		nfd = open(path, O_RDONLY | O_CLOEXEC);
+		ro = 1;
+	}
+	if (nfd < 0)
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	if (f->fd < 0) {
+		f->fd = nfd;
+		f->ro = ro;
+		nfd = -1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (nfd >= 0)
+		close(nfd);
+	return 0;
+}
+
+int cache_file_readonly(const struct cfile *f)
+{
+	return f->ro;
+}
+
+int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
+		    struct timespec *mtime)
+{
+	struct cfile *f;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&c->lock);
+	f = file_find(c, dev, ino, 0);
+	if (f) {
+		*size = f->size;
+		if (mtime && f->mtime_set)
+			*mtime = f->mtime;
+		else if (mtime)
+			mtime->tv_nsec = UTIME_OMIT;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino)
+{
+	struct cfile *f;
+
+	pthread_mutex_lock(&c->lock);
+	f = file_find(c, dev, ino, 0);
+	if (f)
+		f->mtime_set = 0;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* The backing file of f has no link left (checked by its handle). */
+static int file_gone(struct cache *c, struct cfile *f)
+{
+	struct {
+		struct file_handle fh;
+		uint8_t buf[META_HANDLE_MAX];
+	} h;
+	struct stat st;
+	int fd, gone;
+
+	h.fh.handle_bytes = f->hbytes;
+	h.fh.handle_type = f->htype;
+	memcpy(h.fh.f_handle, f->handle, f->hbytes);
+	fd = open_by_handle_at(c->backing_fd, &h.fh, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ESTALE || errno == ENOENT;
+	gone = !fstat(fd, &st) && st.st_nlink == 0;
+	close(fd);
+	return gone;
+}
+
+void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino)
+{
+	struct cfile *f;
+	struct stat st;
+
+	pthread_mutex_lock(&c->lock);
+	f = file_find(c, dev, ino, 1);
+	if (f && f->fd < 0 && !f->unlinked && file_gone(c, f)) {
+		/* an idle file: its handle tells whether it still exists */
+		f->unlinked = 1;
+		f->refs++;
+		file_put_locked(c, f);
+	} else if (f && f->fd >= 0 && !fstat(f->fd, &st) && st.st_nlink == 0) {
+		f->unlinked = 1;
+		f->refs++;
+		file_put_locked(c, f);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Give the file a persistent record before any slot entry names it; -ENOSPC
+ * when none can be had now (the caller does without the cache). */
+int file_ensure_record(struct cache *c, struct cfile *f)
+{
+	int ret = 0;
+
+	if (__atomic_load_n(&f->rec, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_mutex_lock(&f->rec_lock);
+	if (f->rec)
+		goto out_unlock;
+	pthread_mutex_lock(&c->lock);
+	while (!c->nfree_recs) {
+		/* evict clean data of files nobody has open */
+		struct list *l;
+		int freed = 0;
+
+		for (l = c->lru.next; l != &c->lru;) {
+			struct cslot *s = list_entry(l, struct cslot, link);
+			struct cfile *o = c->recs[s->file - 1];
+
+			l = l->next;
+			if (s->pins || o->refs)
+				continue;
+			o->refs++;
+			slot_drop_locked(c, s);
+			CNT_ADD(c, evictions, 1);
+			file_put_locked(c, o);
+			if (c->nfree_recs) {
+				freed = 1;
+				break;
+			}
+		}
+		if (freed)
+			break;
+		/*
+		 * Every record is held by a file that is open, or that has
+		 * dirty data.  Waiting could deadlock: only a release frees
+		 * the former, and it needs a FUSE thread, all of which may be
+		 * waiting here.  The caller goes around the cache instead;
+		 * the destager is told, so that closed files' records free up.
+		 */
+		ret = c->stopping || !meta_writable(&c->meta) ? -EIO : -ENOSPC;
+		pthread_cond_broadcast(&c->destage_cond);
+		pthread_mutex_unlock(&c->lock);
+		goto out_unlock;
+	}
+	f->rec = c->free_recs[--c->nfree_recs] + 1;
+	c->recs[f->rec - 1] = f;
+	pthread_mutex_unlock(&c->lock);
+	ret = file_persist_record(c, f);
+out_unlock:
+	pthread_mutex_unlock(&f->rec_lock);
+	return ret;
+}
+

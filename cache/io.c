@@ -1,0 +1,502 @@
+/* cache: backing-file I/O, device errors, and the read path (hits, misses,
+ * fills). */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+/* ------------------------------------------------------------ I/O bufs */
+
+/* Each thread's I/O buffer: made on first use, freed when the thread ends. */
+static __thread void *tl_buf;
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+
+static void buf_key_init(void)
+{
+	pthread_key_create(&buf_key, free);
+}
+
+void *io_buf(void)
+{
+	if (!tl_buf) {
+		pthread_once(&buf_once, buf_key_init);
+		tl_buf = dev_alloc_buf(IO_BUF_BYTES);
+		if (tl_buf)
+			pthread_setspecific(buf_key, tl_buf);
+	}
+	return tl_buf;
+}
+
+/* Read [off, off+len) of the backing file, zeros past its end. */
+int backing_read(struct cache *c, struct cfile *f, void *buf, size_t len,
+			uint64_t off)
+{
+	uint64_t t0 = stat_clock(&c->stats);
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(f->fd, (char *)buf + done, len - done,
+				  off + done);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0) {
+			memset((char *)buf + done, 0, len - done);
+			break;
+		}
+		done += n;
+	}
+	CNT_ADD(c, backing_read_bytes, done);
+	stat_lat_since(&c->stats, STAT_L_backing_read, t0);
+	return 0;
+}
+
+int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
+		  uint64_t off)
+{
+	uint64_t t0 = stat_clock(&c->stats);
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(f->fd, (const char *)buf + done, len - done,
+				   off + done);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		BK_HOOK(c, write, f->ino, (const char *)buf + done, n,
+			off + done);
+		done += n;
+	}
+	CNT_ADD(c, backing_write_bytes, len);
+	stat_lat_since(&c->stats, STAT_L_backing_write, t0);
+	return 0;
+}
+
+/* fsync (data_only: fdatasync) a backing file; 0 or -1 with errno set. */
+int backing_sync(struct cache *c, struct cfile *f, int data_only)
+{
+	uint64_t t0 = stat_clock(&c->stats);
+	int ret = data_only ? fdatasync(f->fd) : fsync(f->fd);
+
+	if (!ret)
+		stat_lat_since(&c->stats, STAT_L_backing_fsync, t0);
+	return ret;
+}
+
+void cache_dev_written(struct cache *c, int d)
+{
+	__atomic_add_fetch(&c->dsync[d].written, 1, __ATOMIC_RELEASE);
+}
+
+int cache_dev_sync(struct cache *c, int d)
+{
+	struct dev_sync *ds = &c->dsync[d];
+	uint64_t want = __atomic_load_n(&ds->written, __ATOMIC_ACQUIRE), start;
+	int ret = 0;
+
+	if (__atomic_load_n(&ds->flushed, __ATOMIC_ACQUIRE) >= want)
+		return 0;
+	pthread_mutex_lock(&ds->lock);
+	if (ds->flushed < want) {
+		/* the sample is taken before the flush starts */
+		start = __atomic_load_n(&ds->written, __ATOMIC_ACQUIRE);
+		ret = dev_flush(c->devs[d]);
+		if (!ret) {
+			assert(start >= ds->flushed);
+			__atomic_store_n(&ds->flushed, start, __ATOMIC_RELEASE);
+		}
+	}
+	pthread_mutex_unlock(&ds->lock);
+	return ret;
+}
+
+void file_bk_changed(struct cfile *f)
+{
+	__atomic_add_fetch(&f->bk_wgen, 1, __ATOMIC_RELEASE);
+}
+
+void file_bk_synced(struct cfile *f, uint64_t gen)
+{
+	uint64_t cur = __atomic_load_n(&f->bk_synced, __ATOMIC_ACQUIRE);
+
+	while (cur < gen && !__atomic_compare_exchange_n(&f->bk_synced, &cur,
+							 gen, 0,
+							 __ATOMIC_ACQ_REL,
+							 __ATOMIC_ACQUIRE))
+		;
+}
+
+int file_bk_sync(struct cache *c, struct cfile *f)
+{
+	uint64_t start = __atomic_load_n(&f->bk_wgen, __ATOMIC_ACQUIRE);
+
+	if (__atomic_load_n(&f->bk_synced, __ATOMIC_ACQUIRE) >= start)
+		return 0;
+	if (backing_sync(c, f, 0))
+		return -errno;
+	BK_HOOK(c, sync, f->ino);
+	file_bk_synced(f, start);
+	return 0;
+}
+
+static const char *dev_op_name(enum dev_op op)
+{
+	return op == DEV_READ ? "read" : op == DEV_WRITE ? "write" : "flush";
+}
+
+void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
+{
+	unsigned i;
+	int d;
+
+	for (i = 0; i < n; i++) {
+		if (!ios[i].res)
+			continue;
+		for (d = 0; d < c->ndevs; d++) {
+			if (c->devs[d] != ios[i].dev)
+				continue;
+			if (!__atomic_exchange_n(&c->dev_failed[d], 1,
+						 __ATOMIC_ACQ_REL))
+				log_msg(LOG_CRIT,
+					"cache device %s failed (%s at offset "
+					"%llu: %s): no new data goes to it; "
+					"its "
+					"clean data is read from the backing "
+					"store, its dirty data cannot be "
+					"served",
+					dev_path(ios[i].dev),
+					dev_op_name(ios[i].op),
+					(unsigned long long)ios[i].off,
+					strerror(-ios[i].res));
+		}
+		log_msg(LOG_ERR, "%s: %s at offset %llu: %s",
+			dev_path(ios[i].dev),
+			dev_op_name(ios[i].op),
+			(unsigned long long)ios[i].off, strerror(-ios[i].res));
+	}
+}
+
+/* ----------------------------------------------------------------- read */
+
+
+void cache_touch(struct cache *c)
+{
+	__atomic_store_n(&c->last_io, now_ms(), __ATOMIC_RELAXED);
+}
+
+/* Keep what a read miss fetched: only pages nobody wrote meanwhile. */
+static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
+			      int nsp, char *buf, uint64_t pstart,
+			      uint64_t wgen0)
+{
+	struct dev_io io;
+	int i;
+
+	if (file_ensure_record(c, f))
+		return;
+	for (i = 0; i < nsp; i++) {
+		struct span *x = &sp[i];
+		struct cslot *s;
+		uint32_t p, run0;
+		uint64_t want[META_MAX_WORDS] = { 0 };
+		int ret = 0;
+
+		if (!x->miss)
+			continue;
+		pthread_mutex_lock(&c->lock);
+		if (f->wgen != wgen0 || c->stopping) {
+			pthread_mutex_unlock(&c->lock);
+			return;
+		}
+		s = slot_find(c, f->rec, x->blk);
+		if (s && slot_failed(c, s)) {
+			pthread_mutex_unlock(&c->lock);
+			continue;
+		}
+		if (!s)
+			s = slot_alloc_locked(c, f, x->blk);
+		if (!s) {
+			pthread_mutex_unlock(&c->lock);
+			return; /* cache full of dirty data: don't wait */
+		}
+		s->pins++;
+		pthread_mutex_unlock(&c->lock);
+
+		pthread_rwlock_wrlock(&s->rw);
+		pthread_mutex_lock(&c->lock);
+		if (f->wgen == wgen0)
+			for (p = x->p0; p < x->p1; p++)
+				if (!bm_test(x->valid, p) &&
+				    !bm_test(s->valid, p))
+					bm_set(want, p);
+		pthread_mutex_unlock(&c->lock);
+		for (p = x->p0; p < x->p1 && !ret;) {
+			if (!bm_test(want, p)) {
+				p++;
+				continue;
+			}
+			for (run0 = p; p < x->p1 && bm_test(want, p); p++)
+				;
+			io.dev = slot_dev(c, slot_idx(c, s));
+			io.op = DEV_WRITE;
+			io.off = slot_off(c, slot_idx(c, s)) + run0 * NVC_PAGE;
+			io.len = (p - run0) * NVC_PAGE;
+			io.buf = buf +
+				 (x->blk * c->bs + run0 * NVC_PAGE - pstart);
+			ret = dev_io_run(&io, 1);
+			if (ret) {
+				note_dev_error(c, &io, 1);
+				for (uint32_t q = run0; q < p; q++)
+					bm_clear(want, q);
+			} else {
+				cache_dev_written(c, slot_idx(c, s) % c->ndevs);
+				CNT_ADD(c, fill_bytes, io.len);
+			}
+		}
+		/* clean data is not persisted: a crash just forgets it */
+		pthread_mutex_lock(&c->lock);
+		if (bm_any(want)) {
+			for (p = x->p0; p < x->p1; p++)
+				if (bm_test(want, p)) {
+					bm_set(s->valid, p);
+					bm_set(s->unsynced, p);
+					pages_valid(c, s, 1);
+				}
+			slot_settle(c, s);
+		}
+		pthread_mutex_unlock(&c->lock);
+		pthread_rwlock_unlock(&s->rw);
+		pthread_mutex_lock(&c->lock);
+		slot_unpin_locked(c, f, s);
+		pthread_mutex_unlock(&c->lock);
+	}
+}
+
+/* Read [off, off+len) into buf, where buf holds the page at pbase. */
+static int read_chunk(struct cache *c, struct cfile *f, char *buf,
+		      uint64_t pbase, size_t len, uint64_t off, uint64_t wgen0,
+		      int *nmiss)
+{
+	struct span sp[SEG_MAX_BLOCKS + 2];
+	struct dev_io ios[SEG_MAX_BLOCKS * 4];
+	uint32_t io_p0[SEG_MAX_BLOCKS * 4], io_p1[SEG_MAX_BLOCKS * 4];
+	int io_span[SEG_MAX_BLOCKS * 4];
+	uint64_t pstart, pend, blk, hit = 0, miss = 0;
+	unsigned nio = 0, k;
+	int nsp = 0, i, ret = 0;
+	uint32_t p, run0;
+
+	pstart = off & ~(uint64_t)(NVC_PAGE - 1);
+	pend = (off + len + NVC_PAGE - 1) & ~(uint64_t)(NVC_PAGE - 1);
+	buf += pstart - pbase;
+
+	pthread_mutex_lock(&c->lock);
+	for (blk = pstart / c->bs; blk * c->bs < pend; blk++) {
+		struct span *x = &sp[nsp++];
+		uint64_t b0 = blk * c->bs;
+
+		memset(x, 0, sizeof(*x));
+		x->blk = blk;
+		x->p0 = pstart > b0 ? (pstart - b0) / NVC_PAGE : 0;
+		x->p1 = pend < b0 + c->bs ? (pend - b0) / NVC_PAGE : c->ppb;
+		x->s = slot_find(c, f->rec, blk);
+		if (x->s)
+			x->s->pins++;
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	for (i = 0; i < nsp; i++) {
+		struct span *x = &sp[i];
+
+		if (!x->s)
+			continue;
+		pthread_rwlock_rdlock(&x->s->rw);
+		pthread_mutex_lock(&c->lock);
+		memcpy(x->valid, x->s->valid, sizeof(x->valid));
+		if (x->s->state == SLOT_CLEAN) {
+			list_del(&x->s->link);
+			list_add_tail(&c->lru, &x->s->link);
+		}
+		pthread_mutex_unlock(&c->lock);
+		for (p = x->p0; p < x->p1;) {
+			if (!bm_test(x->valid, p)) {
+				p++;
+				continue;
+			}
+			for (run0 = p; p < x->p1 && bm_test(x->valid, p); p++)
+				;
+			ios[nio].dev = slot_dev(c, slot_idx(c, x->s));
+			ios[nio].op = DEV_READ;
+			ios[nio].off = slot_off(c, slot_idx(c, x->s)) +
+				       run0 * NVC_PAGE;
+			ios[nio].len = (p - run0) * NVC_PAGE;
+			ios[nio].buf = buf + (x->blk * c->bs + run0 * NVC_PAGE -
+					      pstart);
+			io_span[nio] = i;
+			io_p0[nio] = run0;
+			io_p1[nio] = p;
+			hit += (p - run0) * NVC_PAGE;
+			nio++;
+		}
+	}
+	if (nio && dev_io_run(ios, nio)) {
+		unsigned k;
+
+		/*
+		 * A device failed under us.  Clean pages are in the backing
+		 * file: forget them here and read them from there.  Dirty
+		 * pages exist nowhere else: the read fails.
+		 */
+		note_dev_error(c, ios, nio);
+		pthread_mutex_lock(&c->lock);
+		for (k = 0; k < nio; k++) {
+			struct span *x = &sp[io_span[k]];
+
+			if (!ios[k].res)
+				continue;
+			for (p = io_p0[k]; p < io_p1[k]; p++) {
+				if (bm_test(x->s->dirty, p)) {
+					/* only the second copy has it now */
+					if (twin_read(c, x->s,
+						      (char *)ios[k].buf +
+							      (p - io_p0[k]) *
+								      NVC_PAGE,
+						      p, p + 1))
+						ret = -EIO;
+					continue;
+				}
+				bm_clear(x->valid, p);
+				page_forget_locked(c, x->s, p);
+				hit -= NVC_PAGE;
+			}
+		}
+		pthread_mutex_unlock(&c->lock);
+	}
+	for (k = 0; k < nio; k++)
+		if (!ios[k].res)
+			stat_dev_add(&c->stats,
+				     slot_idx(c, sp[io_span[k]].s) % c->ndevs,
+				     STAT_DC_hit_bytes, ios[k].len);
+	for (i = 0; i < nsp; i++)
+		if (sp[i].s)
+			pthread_rwlock_unlock(&sp[i].s->rw);
+	if (ret)
+		goto out_unpin;
+
+	/* misses: contiguous runs of pages not valid, from the backing file */
+	{
+		uint64_t m0 = 0, m1 = 0;
+
+		for (i = 0; i <= nsp && !ret; i++) {
+			struct span *x = i < nsp ? &sp[i] : NULL;
+
+			for (p = x ? x->p0 : 0; x && p < x->p1; p++) {
+				uint64_t at = x->blk * c->bs + p * NVC_PAGE;
+
+				if (bm_test(x->valid, p))
+					continue;
+				x->miss = 1;
+				if (m1 == at) {
+					m1 += NVC_PAGE;
+					continue;
+				}
+				if (m1 > m0)
+					ret = backing_read(c, f,
+							   buf + (m0 - pstart),
+							   m1 - m0, m0);
+				miss += m1 - m0;
+				m0 = at;
+				m1 = at + NVC_PAGE;
+			}
+			if (!x && m1 > m0) {
+				ret = backing_read(c, f, buf + (m0 - pstart),
+						   m1 - m0, m0);
+				miss += m1 - m0;
+			}
+		}
+	}
+	if (ret)
+		goto out_unpin;
+	if (hit > len)
+		hit = len;
+	CNT_ADD(c, read_hit_bytes, hit);
+	CNT_ADD(c, read_miss_bytes, len - hit);
+	*nmiss |= (hit ? 1 : 0) | (miss ? 2 : 0);
+	if (miss && !f->unlinked)
+		fill_from_backing(c, f, sp, nsp, buf, pstart, wgen0);
+out_unpin:
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < nsp; i++)
+		if (sp[i].s)
+			slot_unpin_locked(c, f, sp[i].s);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
+	       uint64_t off, char **data, size_t *n)
+{
+	uint64_t size, wgen0, pstart, cur,
+		chunk = (uint64_t)SEG_MAX_BLOCKS * c->bs;
+	int ret = 0, nmiss = 0;
+
+	CNT_ADD(c, read_ops, 1);
+	*n = 0;
+	*data = vbuf;
+	if (chunk > IO_BUF_BYTES - 2 * NVC_PAGE)
+		chunk = IO_BUF_BYTES - 2 * NVC_PAGE;
+	if (len > IO_BUF_BYTES - 2 * NVC_PAGE)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&f->rw);
+	pthread_mutex_lock(&c->lock);
+	size = f->size;
+	wgen0 = f->wgen;
+	pthread_mutex_unlock(&c->lock);
+	if (off >= size || !len)
+		goto out_unlock;
+	if (len > size - off)
+		len = size - off;
+	pstart = off & ~(uint64_t)(NVC_PAGE - 1);
+	/* chunks end on block boundaries, so the page layout of buf holds */
+	for (cur = off; cur < off + len && !ret;) {
+		uint64_t e = (cur / chunk + 1) * chunk;
+
+		if (e > off + len)
+			e = off + len;
+		ret = read_chunk(c, f, vbuf, pstart, e - cur, cur, wgen0,
+				 &nmiss);
+		cur = e;
+	}
+	if (ret)
+		goto out_unlock;
+	CNT_ADD(c, read_bytes, len);
+	if (nmiss == 1)
+		CNT_ADD(c, read_hit_ops, 1);
+	else if (nmiss == 2)
+		CNT_ADD(c, read_miss_ops, 1);
+	else
+		CNT_ADD(c, read_partial_ops, 1);
+	*data = (char *)vbuf + (off - pstart);
+	*n = len;
+out_unlock:
+	pthread_rwlock_unlock(&f->rw);
+	cache_touch(c);
+	return ret;
+}
+

@@ -1,0 +1,369 @@
+/* cache: the block map — slot lookup, the dirty-block lifecycle, allocation
+ * and eviction. */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+/* ------------------------------------------------------------ block map */
+
+static uint64_t slot_key(uint32_t rec, uint64_t blk)
+{
+	uint64_t k[2] = { rec, blk };
+
+	return XXH3_64bits(k, sizeof(k));
+}
+
+struct cslot *slot_find(struct cache *c, uint32_t rec, uint64_t blk)
+{
+	uint32_t i;
+
+	if (!rec)
+		return NULL;
+	for (i = c->shash[slot_key(rec, blk) & c->smask]; i;
+	     i = c->slots[i - 1].hnext) {
+		struct cslot *s = &c->slots[i - 1];
+
+		if (s->file == rec && s->blk == blk)
+			return s;
+	}
+	return NULL;
+}
+
+void slot_hash_add(struct cache *c, struct cslot *s)
+{
+	uint32_t *b = &c->shash[slot_key(s->file, s->blk) & c->smask];
+
+	s->hnext = *b;
+	*b = slot_idx(c, s) + 1;
+}
+
+void slot_hash_del(struct cache *c, struct cslot *s)
+{
+	uint32_t *p = &c->shash[slot_key(s->file, s->blk) & c->smask];
+	uint32_t me = slot_idx(c, s) + 1;
+
+	while (*p && *p != me)
+		p = &c->slots[*p - 1].hnext;
+	if (*p)
+		*p = s->hnext;
+	s->hnext = 0;
+}
+
+/*
+ * The device would not flush: pages kept after a read miss and not known to
+ * be durable cannot be claimed by an entry.  They are clean (the backing file
+ * has them, even when a write has just marked them dirty as its intent), so
+ * the slot forgets them; the device is charged with the error.
+ */
+static void slot_unclaim_unsynced(struct cache *c, struct cslot *s, int err)
+{
+	struct dev_io io = { .dev = slot_dev(c, slot_idx(c, s)),
+			     .op = DEV_FLUSH,
+			     .res = err };
+	uint32_t p;
+
+	note_dev_error(c, &io, 1);
+	pthread_mutex_lock(&c->lock);
+	for (p = 0; p < c->ppb; p++) {
+		int was_dirty;
+
+		if (!bm_test(s->unsynced, p) || bm_test(s->pvalid, p) ||
+		    !bm_test(s->valid, p))
+			continue;
+		was_dirty = bm_any(s->dirty);
+		page_forget_locked(c, s, p);
+		if (was_dirty && !bm_any(s->dirty))
+			file_mark_clean(c, c->recs[s->file - 1], s);
+	}
+	slot_settle(c, s);
+	pthread_mutex_unlock(&c->lock);
+}
+
+int slot_persist(struct cache *c, struct cslot *s)
+{
+	struct meta_slot m;
+	int w, need = 0, ret;
+
+	for (w = 0; w < META_MAX_WORDS; w++)
+		need |= (s->valid[w] & ~s->pvalid[w] & s->unsynced[w]) != 0;
+	if (s->file && need) {
+		ret = cache_dev_sync(c, slot_idx(c, s) % c->ndevs);
+		if (ret)
+			slot_unclaim_unsynced(c, s, ret);
+		memset(s->unsynced, 0, sizeof(s->unsynced));
+	}
+	memset(&m, 0, sizeof(m));
+	m.file = s->file;
+	m.blk = s->blk;
+	m.flags = s->is_twin ? SLOT_F_TWIN : 0;
+	memcpy(m.valid, s->valid, sizeof(m.valid));
+	memcpy(m.dirty, s->dirty, sizeof(m.dirty));
+	ret = meta_put_slot(&c->meta, slot_idx(c, s), &m);
+	if (!ret) {
+		memcpy(s->pvalid, m.valid, sizeof(s->pvalid));
+		s->persisted = s->file != 0;
+		return 0;
+	}
+	/*
+	 * No mirror took it: the media may hold the old entry or the new one.
+	 * Claimed are only the pages both claim; and the slot counts as
+	 * mapped until an entry saying free is known to be on the media.
+	 */
+	for (w = 0; w < META_MAX_WORDS; w++)
+		s->pvalid[w] &= m.valid[w];
+	s->persisted |= s->file != 0;
+	log_msg(LOG_ERR, "cannot persist the map entry of slot %llu: %s",
+		(unsigned long long)slot_idx(c, s), strerror(-ret));
+	return ret;
+}
+
+/* The slot no longer holds page p, valid or dirty (c->lock held). */
+void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p)
+{
+	if (bm_test(s->dirty, p)) {
+		bm_clear(s->dirty, p);
+		pages_dirty(c, s, -1);
+	}
+	if (bm_test(s->valid, p)) {
+		bm_clear(s->valid, p);
+		pages_valid(c, s, -1);
+	}
+}
+
+/* Put a slot on the list its state calls for.  c->lock held. */
+void slot_settle(struct cache *c, struct cslot *s)
+{
+	if (s->state == SLOT_CLEAN)
+		list_del(&s->link);
+	if (!s->file && s->persisted) {
+		/* its entry on the media may still map it: never reused */
+		s->state = SLOT_FREE;
+		c->nlimbo++;
+	} else if (!s->file) {
+		s->state = SLOT_FREE;
+		list_add_tail(&c->free_slots, &s->link);
+		c->nfree++;
+		space_freed_locked(c);
+	} else if (bm_any(s->dirty)) {
+		s->state = SLOT_DIRTY;
+	} else if (bm_any(s->valid)) {
+		s->state = SLOT_CLEAN;
+		list_add_tail(&c->lru, &s->link);
+		if (!s->pins)
+			space_freed_locked(c);
+	} else {
+		s->state = SLOT_FRESH;
+	}
+}
+
+void file_mark_dirty(struct cache *c, struct cfile *f, struct cslot *s)
+{
+	s->dirty_since = now_ms();
+	c->ndirty_slots++;
+	if (!f->ndirty++) {
+		f->dirty_since = s->dirty_since;
+		list_add_tail(&c->dirty_files, &f->dlink);
+	}
+}
+
+void file_mark_clean(struct cache *c, struct cfile *f, struct cslot *s)
+{
+	(void)s;
+	c->ndirty_slots--;
+	if (!--f->ndirty)
+		list_del(&f->dlink);
+}
+
+/*
+ * Unmap a slot and persist it free, so that no map entry can find it after a
+ * crash before it is reused.  c->lock held, pins == 0.
+ */
+/* Free a slot's twin (c->lock held); its entry goes free on the media. */
+void twin_free_locked(struct cache *c, struct cslot *s)
+{
+	struct cslot *t;
+
+	if (!s->twin)
+		return;
+	t = &c->slots[s->twin - 1];
+	s->twin = 0;
+	t->is_twin = 0;
+	c->ntwins--;
+	t->file = 0;
+	t->blk = 0;
+	memset(t->valid, 0, sizeof(t->valid));
+	memset(t->dirty, 0, sizeof(t->dirty));
+	t->state = SLOT_FRESH;
+	if (t->persisted)
+		slot_persist(c, t);
+	slot_settle(c, t);
+}
+
+/* Persist s's twin as a copy of s's dirty pages (s->rw held for writing). */
+int twin_persist(struct cache *c, struct cslot *s)
+{
+	struct cslot *t = &c->slots[s->twin - 1];
+
+	memcpy(t->valid, s->dirty, sizeof(t->valid));
+	memcpy(t->dirty, s->dirty, sizeof(t->dirty));
+	return slot_persist(c, t);
+}
+
+void slot_drop_locked(struct cache *c, struct cslot *s)
+{
+	struct cfile *f = c->recs[s->file - 1];
+
+	twin_free_locked(c, s);
+	if (s->state == SLOT_CLEAN)
+		list_del(&s->link);
+	if (s->state == SLOT_DIRTY) {
+		file_mark_clean(c, f, s);
+		pages_dirty(c, s, -(int64_t)(bm_count(s->dirty)));
+	}
+	pages_valid(c, s, -(int64_t)(bm_count(s->valid)));
+	slot_hash_del(c, s);
+	list_del(&s->flink);
+	f->nslots--;
+	s->file = 0;
+	s->blk = 0;
+	memset(s->valid, 0, sizeof(s->valid));
+	memset(s->dirty, 0, sizeof(s->dirty));
+	s->state = SLOT_FRESH;
+	if (s->persisted)
+		slot_persist(c, s);
+	slot_settle(c, s);
+}
+
+
+/* ----------------------------------------------------------- allocation */
+
+/* A free slot on a working device other than avoid (-1: any).  c->lock held. */
+struct cslot *free_take_locked(struct cache *c, int avoid)
+{
+	struct list *l;
+
+	for (l = c->free_slots.next; l != &c->free_slots; l = l->next) {
+		struct cslot *s = list_entry(l, struct cslot, link);
+
+		if (slot_failed(c, s) ||
+		    (int)(slot_idx(c, s) % c->ndevs) == avoid)
+			continue;
+		assert(!s->persisted); /* no entry on the media maps it */
+		list_del(&s->link);
+		c->nfree--;
+		return s;
+	}
+	return NULL;
+}
+
+/*
+ * Free the least recently used clean slot that nobody pins, on a working
+ * device other than avoid (-1: any), never keep.  0 if one went free.
+ */
+int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
+{
+	struct list *l;
+
+	for (l = c->lru.next; l != &c->lru; l = l->next) {
+		struct cslot *v = list_entry(l, struct cslot, link);
+		struct cfile *o = c->recs[v->file - 1];
+
+		if (v->pins || v == keep || slot_failed(c, v) ||
+		    (int)(slot_idx(c, v) % c->ndevs) == avoid)
+			continue;
+		slot_drop_locked(c, v);
+		CNT_ADD(c, evictions, 1);
+		if (!o->refs && !o->nslots) {
+			o->refs++;
+			file_put_locked(c, o);
+		}
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+/* A slot from free_take_locked starts empty, for (rec, blk). */
+void slot_claim(struct cslot *s, uint32_t rec, uint64_t blk)
+{
+	s->file = rec;
+	s->blk = blk;
+	s->state = SLOT_FRESH;
+	s->gen++;
+	memset(s->valid, 0, sizeof(s->valid));
+	memset(s->dirty, 0, sizeof(s->dirty));
+	memset(s->unsynced, 0, sizeof(s->unsynced));
+}
+
+/* Take a free slot, or evict the least recently used clean one.  c->lock held. */
+struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
+				       uint64_t blk)
+{
+	struct cslot *s;
+
+	while (!(s = free_take_locked(c, -1)))
+		if (evict_one_locked(c, -1, NULL))
+			return NULL;
+	slot_claim(s, f->rec, blk);
+	slot_hash_add(c, s);
+	list_add_tail(&f->slots, &s->flink);
+	f->nslots++;
+	return s;
+}
+
+/*
+ * Devices that work.  With one left, dirty data has one copy: the cache runs
+ * degraded (logged when the device failed) rather than stop taking writes.
+ */
+int working_devices(struct cache *c)
+{
+	int d, n = 0;
+
+	for (d = 0; d < c->ndevs; d++)
+		n += !c->dev_failed[d];
+	return n;
+}
+
+/* A twin for s: a free slot on another working device (c->lock held). */
+struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
+{
+	int dev = slot_idx(c, s) % c->ndevs;
+	struct cslot *t;
+
+	while (!(t = free_take_locked(c, dev)))
+		if (evict_one_locked(c, dev, s))
+			return NULL;
+	slot_claim(t, s->file, s->blk);
+	t->is_twin = 1;
+	s->twin = slot_idx(c, t) + 1;
+	c->ntwins++;
+	return t;
+}
+
+/* Release a pin; a FRESH slot that got no data goes back free.  c->lock held.
+ */
+void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s)
+{
+	s->pins--;
+	if (!s->pins && s->state == SLOT_CLEAN)
+		space_freed_locked(c); /* evictable now */
+	if (!s->pins && s->state == SLOT_FRESH && s->file) {
+		slot_hash_del(c, s);
+		list_del(&s->flink);
+		f->nslots--;
+		s->file = 0;
+		if (s->persisted)
+			slot_persist(c, s);
+		slot_settle(c, s);
+	}
+}
+

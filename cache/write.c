@@ -1,0 +1,795 @@
+/* cache: the write path, truncate, fallocate and fsync. */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+/* ---------------------------------------------------------------- write */
+
+/*
+ * The old content of one page that a write covers only partly.  clean: the
+ * page was valid and clean before this write marked it dirty (its intent), so
+ * the backing file holds it too.
+ */
+static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
+			uint32_t p, char *dst, uint64_t at, int clean)
+{
+	if (bm_test(s->valid, p)) {
+		struct dev_io io = { .dev = slot_dev(c, slot_idx(c, s)),
+				     .op = DEV_READ,
+				     .buf = dst,
+				     .len = NVC_PAGE,
+				     .off = slot_off(c, slot_idx(c, s)) +
+					    p * NVC_PAGE };
+
+		if (!dev_io_run(&io, 1))
+			return 0;
+		note_dev_error(c, &io, 1);
+		if (!clean && bm_test(s->dirty, p))
+			return twin_read(c, s, dst, p, p + 1) ? -EIO : 0;
+	}
+	if (at >= f->bsize) {
+		memset(dst, 0, NVC_PAGE);
+		return 0;
+	}
+	return backing_read(c, f, dst, NVC_PAGE, at);
+}
+
+/*
+ * A new twin gets the slot's dirty pages that this write does not cover, so
+ * that it holds every dirty page before its entry says so.  A device error is
+ * charged to the device that failed.
+ */
+static int twin_seed(struct cache *c, struct cslot *s, struct cslot *t,
+		     uint32_t p0, uint32_t p1)
+{
+	struct dev_io io = { .len = NVC_PAGE };
+	uint32_t p;
+	int ret = 0;
+
+	if (bm_any(t->valid) || !bm_any(s->dirty))
+		return 0;
+	io.buf = dev_alloc_buf(NVC_PAGE);
+	if (!io.buf)
+		return -ENOMEM;
+	for (p = 0; p < c->ppb && !ret; p++) {
+		if (!bm_test(s->dirty, p) || (p >= p0 && p < p1))
+			continue;
+		io.dev = slot_dev(c, slot_idx(c, s));
+		io.op = DEV_READ;
+		io.off = slot_off(c, slot_idx(c, s)) + p * NVC_PAGE;
+		io.fua = 0;
+		ret = dev_io_run(&io, 1);
+		if (!ret) {
+			io.dev = slot_dev(c, slot_idx(c, t));
+			io.op = DEV_WRITE;
+			io.off = slot_off(c, slot_idx(c, t)) + p * NVC_PAGE;
+			io.fua = 1;
+			ret = dev_io_run(&io, 1);
+		}
+		if (ret)
+			note_dev_error(c, &io, 1);
+	}
+	free(io.buf);
+	return ret;
+}
+
+/*
+ * Read pages [p0, p1) of s from its twin into buf (s->rw held): only pages
+ * the twin is known to hold; a twin not seeded yet holds nothing.
+ */
+int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
+	      uint32_t p1)
+{
+	struct cslot *t;
+	uint32_t p;
+
+	if (!s->twin)
+		return -EIO;
+	t = &c->slots[s->twin - 1];
+	if (slot_failed(c, t))
+		return -EIO;
+	for (p = p0; p < p1; p++)
+		if (!bm_test(t->valid, p))
+			return -EIO;
+	return dev_read(slot_dev(c, slot_idx(c, t)), buf, (p1 - p0) * NVC_PAGE,
+			slot_off(c, slot_idx(c, t)) + p0 * NVC_PAGE);
+}
+
+/*
+ * A cache device failed while taking a write: the backing file takes it
+ * instead, as whole pages (buf holds them from s0 on, partial ones merged
+ * with their old bytes), and the cache forgets every page the write touched.
+ * The slots' locks are held.
+ */
+static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
+			  int nsp, const char *buf, uint64_t s0, uint64_t s1,
+			  uint64_t hi)
+{
+	uint64_t end;
+	int i, ret;
+	uint32_t p;
+
+	pthread_mutex_lock(&c->lock);
+	end = f->size > hi ? f->size : hi;
+	pthread_mutex_unlock(&c->lock);
+	if (end > s1)
+		end = s1; /* the last page, but not past the file's end */
+	ret = backing_write(c, f, buf, end - s0, s0);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < nsp; i++) {
+		struct cslot *s = sp[i].s;
+		int was_dirty = bm_any(s->dirty);
+
+		for (p = sp[i].p0; p < sp[i].p1; p++)
+			page_forget_locked(c, s, p);
+		if (was_dirty && !bm_any(s->dirty))
+			file_mark_clean(c, f, s);
+		slot_settle(c, s);
+	}
+	if (hi > f->size)
+		f->size = hi;
+	if (end > f->bsize)
+		f->bsize = end;
+	file_bk_changed(f); /* the next fsync must reach the backing file */
+	pthread_mutex_unlock(&c->lock);
+	for (i = 0; i < nsp && !ret; i++)
+		if (sp[i].s->persisted || bm_any(sp[i].s->valid))
+			ret = slot_persist(c, sp[i].s);
+	if (!ret)
+		ret = file_note_backing(c, f);
+	CNT_ADD(c, bypass_ops, 1);
+	return ret;
+}
+
+/*
+ * A clean page is overwritten in place only after its entry says dirty on the
+ * media: were the daemon killed between the device write and the entry
+ * update, a page still marked clean would hold data that the backing file
+ * does not, and the file would change when it is evicted.  Marks the intent
+ * (sp[i].valid: pages that were clean before this write) and persists it.
+ */
+static int seg_mark_intent(struct cache *c, struct cfile *f, struct span *sp,
+			   int nsp)
+{
+	int i, ret = 0;
+	uint32_t p;
+
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < nsp; i++) {
+		struct cslot *s = sp[i].s;
+		int was_dirty = bm_any(s->dirty);
+
+		s->gen++;
+		sp[i].miss = 0;
+		memset(sp[i].valid, 0, sizeof(sp[i].valid));
+		for (p = sp[i].p0; p < sp[i].p1; p++) {
+			if (!bm_test(s->valid, p) || bm_test(s->dirty, p))
+				continue;
+			bm_set(sp[i].valid, p);
+			bm_set(s->dirty, p);
+			pages_dirty(c, s, 1);
+			sp[i].miss = 1;
+		}
+		if (!was_dirty && bm_any(s->dirty)) {
+			file_mark_dirty(c, f, s);
+			slot_settle(c, s);
+		}
+	}
+	f->wgen++;
+	pthread_mutex_unlock(&c->lock);
+	for (i = 0; i < nsp && !ret; i++)
+		if (sp[i].miss)
+			ret = slot_persist(c, sp[i].s);
+	return ret;
+}
+
+/*
+ * The device writes of a segment: each block's pages, and the same pages at
+ * the same place in its twin (seeded first with the block's other dirty
+ * pages).  A write of pages the persisted entry does not claim yet is FUA.
+ */
+static int seg_prepare_ios(struct cache *c, struct span *sp, int nsp,
+			   char *buf, uint64_t s0, struct dev_io *ios,
+			   unsigned *nio)
+{
+	int i, ret = 0;
+	uint32_t p;
+
+	for (i = 0; i < nsp; i++) {
+		struct cslot *s = sp[i].s;
+
+		memset(&ios[i], 0, sizeof(ios[i]));
+		ios[i].dev = slot_dev(c, slot_idx(c, s));
+		ios[i].op = DEV_WRITE;
+		ios[i].off = slot_off(c, slot_idx(c, s)) + sp[i].p0 * NVC_PAGE;
+		ios[i].len = (sp[i].p1 - sp[i].p0) * NVC_PAGE;
+		ios[i].buf =
+			buf + (sp[i].blk * c->bs + sp[i].p0 * NVC_PAGE - s0);
+		for (p = sp[i].p0; p < sp[i].p1; p++)
+			ios[i].fua |= !bm_test(s->pvalid, p);
+	}
+	*nio = nsp;
+	for (i = 0; i < nsp && !ret; i++) {
+		struct cslot *t;
+
+		if (!sp[i].s->twin)
+			continue;
+		t = &c->slots[sp[i].s->twin - 1];
+		ret = twin_seed(c, sp[i].s, t, sp[i].p0, sp[i].p1);
+		ios[*nio] = ios[i];
+		ios[*nio].dev = slot_dev(c, slot_idx(c, t));
+		ios[*nio].off =
+			slot_off(c, slot_idx(c, t)) + sp[i].p0 * NVC_PAGE;
+		ios[*nio].fua = 1;
+		(*nio)++;
+	}
+	return ret;
+}
+
+/* The segment's pages are on the devices: valid, and dirty in writeback;
+ * in writethrough the pages clean before are clean again.  c->lock held. */
+static void seg_commit_locked(struct cache *c, struct cfile *f,
+			      struct span *sp, int nsp, struct dev_io *ios,
+			      int mode)
+{
+	int i;
+	uint32_t p;
+
+	for (i = 0; i < nsp; i++) {
+		struct cslot *s = sp[i].s;
+		int was_dirty = bm_any(s->dirty);
+
+		if (!ios[i].fua)
+			cache_dev_written(c, slot_idx(c, s) % c->ndevs);
+		for (p = sp[i].p0; p < sp[i].p1; p++) {
+			if (ios[i].fua)
+				bm_clear(s->unsynced, p);
+			if (!bm_test(s->valid, p)) {
+				bm_set(s->valid, p);
+				pages_valid(c, s, 1);
+			}
+			if (mode == MODE_WRITEBACK && !bm_test(s->dirty, p)) {
+				bm_set(s->dirty, p);
+				pages_dirty(c, s, 1);
+			}
+		}
+		if (mode != MODE_WRITEBACK && sp[i].miss) {
+			for (p = sp[i].p0; p < sp[i].p1; p++) {
+				if (!bm_test(sp[i].valid, p) ||
+				    !bm_test(s->dirty, p))
+					continue;
+				bm_clear(s->dirty, p);
+				pages_dirty(c, s, -1);
+			}
+			if (was_dirty && !bm_any(s->dirty))
+				file_mark_clean(c, f, s);
+		}
+		if (!was_dirty && bm_any(s->dirty))
+			file_mark_dirty(c, f, s);
+		slot_settle(c, s);
+	}
+	/* crossing the high watermark wakes the destager at once */
+	if (!c->draining && dirty_occupancy(c) * 100 >= c->cfg->high_wm * c->nslots)
+		pthread_cond_signal(&c->destage_cond);
+}
+
+/*
+ * Write one segment: blocks [b0, b1) of the request, their slots pinned.
+ * Data goes to the devices first; only then are the map entries that find it
+ * persisted (on both mirrors, a twin before its slot) and the write
+ * acknowledged.
+ */
+static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
+			 int nsp, const char *src, uint64_t off, uint64_t end,
+			 int mode)
+{
+	struct dev_io ios[2 * SEG_MAX_BLOCKS];
+	char *buf = io_buf();
+	uint64_t s0 = (sp[0].blk * c->bs) + sp[0].p0 * NVC_PAGE;
+	uint64_t lo = off > s0 ? off : s0;
+	uint64_t s1 = sp[nsp - 1].blk * c->bs + sp[nsp - 1].p1 * NVC_PAGE;
+	uint64_t hi = end < s1 ? end : s1;
+	int i, ret, size_changed = 0, head;
+	struct span *last = &sp[nsp - 1];
+	unsigned nio;
+
+	if (!buf)
+		return -ENOMEM;
+	for (i = 0; i < nsp; i++)
+		pthread_rwlock_wrlock(&sp[i].s->rw);
+	ret = seg_mark_intent(c, f, sp, nsp);
+	if (ret)
+		goto out_unlock;
+
+	/* partial first and last pages keep their old bytes */
+	head = lo % NVC_PAGE != 0;
+	if (head)
+		ret = page_prefill(c, f, sp[0].s, sp[0].p0, buf, s0,
+				   bm_test(sp[0].valid, sp[0].p0));
+	if (!ret && hi % NVC_PAGE && !(head && s1 - NVC_PAGE == s0))
+		ret = page_prefill(c, f, last->s, last->p1 - 1,
+				   buf + (s1 - NVC_PAGE - s0), s1 - NVC_PAGE,
+				   bm_test(last->valid, last->p1 - 1));
+	if (ret)
+		goto out_unlock;
+	memcpy(buf + (lo - s0), src + (lo - off), hi - lo);
+
+	if (mode != MODE_WRITEBACK) {
+		ret = backing_write(c, f, src + (lo - off), hi - lo, lo);
+		if (!ret)
+			ret = file_note_backing_stat(c, f);
+		if (ret)
+			goto out_unlock;
+	}
+	ret = seg_prepare_ios(c, sp, nsp, buf, s0, ios, &nio);
+	if (!ret) {
+		ret = dev_io_run(ios, nio);
+		if (ret)
+			note_dev_error(c, ios, nio);
+	}
+	if (ret) {
+		ret = write_fallback(c, f, sp, nsp, buf, s0, s1, hi);
+		goto out_unlock;
+	}
+
+	pthread_mutex_lock(&c->lock);
+	seg_commit_locked(c, f, sp, nsp, ios, mode);
+	if (hi > f->size) {
+		f->size = hi;
+		size_changed = 1;
+	}
+	if (mode != MODE_WRITEBACK)
+		size_changed = 1; /* the backing file's look, for recovery */
+	clock_gettime(CLOCK_REALTIME, &f->mtime);
+	f->mtime_set = mode == MODE_WRITEBACK;
+	pthread_mutex_unlock(&c->lock);
+
+	/* the twin first: a slot's dirty pages are always in its twin */
+	for (i = 0; i < nsp && !ret; i++) {
+		if (sp[i].s->twin)
+			ret = twin_persist(c, sp[i].s);
+		if (!ret)
+			ret = slot_persist(c, sp[i].s);
+	}
+	if (!ret && size_changed) {
+		pthread_mutex_lock(&f->rec_lock);
+		ret = f->rec ? file_persist_record(c, f) : 0;
+		pthread_mutex_unlock(&f->rec_lock);
+	}
+out_unlock:
+	for (i = nsp - 1; i >= 0; i--)
+		pthread_rwlock_unlock(&sp[i].s->rw);
+	return ret;
+}
+
+static int write_around(struct cache *c, struct cfile *f, const char *src,
+			size_t len, uint64_t off);
+
+/* A write in the given mode (the configured one, read once per request). */
+static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
+		     size_t len, uint64_t off, int mode)
+{
+	struct span sp[SEG_MAX_BLOCKS];
+	const char *src = vsrc;
+	uint64_t end = off + len, cur = off, seg_bytes;
+	int nsp, i, ret = 0;
+	int copies = mode == MODE_WRITEBACK ? (int)c->cfg->dirty_copies : 1;
+
+	if (f->ro)
+		return -EBADF;
+	if (!len)
+		return 0;
+	if (end < off || end > c->max_file_size)
+		return -EFBIG;
+	if (mode == MODE_WRITEAROUND)
+		return write_around(c, f, src, len, off);
+	ret = file_ensure_record(c, f);
+	if (ret == -ENOSPC) /* no record to be had: around the cache */
+		return write_around(c, f, src, len, off);
+	if (ret)
+		return ret;
+	pthread_rwlock_rdlock(&f->rw);
+	while (cur < end && !ret) {
+		nsp = 0;
+		seg_bytes = 0;
+		pthread_mutex_lock(&c->lock);
+		while (cur < end && nsp < SEG_MAX_BLOCKS &&
+		       seg_bytes < IO_BUF_BYTES - 2 * NVC_PAGE - c->bs) {
+			uint64_t blk = cur / c->bs, b0 = blk * c->bs;
+			uint64_t e = end < b0 + c->bs ? end : b0 + c->bs;
+			struct span *x = &sp[nsp];
+			struct cslot *s = slot_find(c, f->rec, blk);
+
+			if (s)
+				CNT_ADD(c, write_hit_ops, nsp == 0);
+			if (!s)
+				s = slot_alloc_locked(c, f, blk);
+			if (s && copies > 1 && !s->twin &&
+			    working_devices(c) > 1 && !twin_alloc_locked(c, s))
+				s = NULL; /* no room for the second copy yet */
+			if (!s) {
+				if (nsp)
+					break; /* write what we hold first */
+				/* no mirror left: no space will ever come */
+				if (c->stopping || !meta_writable(&c->meta)) {
+					ret = -EIO;
+					break;
+				}
+				c->waiting_writers++;
+				pthread_cond_broadcast(&c->destage_cond);
+				pthread_cond_wait(&c->space_cond, &c->lock);
+				c->waiting_writers--;
+				continue;
+			}
+			s->pins++;
+			x->s = s;
+			x->blk = blk;
+			x->p0 = (cur - b0) / NVC_PAGE;
+			x->p1 = (e - b0 + NVC_PAGE - 1) / NVC_PAGE;
+			seg_bytes += (x->p1 - x->p0) * NVC_PAGE;
+			nsp++;
+			cur = e;
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (nsp) {
+			uint64_t segoff =
+				sp[0].blk * c->bs + sp[0].p0 * NVC_PAGE;
+
+			if (segoff < off)
+				segoff = off;
+			ret = write_segment(c, f, sp, nsp, src + (segoff - off),
+					    segoff, cur, mode);
+			pthread_mutex_lock(&c->lock);
+			for (i = 0; i < nsp; i++)
+				slot_unpin_locked(c, f, sp[i].s);
+			pthread_mutex_unlock(&c->lock);
+		}
+	}
+	pthread_rwlock_unlock(&f->rw);
+	cache_touch(c);
+	return ret;
+}
+
+int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
+		uint64_t off)
+{
+	int ret;
+
+	CNT_ADD(c, write_ops, 1);
+	ret = write_any(c, f, vsrc, len, off,
+			__atomic_load_n(&c->cfg->mode, __ATOMIC_RELAXED));
+	if (!ret)
+		CNT_ADD(c, write_bytes, len);
+	return ret;
+}
+
+/* writearound: the backing file takes the write; cached copies are dropped. */
+static int write_around(struct cache *c, struct cfile *f, const char *src,
+			size_t len, uint64_t off)
+{
+	uint64_t end = off + len, blk;
+	int ret;
+
+	pthread_rwlock_wrlock(&f->rw);
+	pthread_mutex_lock(&c->lock);
+	for (blk = off / c->bs; blk * c->bs < end; blk++) {
+		struct cslot *s = slot_find(c, f->rec, blk);
+
+		if (s && bm_any(s->dirty)) {
+			/* dirty data from an earlier mode: keep it coherent */
+			pthread_mutex_unlock(&c->lock);
+			pthread_rwlock_unlock(&f->rw);
+			return write_any(c, f, src, len, off,
+					 MODE_WRITETHROUGH);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	ret = backing_write(c, f, src, len, off);
+	pthread_mutex_lock(&c->lock);
+	if (!ret) {
+		for (blk = off / c->bs; blk * c->bs < end; blk++) {
+			struct cslot *s = slot_find(c, f->rec, blk);
+
+			if (s && !s->pins)
+				slot_drop_locked(c, s);
+		}
+		if (end > f->size)
+			f->size = end;
+		if (end > f->bsize)
+			f->bsize = end;
+		f->wgen++;
+		file_bk_changed(f); /* only the backing file's fsync keeps it */
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!ret)
+		ret = file_note_backing(c, f);
+	pthread_rwlock_unlock(&f->rw);
+	CNT_ADD(c, bypass_ops, 1);
+	return ret;
+}
+
+/* ------------------------------------------------------------- truncate */
+
+/*
+ * Zero the bytes past size in the edge block's tail page, in the slot and in
+ * its twin, so that a later extension reads zeros there whichever copy serves
+ * it.  The page comes from the slot, or from the twin if the slot's device
+ * fails.  The writes are FUA: fsync does not know of them.  edge->rw held.
+ */
+static int edge_zero_tail(struct cache *c, struct cslot *edge, uint32_t p,
+			  uint64_t size)
+{
+	struct cslot *t = edge->twin ? &c->slots[edge->twin - 1] : NULL;
+	struct dev_io io = { .op = DEV_READ, .len = NVC_PAGE };
+	int ret;
+
+	io.buf = dev_alloc_buf(NVC_PAGE);
+	if (!io.buf)
+		return -ENOMEM;
+	io.dev = slot_dev(c, slot_idx(c, edge));
+	io.off = slot_off(c, slot_idx(c, edge)) + p * NVC_PAGE;
+	ret = dev_io_run(&io, 1);
+	if (ret) {
+		note_dev_error(c, &io, 1);
+		ret = bm_test(edge->dirty, p) ? twin_read(c, edge, io.buf, p,
+							  p + 1)
+					      : ret;
+	}
+	if (ret)
+		goto out_free;
+	memset((char *)io.buf + size % NVC_PAGE, 0, NVC_PAGE - size % NVC_PAGE);
+	io.op = DEV_WRITE;
+	io.fua = 1;
+	if (!slot_failed(c, edge)) {
+		ret = dev_io_run(&io, 1);
+		if (ret)
+			note_dev_error(c, &io, 1);
+	}
+	if (t && bm_test(t->valid, p) && !slot_failed(c, t)) {
+		io.dev = slot_dev(c, slot_idx(c, t));
+		io.off = slot_off(c, slot_idx(c, t)) + p * NVC_PAGE;
+		if (dev_io_run(&io, 1)) {
+			note_dev_error(c, &io, 1);
+			ret = -EIO;
+		}
+	}
+out_free:
+	free(io.buf);
+	return ret;
+}
+
+/*
+ * Forget everything cached past size: blocks wholly past it are dropped, the
+ * edge block loses its pages past it, and the bytes past size in the edge page
+ * are zeroed on the device, so that a later extension reads zeros there.  The
+ * caller holds f->rw for writing and has persisted the new size already.
+ */
+int file_trim(struct cache *c, struct cfile *f, uint64_t size)
+{
+	struct list *l;
+	uint64_t keep_blk = (size + c->bs - 1) / c->bs;
+	uint32_t tail_page = (size % c->bs) / NVC_PAGE;
+	struct cslot *edge = NULL;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	/* blocks wholly past the end go; the edge block is trimmed */
+	for (l = f->slots.next; l != &f->slots;) {
+		struct cslot *s = list_entry(l, struct cslot, flink);
+
+		l = l->next;
+		if (s->blk >= keep_blk && !s->pins) {
+			slot_drop_locked(c, s);
+		} else if (s->blk >= keep_blk ||
+			   (size % c->bs && s->blk == keep_blk - 1)) {
+			edge = s->blk == keep_blk - 1 ? s : edge;
+			s->pins++;
+			if (s->blk >= keep_blk) {
+				/* pinned by a fill: clear it in place */
+				pages_valid(c, s,
+					    -(int64_t)(bm_count(s->valid)));
+				pages_dirty(c, s,
+					    -(int64_t)(bm_count(s->dirty)));
+				if (bm_any(s->dirty))
+					file_mark_clean(c, f, s);
+				twin_free_locked(c, s);
+				memset(s->valid, 0, sizeof(s->valid));
+				memset(s->dirty, 0, sizeof(s->dirty));
+				slot_settle(c, s);
+				slot_unpin_locked(c, f, s);
+			}
+		}
+	}
+	f->wgen++;
+	pthread_mutex_unlock(&c->lock);
+
+	if (edge) {
+		uint32_t p, first_gone = tail_page + (size % NVC_PAGE ? 1 : 0);
+		int was_dirty;
+
+		pthread_rwlock_wrlock(&edge->rw);
+		if (size % NVC_PAGE && bm_test(edge->valid, tail_page) &&
+		    !bm_test(edge->dirty, tail_page)) {
+			/* clean: forget it rather than make it differ from
+			 * backing */
+			pthread_mutex_lock(&c->lock);
+			page_forget_locked(c, edge, tail_page);
+			pthread_mutex_unlock(&c->lock);
+		} else if (size % NVC_PAGE && bm_test(edge->valid, tail_page)) {
+			ret = edge_zero_tail(c, edge, tail_page, size);
+			if (ret) {
+				/* the page cannot be trimmed: forget it */
+				pthread_mutex_lock(&c->lock);
+				if (bm_test(edge->dirty, tail_page)) {
+					ret = -EIO;
+				} else {
+					bm_clear(edge->valid, tail_page);
+					pages_valid(c, edge, -1);
+					ret = 0;
+				}
+				pthread_mutex_unlock(&c->lock);
+			}
+		}
+		pthread_mutex_lock(&c->lock);
+		was_dirty = bm_any(edge->dirty);
+		for (p = first_gone; p < c->ppb; p++)
+			page_forget_locked(c, edge, p);
+		if (was_dirty && !bm_any(edge->dirty))
+			file_mark_clean(c, f, edge);
+		slot_settle(c, edge);
+		if (edge->twin && !bm_any(edge->dirty))
+			twin_free_locked(c, edge);
+		pthread_mutex_unlock(&c->lock);
+		/* the twin first: it keeps every page its slot calls dirty */
+		if (edge->twin && twin_persist(c, edge))
+			ret = -EIO;
+		if (edge->persisted || bm_any(edge->valid))
+			slot_persist(c, edge);
+		pthread_rwlock_unlock(&edge->rw);
+		pthread_mutex_lock(&c->lock);
+		slot_unpin_locked(c, f, edge);
+		pthread_mutex_unlock(&c->lock);
+	}
+	return ret;
+}
+
+int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
+{
+	int ret = 0, shrink;
+
+	if (f->ro)
+		return -EBADF;
+	if (size > c->max_file_size)
+		return -EFBIG;
+	pthread_rwlock_wrlock(&f->rw);
+	/*
+	 * The new size is persisted first: a crash after it can only lose the
+	 * cut bytes (recovery trims what is past the recorded size and cuts
+	 * the backing file to it), never bring back older bytes from the
+	 * backing file in place of dirty ones that were dropped.
+	 */
+	pthread_mutex_lock(&c->lock);
+	shrink = size < f->size;
+	f->size = size;
+	f->wgen++;
+	clock_gettime(CLOCK_REALTIME, &f->mtime);
+	f->mtime_set = 0;
+	pthread_mutex_unlock(&c->lock);
+	if (f->rec) {
+		pthread_mutex_lock(&f->rec_lock);
+		f->bk_busy = 1; /* with the new size, in one persist */
+		ret = file_persist_record(c, f);
+		pthread_mutex_unlock(&f->rec_lock);
+	}
+	if (!ret && shrink)
+		ret = file_trim(c, f, size);
+	if (!ret && ftruncate(f->fd, size))
+		ret = -errno;
+	if (!ret) {
+		BK_HOOK(c, truncate, f->ino, size);
+		file_bk_changed(f); /* the next fsync makes the cut durable */
+		ret = file_bk_sync(c, f);
+	}
+	/* the cut is durable and its look noted: no longer busy */
+	if (!ret)
+		ret = file_note_backing_stat(c, f);
+	if (!ret)
+		ret = file_bk_busy(c, f, 0);
+	pthread_rwlock_unlock(&f->rw);
+	return ret;
+}
+
+int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
+		    uint64_t len)
+{
+	int ret;
+
+	if (f->ro)
+		return -EBADF;
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE))
+		return -EOPNOTSUPP;
+	if (mode & FALLOC_FL_PUNCH_HOLE) {
+		/* write zeros through the cache: correct whatever is dirty */
+		char *z = calloc(1, 1024 * 1024);
+		uint64_t cur = off, end = off + len;
+
+		if (!z)
+			return -ENOMEM;
+		pthread_mutex_lock(&c->lock);
+		if (end > f->size)
+			end = f->size;
+		pthread_mutex_unlock(&c->lock);
+		for (ret = 0; cur < end && !ret; cur += 1024 * 1024) {
+			uint64_t n = end - cur < 1024 * 1024 ? end - cur
+							     : 1024 * 1024;
+
+			ret = cache_write(c, f, z, n, cur);
+		}
+		free(z);
+		return ret;
+	}
+	pthread_rwlock_wrlock(&f->rw);
+	ret = fallocate(f->fd, mode, off, len) ? -errno : 0;
+	if (!ret && !(mode & FALLOC_FL_KEEP_SIZE)) {
+		pthread_mutex_lock(&c->lock);
+		if (off + len > f->size)
+			f->size = off + len;
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (!ret) {
+		file_bk_changed(f);
+		ret = file_note_backing(c, f);
+	}
+	pthread_rwlock_unlock(&f->rw);
+	return ret;
+}
+
+/* ---------------------------------------------------------------- fsync */
+
+int cache_fsync(struct cache *c, struct cfile *f)
+{
+	int d, ret = 0;
+
+	if (f) {
+		struct list *l;
+
+		/* dirty data on a failed device cannot be made durable */
+		pthread_mutex_lock(&c->lock);
+		for (l = f->slots.next; l != &f->slots; l = l->next) {
+			struct cslot *s = list_entry(l, struct cslot, flink);
+
+			if (s->state == SLOT_DIRTY && slot_failed(c, s) &&
+			    (!s->twin ||
+			     slot_failed(c, &c->slots[s->twin - 1])))
+				ret = -EIO;
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (ret)
+			return ret;
+	}
+	for (d = 0; d < c->ndevs; d++)
+		if (!c->dev_failed[d] && cache_dev_sync(c, d))
+			ret = -EIO;
+	/* the backing file's own existence must survive power loss too */
+	if (!ret && f)
+		ret = file_bk_sync(c, f);
+	if (!ret && c->cfg->mode != MODE_WRITEBACK && f) {
+		if (backing_sync(c, f, 1))
+			ret = -errno;
+		else
+			BK_HOOK(c, sync, f->ino);
+	}
+	return ret;
+}
+

@@ -1,0 +1,510 @@
+/* tests: io_uring devices on a real file — every I/O of a batch is finished
+ * and has its own result when dev_io_run returns, whatever went wrong. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../devices/dev.h"
+#include "check.h"
+
+#define BLK 4096u
+#define NBLK 1024u /* a 4 MiB device */
+#define BATCH 320u /* more than twice the ring (128 entries) */
+#define UNSET 0x7eadbeef /* res before dev_io_run: never a real result */
+#define POISON 0xa5
+
+static struct dev *dev;
+static uint8_t *wbuf[2], *rbuf[2]; /* BATCH blocks each */
+
+/* A device on a regular file; the file is unlinked at once, so nothing is
+ * left behind whatever happens. */
+static struct dev *open_file_dev(uint64_t size)
+{
+	const char *dir =
+		getenv("NVC_TEST_DIR") ? getenv("NVC_TEST_DIR") : "/var/tmp";
+	char path[256];
+	struct dev *d;
+	int fd, ret;
+
+	snprintf(path, sizeof(path), "%s/nvc-test-dev-XXXXXX", dir);
+	fd = mkstemp(path);
+	if (fd < 0 || ftruncate(fd, size)) {
+		perror(path);
+		exit(1);
+	}
+	ret = dev_open(path, &d);
+	unlink(path);
+	close(fd);
+	if (ret) {
+		fprintf(stderr, "dev_open %s: %s\n", path, strerror(-ret));
+		exit(1);
+	}
+	return d;
+}
+
+/* Block blk's contents in generation gen: every word names both. */
+static void pattern(uint8_t *p, uint32_t blk, uint32_t gen)
+{
+	uint64_t *w = (uint64_t *)p;
+	unsigned i;
+
+	for (i = 0; i < BLK / 8; i++)
+		w[i] = ((uint64_t)gen << 40 | (uint64_t)blk << 16 | i) *
+		       0x9e3779b97f4a7c15ull;
+}
+
+static int is_pattern(const uint8_t *p, uint32_t blk, uint32_t gen)
+{
+	static uint8_t want[BLK];
+
+	pattern(want, blk, gen);
+	return !memcmp(p, want, BLK);
+}
+
+static int all_poison(const uint8_t *p, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (p[i] != POISON)
+			return 0;
+	return 1;
+}
+
+static void set_io(struct dev_io *io, struct dev *d, enum dev_op op,
+		   uint8_t *buf, uint64_t blk)
+{
+	memset(io, 0, sizeof(*io));
+	io->dev = d;
+	io->op = op;
+	io->buf = buf;
+	io->off = blk * BLK;
+	io->len = BLK;
+	io->res = UNSET;
+}
+
+/* Write gen to blocks first..first+n-1, with no faults; 0 on success. */
+static int write_gen(uint32_t first, unsigned n, uint32_t gen)
+{
+	static struct dev_io ios[BATCH];
+	unsigned i;
+
+	for (i = 0; i < n; i++) {
+		pattern(wbuf[0] + i * BLK, first + i, gen);
+		set_io(&ios[i], dev, DEV_WRITE, wbuf[0] + i * BLK, first + i);
+	}
+	return dev_io_run(ios, n);
+}
+
+/* Blocks first..first+n-1 hold gen (read with no faults). */
+static int holds_gen(uint32_t first, unsigned n, uint32_t gen)
+{
+	static struct dev_io ios[BATCH];
+	unsigned i, bad = 0;
+
+	memset(rbuf[0], 0, n * BLK);
+	for (i = 0; i < n; i++)
+		set_io(&ios[i], dev, DEV_READ, rbuf[0] + i * BLK, first + i);
+	if (dev_io_run(ios, n))
+		return 0;
+	for (i = 0; i < n; i++)
+		bad += ios[i].res ||
+		       !is_pattern(rbuf[0] + i * BLK, first + i, gen);
+	return !bad;
+}
+
+/* A batch larger than the ring: every I/O done, every byte where it belongs.
+ */
+static void test_batch_larger_than_ring(void)
+{
+	static struct dev_io ios[BATCH];
+	unsigned i, bad = 0;
+
+	CHECK_EQ(write_gen(0, BATCH, 1), 0);
+	CHECK(holds_gen(0, BATCH, 1));
+	/* reads and writes mixed: even blocks rewritten, odd ones read */
+	memset(rbuf[1], 0, BATCH * BLK);
+	for (i = 0; i < BATCH; i++) {
+		if (i % 2) {
+			set_io(&ios[i], dev, DEV_READ, rbuf[1] + i * BLK, i);
+		} else {
+			pattern(wbuf[1] + i * BLK, i, 2);
+			set_io(&ios[i], dev, DEV_WRITE, wbuf[1] + i * BLK, i);
+			ios[i].fua = i % 4 == 0;
+		}
+	}
+	CHECK_EQ(dev_io_run(ios, BATCH), 0);
+	for (i = 0; i < BATCH; i++)
+		bad += ios[i].res != 0 ||
+		       (i % 2 && !is_pattern(rbuf[1] + i * BLK, i, 1));
+	CHECK_EQ(bad, 0);
+	for (i = 0; i < BATCH; i++)
+		bad += !holds_gen(i, 1, i % 2 ? 1 : 2);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(dev_flush(dev), 0);
+}
+
+static volatile int stop_signals;
+static unsigned long signals_seen;
+
+static void on_signal(int sig)
+{
+	__atomic_add_fetch(&signals_seen, 1, __ATOMIC_RELAXED);
+}
+
+static void *signal_thread(void *arg)
+{
+	pthread_t target = *(pthread_t *)arg;
+
+	while (!stop_signals) {
+		pthread_kill(target, SIGUSR1);
+		sched_yield();
+	}
+	return NULL;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000ull + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Signals without SA_RESTART interrupt every wait of the I/O thread.  Round r
+ * writes generation r + 1 to one half of region A and reads the other half,
+ * which round r - 1 wrote.  As soon as a round returns its buffers are
+ * poisoned: a write still in flight would then put poison on the device
+ * (seen by the next round's reads), a read still in flight would overwrite
+ * poison (seen before the buffers are used again, and at the end).
+ */
+static void test_signals_interrupt_waits(void)
+{
+	static struct dev_io ios[BATCH];
+	const unsigned half = BATCH / 2;
+	struct sigaction sa = { .sa_handler = on_signal }, old;
+	pthread_t self = pthread_self(), killer;
+	unsigned r, i, bad_res = 0, bad_data = 0, late = 0, rounds = 0;
+	uint64_t until;
+	int bad_ret = 0;
+
+	CHECK_EQ(write_gen(0, half, 1), 0); /* what round 1 reads */
+	memset(rbuf[0], POISON, BATCH * BLK);
+	memset(rbuf[1], POISON, BATCH * BLK);
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = 0; /* no SA_RESTART */
+	sigaction(SIGUSR1, &sa, &old);
+	stop_signals = 0;
+	pthread_create(&killer, NULL, signal_thread, &self);
+	until = now_ms() + 3000;
+	for (r = 1; r <= 400 && now_ms() < until; r++) {
+		uint32_t wbase = (r % 2) * half, rbase = ((r + 1) % 2) * half;
+		uint8_t *w = wbuf[r % 2], *rd = rbuf[r % 2];
+		int ret;
+
+		if (!all_poison(rd, half * BLK))
+			late++;
+		for (i = 0; i < half; i++) {
+			pattern(w + i * BLK, wbase + i, r + 1);
+			set_io(&ios[i], dev, DEV_WRITE, w + i * BLK, wbase + i);
+			set_io(&ios[half + i], dev, DEV_READ, rd + i * BLK,
+			       rbase + i);
+		}
+		ret = dev_io_run(ios, BATCH);
+		bad_ret += ret != 0;
+		for (i = 0; i < BATCH; i++)
+			bad_res += ios[i].res != 0;
+		for (i = 0; i < half; i++)
+			bad_data += !is_pattern(rd + i * BLK, rbase + i, r);
+		memset(w, POISON, half * BLK);
+		memset(rd, POISON, half * BLK);
+		rounds++;
+	}
+	stop_signals = 1;
+	pthread_join(killer, NULL);
+	sigaction(SIGUSR1, &old, NULL);
+	usleep(50000);
+	late += !all_poison(rbuf[0], half * BLK) +
+		!all_poison(rbuf[1], half * BLK);
+	printf("     %u rounds of %u I/Os, %lu signals\n", rounds, BATCH,
+	       signals_seen);
+	CHECK(signals_seen > 0);
+	CHECK_EQ(bad_ret, 0);
+	CHECK_EQ(bad_res, 0);
+	CHECK_EQ(bad_data, 0);
+	CHECK_EQ(late, 0);
+	/* the last round (r - 1) wrote generation r, unpoisoned */
+	CHECK(holds_gen(((r - 1) % 2) * half, half, r));
+}
+
+/*
+ * Errors of single I/Os in a batch: past the device's end, a misaligned
+ * O_DIRECT buffer (refused by the kernel at completion), a device that fails
+ * writes.  Each gets its own error; every other I/O completes.
+ */
+static void test_errors_stay_with_their_io(void)
+{
+	static struct dev_io ios[BATCH];
+	struct dev *bad_dev = open_file_dev(NBLK * BLK);
+	unsigned i, bad = 0;
+	int ret;
+
+	dev_faults(bad_dev)->fail_writes = -EIO;
+	for (i = 0; i < BATCH; i++) {
+		pattern(wbuf[0] + i * BLK, i, 3);
+		set_io(&ios[i], dev, DEV_WRITE, wbuf[0] + i * BLK, i);
+	}
+	ios[5].off = NBLK * BLK; /* past the end */
+	ios[200].buf = wbuf[1] + 1; /* misaligned */
+	ios[300].dev = bad_dev;
+	ret = dev_io_run(ios, BATCH);
+	CHECK_EQ(ret, -EINVAL); /* the first error in the array */
+	CHECK_EQ(ios[5].res, -EINVAL);
+	CHECK_EQ(ios[200].res, -EINVAL);
+	CHECK_EQ(ios[300].res, -EIO);
+	for (i = 0; i < BATCH; i++)
+		if (i != 5 && i != 200 && i != 300)
+			bad += ios[i].res != 0 || !holds_gen(i, 1, 3);
+	CHECK_EQ(bad, 0);
+	dev_close(bad_dev);
+}
+
+/*
+ * The kernel refusing a submission for a while (a signal, no memory for a
+ * request, a full completion queue) is retried; every I/O completes.
+ */
+static void test_transient_submit_errors(void)
+{
+	static const int errs[] = { -EINTR, -EAGAIN, -EBUSY };
+	unsigned k;
+
+	for (k = 0; k < 3; k++) {
+		struct dev_ring_faults f = { .submit_err = errs[k],
+					     .submit_skip = k,
+					     .submit_count = 5 };
+
+		dev_set_ring_faults(&f);
+		CHECK_EQ(write_gen(0, BATCH, 10 + k), 0);
+		dev_set_ring_faults(NULL);
+		CHECK(holds_gen(0, BATCH, 10 + k));
+	}
+}
+
+/*
+ * A submission that keeps failing: what was submitted before completes, the
+ * rest fails with the error and never reaches the device, not even when
+ * later batches submit again.
+ */
+static void test_failed_submit_leaves_nothing_behind(void)
+{
+	static struct dev_io ios[BATCH];
+	struct dev_ring_faults f = { .submit_err = -ENOMEM,
+				     .submit_skip = 1,
+				     .submit_count = 1000000 };
+	unsigned i, ok = 0, failed = 0, bad = 0;
+	int ret;
+
+	CHECK_EQ(write_gen(0, BATCH, 20), 0);
+	for (i = 0; i < BATCH; i++) {
+		pattern(wbuf[1] + i * BLK, i, 21);
+		set_io(&ios[i], dev, DEV_WRITE, wbuf[1] + i * BLK, i);
+	}
+	dev_set_ring_faults(&f);
+	ret = dev_io_run(ios, BATCH);
+	dev_set_ring_faults(NULL);
+	CHECK_EQ(ret, -ENOMEM);
+	for (i = 0; i < BATCH; i++) {
+		ok += ios[i].res == 0;
+		failed += ios[i].res == -ENOMEM;
+	}
+	CHECK_EQ(ok + failed, BATCH); /* every I/O got a definite result */
+	CHECK(ok >= 128 && failed > 0);
+	/* more batches and a flush go through the same ring */
+	CHECK_EQ(write_gen(BATCH, BATCH, 22), 0);
+	CHECK_EQ(dev_flush(dev), 0);
+	usleep(20000);
+	for (i = 0; i < BATCH; i++)
+		bad += !holds_gen(i, 1, ios[i].res ? 20 : 21);
+	CHECK_EQ(bad, 0);
+	CHECK(holds_gen(BATCH, BATCH, 22));
+}
+
+/*
+ * Waiting for completions fails: transient errors are retried, others too
+ * (the kernel owns the buffers until the I/O completes), and dev_io_run
+ * returns only when every I/O is done.
+ */
+static void test_failed_waits(void)
+{
+	static const struct dev_ring_faults fs[] = {
+		{ .wait_err = -EINTR, .wait_count = 50 },
+		{ .wait_err = -EBADR, .wait_count = 3 },
+		{ .wait_err = -EFAULT, .wait_skip = 1, .wait_count = 2 },
+	};
+	static struct dev_io ios[BATCH];
+	unsigned k, i, bad = 0;
+
+	CHECK_EQ(write_gen(0, BATCH, 21), 0);
+	for (k = 0; k < 3; k++) {
+		memset(rbuf[1], POISON, BATCH * BLK);
+		for (i = 0; i < BATCH; i++)
+			set_io(&ios[i], dev, DEV_READ, rbuf[1] + i * BLK, i);
+		dev_set_ring_faults(&fs[k]);
+		CHECK_EQ(dev_io_run(ios, BATCH), 0);
+		dev_set_ring_faults(NULL);
+		for (i = 0; i < BATCH; i++)
+			bad += ios[i].res != 0 ||
+			       !is_pattern(rbuf[1] + i * BLK, i, 21);
+		memset(rbuf[1], POISON, BATCH * BLK);
+		/* the next batch must not see this one's completions */
+		CHECK_EQ(write_gen(0, BATCH, 21), 0);
+		usleep(10000);
+		CHECK(all_poison(rbuf[1], BATCH * BLK));
+	}
+	CHECK_EQ(bad, 0);
+	CHECK(holds_gen(0, BATCH, 21));
+}
+
+/*
+ * No ring (a thread out of file descriptors): the memory device's I/O in the
+ * same batch completes, every io_uring I/O gets the error.
+ */
+static void *no_ring_thread(void *arg)
+{
+	static struct dev_io ios[4];
+	struct dev *mem;
+	struct rlimit old, lim;
+	int *ret = arg, fd;
+
+	if (dev_mem_create(BLK, &mem))
+		exit(1);
+	for (fd = 0; fd < 4; fd++)
+		set_io(&ios[fd], fd ? dev : mem, DEV_WRITE, wbuf[0], fd);
+	getrlimit(RLIMIT_NOFILE, &old);
+	fd = dup(0); /* the lowest free descriptor: the limit */
+	close(fd);
+	lim = old;
+	lim.rlim_cur = fd;
+	setrlimit(RLIMIT_NOFILE, &lim);
+	*ret = dev_io_run(ios, 4);
+	setrlimit(RLIMIT_NOFILE, &old);
+	CHECK_EQ(ios[0].res, 0);
+	for (fd = 1; fd < 4; fd++)
+		CHECK_EQ(ios[fd].res, -EMFILE);
+	dev_close(mem);
+	return NULL;
+}
+
+static void test_no_ring(void)
+{
+	pthread_t t;
+	int ret = 0;
+
+	pthread_create(&t, NULL, no_ring_thread, &ret);
+	pthread_join(t, NULL);
+	CHECK_EQ(ret, -EMFILE);
+}
+
+/*
+ * pm_map never creates a file on the file system /dev is on (it would live
+ * in RAM, in the place of a device that is gone), nor maps one found there.
+ */
+static void test_pm_map_creates_nothing_under_dev(void)
+{
+	struct pm_region r;
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/dev/nvc-test-dev-%d", (int)getpid());
+	if (pm_map(path, 1 << 20, 1, &r) != -ENODEV) {
+		CHECK(!"pm_map created a mirror under /dev");
+		pm_unmap(&r);
+	}
+	CHECK_EQ(access(path, F_OK), -1);
+	unlink(path);
+	CHECK_EQ(pm_map(path, 0, 0, &r), -ENODEV);
+	/* a path in a directory that is not there either */
+	strcat(path, "/sub/mirror");
+	CHECK_EQ(pm_map(path, 1 << 20, 1, &r), -ENODEV);
+	/* a regular file found there is not a mirror */
+	snprintf(path, sizeof(path), "/dev/nvc-test-dev-%d", (int)getpid());
+	fd = open(path, O_CREAT | O_EXCL | O_RDWR, 0600);
+	CHECK(fd >= 0);
+	if (fd >= 0) {
+		CHECK_EQ(ftruncate(fd, 1 << 20), 0);
+		close(fd);
+		CHECK_EQ(pm_map(path, 0, 0, &r), -ENODEV);
+		unlink(path);
+	}
+	/* elsewhere a lost mirror is still made anew */
+	snprintf(path, sizeof(path), "/var/tmp/nvc-test-dev-%d", (int)getpid());
+	CHECK_EQ(pm_map(path, 1 << 20, 1, &r), 0);
+	CHECK_EQ(access(path, F_OK), 0);
+	pm_unmap(&r);
+	unlink(path);
+}
+
+/* A test that hangs fails: an I/O that never completes is a bug here. */
+static const char *current;
+
+static void on_alarm(int sig)
+{
+	static const char msg[] = "TIMEOUT (an I/O never completed) in ";
+
+	(void)!write(2, msg, sizeof(msg) - 1);
+	(void)!write(2, current, strlen(current));
+	(void)!write(2, "\n", 1);
+	_exit(1);
+}
+
+/* Run fn if no test names are given or it is one of them. */
+#define RUN_SOME(fn)                                    \
+	do {                                            \
+		int _k, _run = argc < 2;                \
+		for (_k = 1; _k < argc; _k++)           \
+			_run |= !strcmp(argv[_k], #fn); \
+		if (_run) {                             \
+			current = #fn;                  \
+			alarm(30);                      \
+			RUN(fn);                        \
+			alarm(0);                       \
+		}                                       \
+	} while (0)
+
+int main(int argc, char **argv)
+{
+	int i;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (i = 0; i < 2; i++) {
+		wbuf[i] = dev_alloc_buf(BATCH * BLK + BLK);
+		rbuf[i] = dev_alloc_buf(BATCH * BLK);
+		if (!wbuf[i] || !rbuf[i])
+			return 1;
+	}
+	signal(SIGALRM, on_alarm);
+	dev = open_file_dev(NBLK * BLK);
+	RUN_SOME(test_batch_larger_than_ring);
+	RUN_SOME(test_signals_interrupt_waits);
+	RUN_SOME(test_errors_stay_with_their_io);
+	RUN_SOME(test_transient_submit_errors);
+	RUN_SOME(test_failed_submit_leaves_nothing_behind);
+	RUN_SOME(test_failed_waits);
+	RUN_SOME(test_no_ring);
+	RUN_SOME(test_pm_map_creates_nothing_under_dev);
+	dev_close(dev);
+	for (i = 0; i < 2; i++) {
+		free(wbuf[i]);
+		free(rbuf[i]);
+	}
+	return CHECK_DONE();
+}
