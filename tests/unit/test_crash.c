@@ -1182,14 +1182,14 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 		bad++;
 		goto out;
 	}
+	bad += check_files(cr, c);
+	cache_close(c, 0); /* destage stops: the mirrors must agree */
 	if (memcmp((char *)r[0].addr + META_HDR_SIZE,
 		   (char *)r[1].addr + META_HDR_SIZE, mlen - META_HDR_SIZE)) {
 		fprintf(out, "crash point %zu: mirrors differ after recovery\n",
 			cr->k);
 		bad++;
 	}
-	bad += check_files(cr, c);
-	cache_close(c, 0);
 	if (!cr->lose) {
 		problems = fmt_check_open(cfg, devs, r, devnull, 0);
 		if (problems) {
