@@ -455,6 +455,19 @@ static void cache_free(struct cache *c)
 	free(c);
 }
 
+/*
+ * A device lost at mount is fenced off: marked failed, and every I/O to it
+ * fails at once without touching it, so that whatever it holds (nothing, or
+ * another disk's bytes) is never read as cache data: clean pages come from
+ * the backing file, dirty ones from their second copies.
+ */
+static void dev_fence(struct cache *c, int d)
+{
+	c->dev_failed[d] = 1;
+	dev_faults(c->devs[d])->fail_reads = -ENODEV;
+	dev_faults(c->devs[d])->fail_writes = -ENODEV;
+}
+
 /* the device (index + 1) cache_open found missing; its superblock is not read */
 static int degraded_dev;
 
@@ -475,19 +488,24 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 		const char *p = dev_path(c->devs[d]);
 
 		if (d + 1 == degraded) {
-			c->dev_failed[d] = 1;
+			dev_fence(c, d);
 			continue;
 		}
 		ret = sb_read(c->devs[d], &sb);
-		if (ret && ret != -ENODATA && c->cfg->dirty_copies > 1 &&
-		    !degraded) {
-			/* gone or unreadable: the second copies stand in for it */
+		if (ret && c->cfg->dirty_copies > 1 && !degraded) {
+			/* gone, unreadable, blank or overwritten: the second
+			 * copies stand in for it */
 			log_msg(LOG_CRIT,
-				"%s: superblock unreadable (%s): mounting "
-				"degraded, from the second copies",
-				p, strerror(-ret));
+				"%s: %s (%s): mounting degraded, from the "
+				"second copies",
+				p,
+				ret == -ENODATA ? "no nvcachefs superblock "
+						  "(blank, replaced or "
+						  "overwritten?)"
+						: "superblock unreadable",
+				strerror(-ret));
 			degraded = d + 1;
-			c->dev_failed[d] = 1;
+			dev_fence(c, d);
 			continue;
 		}
 		if (ret == -ENODATA) {

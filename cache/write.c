@@ -44,24 +44,24 @@ static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
 }
 
 /*
- * A new twin gets the slot's dirty pages that this write does not cover, so
- * that it holds every dirty page before its entry says so.  A device error is
- * charged to the device that failed.
+ * Copy the pages in mask from slot s to its twin t (FUA), so that the twin
+ * holds them before its entry says so.  A device error is charged to the
+ * device that failed.
  */
-static int twin_seed(struct cache *c, struct cslot *s, struct cslot *t,
-		     uint32_t p0, uint32_t p1)
+static int twin_copy(struct cache *c, struct cslot *s, struct cslot *t,
+		     const uint64_t *mask)
 {
 	struct dev_io io = { .len = NVC_PAGE };
 	uint32_t p;
 	int ret = 0;
 
-	if (bm_any(t->valid) || !bm_any(s->dirty))
+	if (!bm_any(mask))
 		return 0;
 	io.buf = dev_alloc_buf(NVC_PAGE);
 	if (!io.buf)
 		return -ENOMEM;
 	for (p = 0; p < c->ppb && !ret; p++) {
-		if (!bm_test(s->dirty, p) || (p >= p0 && p < p1))
+		if (!bm_test(mask, p))
 			continue;
 		io.dev = slot_dev(c, slot_idx(c, s));
 		io.op = DEV_READ;
@@ -80,6 +80,21 @@ static int twin_seed(struct cache *c, struct cslot *s, struct cslot *t,
 	}
 	free(io.buf);
 	return ret;
+}
+
+/* A new twin gets the slot's dirty pages that this write does not cover. */
+static int twin_seed(struct cache *c, struct cslot *s, struct cslot *t,
+		     uint32_t p0, uint32_t p1)
+{
+	uint64_t mask[META_MAX_WORDS];
+	uint32_t p;
+
+	if (bm_any(t->valid))
+		return 0;
+	memcpy(mask, s->dirty, sizeof(mask));
+	for (p = p0; p < p1; p++)
+		bm_clear(mask, p);
+	return twin_copy(c, s, t, mask);
 }
 
 /*
@@ -153,6 +168,26 @@ static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
 }
 
 /*
+ * With two copies, a slot's dirty pages are always in its twin, intent pages
+ * too: their old (clean) bytes are copied to the twin, with the block's other
+ * dirty pages if the twin is new, and the twin's entry persisted, before the
+ * slot's entry calls them dirty.  Losing either device at a crash then leaves
+ * a copy of every page the slot calls dirty.  If the copy fails (a failing
+ * device), the write goes on: it will go around the failed device.
+ */
+static void twin_take_intent(struct cache *c, struct span *x)
+{
+	struct cslot *s = x->s, *t = &c->slots[s->twin - 1];
+	uint64_t mask[META_MAX_WORDS];
+	int w;
+
+	for (w = 0; w < META_MAX_WORDS; w++)
+		mask[w] = bm_any(t->valid) ? x->valid[w] : s->dirty[w];
+	if (!twin_copy(c, s, t, mask))
+		twin_persist(c, s);
+}
+
+/*
  * A clean page is overwritten in place only after its entry says dirty on the
  * media: were the daemon killed between the device write and the entry
  * update, a page still marked clean would hold data that the backing file
@@ -188,9 +223,13 @@ static int seg_mark_intent(struct cache *c, struct cfile *f, struct span *sp,
 	}
 	f->wgen++;
 	pthread_mutex_unlock(&c->lock);
-	for (i = 0; i < nsp && !ret; i++)
-		if (sp[i].miss)
-			ret = slot_persist(c, sp[i].s);
+	for (i = 0; i < nsp && !ret; i++) {
+		if (!sp[i].miss)
+			continue;
+		if (sp[i].s->twin)
+			twin_take_intent(c, &sp[i]);
+		ret = slot_persist(c, sp[i].s);
+	}
 	return ret;
 }
 

@@ -283,16 +283,32 @@ def test_two_dirty_copies_lose_nothing_with_a_device(make_cache):
             assert f.read() == b, n
 
 
-def test_two_dirty_copies_mount_degraded_without_a_device(make_cache):
+@pytest.mark.parametrize("how", ["gone", "blank", "garbage"])
+def test_two_dirty_copies_mount_degraded_without_a_device(make_cache, how):
     c = make_cache(dev_size=64 * MiB, extra={"cache.dirty_copies": "2", "destage.on_unmount": "keep"})
     c.format()
     c.mount()
+    # a clean file too, destaged and still cached: its blocks on the lost DIMM must
+    # come from the backing store
+    clean = os.urandom(2 * MiB)
+    with open(c.path("clean"), "wb") as f:
+        f.write(clean)
+    c.flush()
     blobs = {f"m{i}": os.urandom(random.randrange(MiB, 3 * MiB)) for i in range(3)}
     for n, b in blobs.items():
         with open(c.path(n), "wb") as f:
             f.write(b)
+    blobs["clean"] = clean
     assert c.unmount() == 0                      # all of it dirty, only in the cache
-    sh("losetup", "-d", c.loops[1])              # a DIMM is gone for good
+    if how == "gone":
+        sh("losetup", "-d", c.loops[1])          # a DIMM is gone for good
+    else:                                        # replaced by a blank one, or overwritten
+        # (the first DIMM: with two copies the first copies of this workload, and
+        # so the clean blocks, are all there)
+        with open(c.images[0], "r+b") as f:
+            size = os.path.getsize(c.images[0])
+            for off in range(0, size, MiB):
+                f.write(b"\0" * MiB if how == "blank" else os.urandom(MiB))
     c.mount()
     assert "mounting degraded" in c.log_text()
     for n, b in blobs.items():
