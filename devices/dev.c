@@ -256,8 +256,8 @@ static size_t rec_add_locked(struct rec_log *l, enum rec_kind kind, int target,
 	}
 	e = &l->ev[l->n];
 	if (!rec_thread)
-		rec_thread = __atomic_add_fetch(&rec_threads, 1,
-						__ATOMIC_RELAXED);
+		rec_thread =
+			__atomic_add_fetch(&rec_threads, 1, __ATOMIC_RELAXED);
 	e->thread = rec_thread;
 	e->kind = kind;
 	e->target = target;

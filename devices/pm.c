@@ -291,10 +291,9 @@ static int pm_write_pages(const struct pm_region *r, size_t start, size_t end)
 
 		page_locks_assert(r, start, start + n);
 		if (r->rec_blk) {
-			size_t b = rec_log_add(r->rec, REC_PM_PAGE_BEGIN,
-					       r->rec_id, start,
-					       (char *)r->addr + start,
-					       DEV_ALIGN, 1);
+			size_t b = rec_log_add(
+				r->rec, REC_PM_PAGE_BEGIN, r->rec_id, start,
+				(char *)r->addr + start, DEV_ALIGN, 1);
 
 			sched_yield(); /* let other page writes overlap it */
 			rec_log_add(r->rec, REC_PM_PAGE_END, r->rec_id, b, NULL,

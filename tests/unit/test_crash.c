@@ -124,24 +124,25 @@ static int lose_blank;
 static int hold_inodes, held_fds[MAXINC], nheld;
 
 #undef CHECK_EQ
-#define CHECK_EQ(a, b)                                                  \
-	do {                                                            \
-		long long _a = (long long)(a), _b = (long long)(b);     \
-		if (_a != _b) {                                         \
-			fprintf(out, "%s:%d: CHECK failed: %s == %s "    \
-				"(%lld != %lld)\n", __FILE__, __LINE__, \
-				#a, #b, _a, _b);                        \
-			check_failures++;                               \
-		}                                                       \
+#define CHECK_EQ(a, b)                                               \
+	do {                                                         \
+		long long _a = (long long)(a), _b = (long long)(b);  \
+		if (_a != _b) {                                      \
+			fprintf(out,                                 \
+				"%s:%d: CHECK failed: %s == %s "     \
+				"(%lld != %lld)\n",                  \
+				__FILE__, __LINE__, #a, #b, _a, _b); \
+			check_failures++;                            \
+		}                                                    \
 	} while (0)
 #undef CHECK
-#define CHECK(cond)                                                     \
-	do {                                                            \
-		if (!(cond)) {                                          \
-			fprintf(out, "%s:%d: CHECK failed: %s\n",       \
-				__FILE__, __LINE__, #cond);             \
-			check_failures++;                               \
-		}                                                       \
+#define CHECK(cond)                                                         \
+	do {                                                                \
+		if (!(cond)) {                                              \
+			fprintf(out, "%s:%d: CHECK failed: %s\n", __FILE__, \
+				__LINE__, #cond);                           \
+			check_failures++;                                   \
+		}                                                           \
 	} while (0)
 
 static unsigned rnd_r(unsigned *s)
@@ -480,8 +481,8 @@ static int word_ok(int i, uint64_t w, uint64_t got, size_t g, size_t h)
 		uint64_t ver = (got >> 24) & 0xffffffffull;
 		const struct op *x;
 
-		if ((int)(got >> 56) != i + 1 || (got & 0xffffff) != w || !ver ||
-		    ver > (uint64_t)nops_max)
+		if ((int)(got >> 56) != i + 1 || (got & 0xffffff) != w ||
+		    !ver || ver > (uint64_t)nops_max)
 			return 0;
 		x = &ops[ver - 1];
 		if (x->kind != OP_WRITE || x->inc != i || w < x->off / 8 ||
@@ -559,16 +560,16 @@ static void explain(int i, uint64_t w, size_t g, size_t h)
 			 h + 3);
 		dump_events(range);
 	}
-	fprintf(out, "    guaranteed: ops ended before event %zu; begun: "
-		     "before %zu\n",
+	fprintf(out,
+		"    guaranteed: ops ended before event %zu; begun: "
+		"before %zu\n",
 		g, h);
 	for (j = I->wo[w]; j < I->wo[w + 1]; j++) {
 		const struct op *x = &ops[I->wl[j]];
 
 		fprintf(out, "    op %d %s off %llu len %llu events %zu..%zu\n",
-			I->wl[j], op_names[x->kind],
-			(unsigned long long)x->off, (unsigned long long)x->len,
-			x->start, x->end);
+			I->wl[j], op_names[x->kind], (unsigned long long)x->off,
+			(unsigned long long)x->len, x->start, x->end);
 	}
 }
 
@@ -577,8 +578,9 @@ static void explain_size(int i, size_t g, size_t h)
 	const struct inc *I = &incs[i];
 	int j;
 
-	fprintf(out, "    guaranteed: ops ended before event %zu; begun: "
-		     "before %zu\n",
+	fprintf(out,
+		"    guaranteed: ops ended before event %zu; begun: "
+		"before %zu\n",
 		g, h);
 	for (j = 0; j < I->nops; j++) {
 		const struct op *x = &ops[I->ops[j]];
@@ -671,14 +673,14 @@ static void index_events(void)
 }
 
 /*
- * Was event j under way at crash point k?  The event at k is: its thread had
- * begun it (a persist's bytes copied, a backing write issued) and logs it once
- * done.  Later events of other threads are not: what they carry may depend on
- * events after k.
+ * The event at the crash point was under way: its thread had begun it (a
+ * persist's bytes copied, a write issued) and would have logged it once done.
+ * Later events of other threads were not: what they carry may depend on
+ * events after the crash point.
  */
-static int in_flight(size_t j, size_t k)
+static const struct rec_event *under_way(size_t k, enum rec_kind kind)
 {
-	return j == k;
+	return k < nev && ev(k)->kind == kind ? ev(k) : NULL;
 }
 
 /* Apply a device write: all of it, or (part) some of its 4 KiB pages. */
@@ -700,11 +702,11 @@ static void apply_dev(struct dev *d, const struct rec_event *e, int part)
 
 static void materialize_devs(const struct crash *cr, struct dev **devs)
 {
+	const struct rec_event *e;
 	size_t j;
 
 	for (j = 0; j < cr->k; j++) {
-		const struct rec_event *e = ev(j);
-
+		e = ev(j);
 		if (e->kind != REC_DEV_WRITE)
 			continue;
 		if (cr->kill || e->fua || next_flush[j] < cr->k) {
@@ -721,10 +723,10 @@ static void materialize_devs(const struct crash *cr, struct dev **devs)
 			apply_dev(devs[e->target], e, 1);
 		}
 	}
-	for (j = cr->k; j < nev && j < cr->k + 1; j++)
-		if (ev(j)->kind == REC_DEV_WRITE && in_flight(j, cr->k) &&
-		    (!cr->kill || rnd() % 2))
-			apply_dev(devs[ev(j)->target], ev(j), !cr->kill);
+	/* after a kill, it completes or was never issued */
+	e = under_way(cr->k, REC_DEV_WRITE);
+	if (e && (!cr->kill || rnd() % 2))
+		apply_dev(devs[e->target], e, !cr->kill);
 }
 
 /* A persist the crash interrupted: a prefix of it, or some of its lines. */
@@ -759,25 +761,22 @@ static int landing_cmp(const void *a, const void *b)
 
 static void materialize_meta(const struct crash *cr, struct pm_region *r)
 {
+	const struct rec_event *e;
 	size_t j, n = 0;
 	struct landing *v;
 
 	if (!blk) {
 		for (j = 0; j < cr->k; j++) {
-			const struct rec_event *e = ev(j);
-
+			e = ev(j);
 			if (e->kind == REC_PM_PERSIST)
 				memcpy((char *)r[e->target].addr + e->off,
 				       e->data, e->len);
 		}
-		for (j = cr->k; j < nev && j < cr->k + 1; j++) {
-			const struct rec_event *e = ev(j);
-
-			if (e->kind == REC_PM_PERSIST && in_flight(j, cr->k))
-				apply_torn((uint8_t *)r[e->target].addr +
-						   e->off,
-					   e->data, e->len, 64, cr->kill);
-		}
+		/* torn: a kill leaves a prefix (the copy stopped) */
+		e = under_way(cr->k, REC_PM_PERSIST);
+		if (e)
+			apply_torn((uint8_t *)r[e->target].addr + e->off,
+				   e->data, e->len, 64, cr->kill);
 		return;
 	}
 	/* page writes land in the order of their landing moments */
@@ -1038,8 +1037,7 @@ static int check_files(const struct crash *cr, struct cache *c)
 				fprintf(out,
 					"crash point %zu: reading %s at %llu: "
 					"%s\n",
-					cr->k, I->name,
-					(unsigned long long)off,
+					cr->k, I->name, (unsigned long long)off,
 					strerror(-ret));
 				bad++;
 				break;
@@ -1053,7 +1051,8 @@ static int check_files(const struct crash *cr, struct cache *c)
 				if (word_ok(i, off / 8 + w, got, g, cr->k))
 					continue;
 				fprintf(out,
-					"crash point %zu%s%s: file %s word %llu "
+					"crash point %zu%s%s: file %s word "
+					"%llu "
 					"holds %016llx (size %llu)\n",
 					cr->k, cr->kill ? " (kill)" : "",
 					cr->lose ? " (device lost)" : "",
@@ -1251,9 +1250,9 @@ static int is_boundary(const struct rec_event *e)
 
 static void dump_events(const char *range)
 {
-	static const char *const kn[] = { "devw",    "flush",	 "persist",
-					  "mark",    "bkw",	 "bktrunc",
-					  "bksync",  "pagew",	 "pagedone",
+	static const char *const kn[] = { "devw",    "flush", "persist",
+					  "mark",    "bkw",   "bktrunc",
+					  "bksync",  "pagew", "pagedone",
 					  "bksync0", "flush0" };
 	size_t a = 0, b = 0, j;
 
@@ -1346,8 +1345,9 @@ static int run_seed(unsigned s)
 		dump_events(getenv("NVC_CRASH_DUMP"));
 	if (debug > 2)
 		for (i = 0; i < nops_max; i++)
-			fprintf(out, "  op %d %s %s off %llu len %llu events "
-				     "%zu..%zu\n",
+			fprintf(out,
+				"  op %d %s %s off %llu len %llu events "
+				"%zu..%zu\n",
 				i, op_names[ops[i].kind], incs[ops[i].inc].name,
 				(unsigned long long)ops[i].off,
 				(unsigned long long)ops[i].len, ops[i].start,
@@ -1362,7 +1362,8 @@ static int run_seed(unsigned s)
 		if (is_boundary(e)) {
 			points[npoints++] = j;
 			points[npoints++] = j + 1;
-		} else if (e->kind == REC_MARK && e->target >= 0 && e->off == 1) {
+		} else if (e->kind == REC_MARK && e->target >= 0 &&
+			   e->off == 1) {
 			points[npoints++] = j + 1;
 		}
 	}
@@ -1497,14 +1498,15 @@ int main(void)
 		s1 = s0;
 	rbuf = dev_alloc_buf(512 * KiB + 4 * NVC_PAGE);
 	for (s = s0; s <= s1; s++) {
-		fprintf(out, "seed %u (NVC_CRASH_SEED=%u NVC_CRASH_THREADS=%d "
-			     "NVC_CRASH_COPIES=%d NVC_CRASH_BLK=%d)\n",
+		fprintf(out,
+			"seed %u (NVC_CRASH_SEED=%u NVC_CRASH_THREADS=%d "
+			"NVC_CRASH_COPIES=%d NVC_CRASH_BLK=%d)\n",
 			s, s, nthreads, copies, blk);
 		run_seed(s);
 	}
 	free(rbuf);
-	return check_failures ? (fprintf(out, "%d check(s) failed\n",
-					 check_failures),
-				 1)
-			      : 0;
+	return check_failures
+		       ? (fprintf(out, "%d check(s) failed\n", check_failures),
+			  1)
+		       : 0;
 }
