@@ -120,7 +120,6 @@ static char *rbuf;
 static unsigned seed, mseed;
 static int nthreads = 1, copies = 1, blk, debug, total_ops = 300;
 static int failed_states;
-static int lose_blank;
 static int hold_inodes, held_fds[MAXINC], nheld;
 
 #undef CHECK_EQ
@@ -631,8 +630,8 @@ static void check_reads(void)
 /* ----------------------------------------------------- crash states */
 
 /* a device lost at the crash: gone, failing every I/O (and full of garbage),
- * or (NVC_CRASH_LOSE_BLANK=1) full of garbage but readable */
-enum { LOSE_NONE, LOSE_MISSING, LOSE_EIO, LOSE_GARBAGE };
+ * overwritten with garbage, or blank */
+enum { LOSE_NONE, LOSE_MISSING, LOSE_EIO, LOSE_GARBAGE, LOSE_ZERO };
 
 struct crash {
 	size_t k;
@@ -1087,7 +1086,7 @@ static void lose_device(const struct crash *cr, struct dev **devs)
 		uint32_t b;
 
 		for (b = 0; b < n; b++)
-			junk[b] = rnd();
+			junk[b] = cr->lose == LOSE_ZERO ? 0 : rnd();
 		dev_write(devs[cr->lose_dev], junk, n, at);
 	}
 	free(junk);
@@ -1397,11 +1396,11 @@ static int run_seed(unsigned s)
 		const struct rec_event *prev = ev(points[j] - 1);
 
 		if (copies > 1 && rnd() % 2) {
-			cr.lose = 1 + rnd() % (lose_blank ? 3 : 2);
+			cr.lose = 1 + rnd() % 4;
 			cr.lose_dev = rnd() % 2;
 		}
 		if (getenv("NVC_CRASH_LOSE")) /* DEV:HOW, HOW 0 none 1 missing
-						 2 EIO 3 garbage */
+						 2 EIO 3 garbage 4 zeros */
 			sscanf(getenv("NVC_CRASH_LOSE"), "%d:%d", &cr.lose_dev,
 			       &cr.lose);
 		nlost += cr.lose != LOSE_NONE;
@@ -1491,7 +1490,6 @@ int main(void)
 	blk = env_int("NVC_CRASH_BLK", 0);
 	debug = env_int("NVC_CRASH_DEBUG", 0);
 	hold_inodes = env_int("NVC_CRASH_HOLD_INODES", 0);
-	lose_blank = env_int("NVC_CRASH_LOSE_BLANK", 0);
 	total_ops = env_int("NVC_CRASH_OPS", total_ops);
 	s0 = s1 = env_int("NVC_CRASH_SEED", 12345);
 	if (seeds && sscanf(seeds, "%u-%u", &s0, &s1) < 2)
