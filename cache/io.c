@@ -377,8 +377,25 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 						      (char *)ios[k].buf +
 							      (p - io_p0[k]) *
 								      NVC_PAGE,
-						      p, p + 1))
+						      p, p + 1)) {
+						log_msg(LOG_ERR,
+							"inode %llu block %llu "
+							"page %u: dirty on a "
+							"failed device (slot "
+							"%llu) and no second "
+							"copy holds it (twin "
+							"%u)",
+							(unsigned long long)
+								f->ino,
+							(unsigned long long)
+								x->blk,
+							p,
+							(unsigned long long)
+								slot_idx(c,
+									 x->s),
+							x->s->twin);
 						ret = -EIO;
+					}
 					continue;
 				}
 				bm_clear(x->valid, p);
