@@ -34,6 +34,7 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 			     struct dev **devs, const struct meta_hdr *h)
 {
 	struct sb_disk *buf = dev_alloc_buf(sizeof(*buf));
+	char why[256];
 	int d, copy;
 
 	if (!buf)
@@ -66,6 +67,16 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 					"%s: superblock copy %d checksum "
 					"mismatch",
 					cfg->dev_paths[d], copy + 1);
+				continue;
+			}
+			if (buf->version != SB_VERSION ||
+			    sb_check(buf, why, sizeof(why))) {
+				if (buf->version != SB_VERSION)
+					snprintf(why, sizeof(why),
+						 "version %u, expected %u",
+						 buf->version, SB_VERSION);
+				problem(k, "%s: superblock copy %d: %s",
+					cfg->dev_paths[d], copy + 1, why);
 				continue;
 			}
 			good++;
@@ -111,6 +122,24 @@ static int is_zero(const void *p, size_t n)
 	return 1;
 }
 
+/*
+ * One mirror's copy of a record was refused but the other stands: a bad
+ * checksum was reported with each mirror's records; a good checksum over
+ * fields that make no sense is reported here.
+ */
+static void report_bad_copy(struct chk *k, const char *what, uint64_t i,
+			    struct meta *m, int slot)
+{
+	char why[320];
+
+	if (slot)
+		meta_slot_why(m, i, why, sizeof(why));
+	else
+		meta_file_why(m, i, why, sizeof(why));
+	if (why[0] && !strstr(why, "checksum mismatch"))
+		problem(k, "%s %llu: %s", what, (unsigned long long)i, why);
+}
+
 static void check_map(struct chk *k, struct pm_region r[2],
 		      const struct meta_hdr *h)
 {
@@ -125,13 +154,14 @@ static void check_map(struct chk *k, struct pm_region r[2],
 	fprintf(k->out, "metadata mirrors:\n");
 	for (mi = 0; mi < 2; mi++) {
 		const struct meta_hdr *x = r[mi].addr;
-		int ret = meta_hdr_check(r[mi].addr, r[mi].len, NULL);
+		int ret = meta_hdr_why(r[mi].addr, r[mi].len, NULL, err,
+				       sizeof(err));
 
 		if (ret)
-			problem(k, "mirror %d: header not valid: %s", mi,
-				strerror(-ret));
+			problem(k, "mirror %d: header not valid: %s", mi, err);
 		else if (memcmp(x->set_uuid, h->set_uuid, 16) ||
-			 x->nslots != h->nslots)
+			 x->nslots != h->nslots || x->nfiles != h->nfiles ||
+			 x->block_size != h->block_size || x->ndevs != h->ndevs)
 			problem(k, "mirror %d: belongs to another cache", mi);
 		else
 			fprintf(k->out,
@@ -204,15 +234,25 @@ static void check_map(struct chk *k, struct pm_region r[2],
 		return;
 	}
 	seen = calloc(h->nslots, 2 * sizeof(*seen));
+	if (!seen) {
+		problem(k, "no memory for the map check of %llu slots",
+			(unsigned long long)h->nslots);
+		return;
+	}
 	for (i = 0; i < h->nfiles; i++) {
 		struct meta_file f;
 		int bad;
 
 		if (!meta_get_file(&m, i, &f, &bad)) {
-			problem(k, "file record %llu: damaged in both mirrors",
-				(unsigned long long)i);
+			meta_file_why(&m, i, err, sizeof(err));
+			problem(k,
+				"file record %llu: damaged in both mirrors "
+				"(%s)",
+				(unsigned long long)i, err);
 			continue;
 		}
+		if (bad)
+			report_bad_copy(k, "file record", i, &m, 0);
 		if (!(f.flags & MF_USED))
 			continue;
 		used_files++;
@@ -227,10 +267,13 @@ static void check_map(struct chk *k, struct pm_region r[2],
 		int bad;
 
 		if (!meta_get_slot(&m, i, &s, &bad)) {
-			problem(k, "slot %llu: damaged in both mirrors",
-				(unsigned long long)i);
+			meta_slot_why(&m, i, err, sizeof(err));
+			problem(k, "slot %llu: damaged in both mirrors (%s)",
+				(unsigned long long)i, err);
 			continue;
 		}
+		if (bad)
+			report_bad_copy(k, "slot", i, &m, 1);
 		if (!s.file)
 			continue;
 		used_slots++;
@@ -296,21 +339,43 @@ static void check_map(struct chk *k, struct pm_region r[2],
 		(unsigned long long)h->nslots, (unsigned long long)dirty_slots);
 }
 
+/* The header against the configuration. */
+static void check_geometry(struct chk *k, const struct cache_config *cfg,
+			   const struct meta_hdr *h)
+{
+	if (h->block_size != cfg->block_size)
+		problem(k,
+			"metadata header block_size %u, configured "
+			"cache.block_size %llu",
+			h->block_size, (unsigned long long)cfg->block_size);
+	if (h->ndevs != (uint32_t)cfg->ndevs)
+		problem(k, "metadata header ndevs %u, cache.devices lists %d",
+			h->ndevs, cfg->ndevs);
+}
+
 int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
 		   struct pm_region r[2], FILE *out, int problems)
 {
 	struct chk k = { .out = out, .problems = problems };
 	const struct meta_hdr *h = NULL;
+	char why[2][256];
 	int i;
 
-	for (i = 0; i < 2 && !h; i++)
-		if (!meta_hdr_check(r[i].addr, r[i].len, NULL))
+	for (i = 0; i < 2; i++)
+		if (!meta_hdr_why(r[i].addr, r[i].len, NULL, why[i],
+				  sizeof(why[i])) &&
+		    !h)
 			h = r[i].addr;
 	check_superblocks(&k, cfg, devs, h);
 	if (h)
+		check_geometry(&k, cfg, h);
+	if (h)
 		check_map(&k, r, h);
 	else
-		problem(&k, "neither metadata mirror has a valid header");
+		problem(&k,
+			"neither metadata mirror has a valid header (mirror "
+			"0: %s; mirror 1: %s)",
+			why[0], why[1]);
 	if (k.problems)
 		fprintf(out, "%d problem%s found\n", k.problems,
 			k.problems > 1 ? "s" : "");

@@ -223,7 +223,8 @@ static int cfg_set_key(struct cache_config *c, const struct cfg_key *k,
 		end = strstr(tmp, "/s");
 		if (end && !end[2])
 			*end = 0;
-		ret = parse_size(tmp, &v);
+		ret = strlen(value) < sizeof(tmp) ? parse_size(tmp, &v)
+						  : -EINVAL;
 		if (ret) {
 			snprintf(msg, len,
 				 "%s.%s: '%s' is not a rate (bytes per second, "
@@ -298,13 +299,44 @@ struct parse_ctx {
 	int failed;
 };
 
+static char *reader_refuse(struct parse_ctx *p, const char *what)
+{
+	snprintf(p->err, p->errlen, "%s:%d: %s", p->c->file, p->line, what);
+	p->failed = 1;
+	return NULL;
+}
+
+/*
+ * One line for inih, or NULL.  inih cuts a line at its buffer and parses the
+ * rest as a line of its own, and ends it at a NUL byte: both would change what
+ * the file says without a word, so both are refused here.
+ */
 static char *counting_reader(char *str, int num, void *stream)
 {
 	struct parse_ctx *p = stream;
+	long before = ftell(p->f), after;
 	char *r = fgets(str, num, p->f);
+	size_t len;
+	int next;
 
-	if (r)
-		p->line++;
+	if (!r)
+		return NULL;
+	p->line++;
+	len = strlen(str);
+	after = ftell(p->f);
+	if (before >= 0 && after >= 0 && (size_t)(after - before) != len)
+		return reader_refuse(p, "NUL byte in the line; a configuration "
+					"file is text");
+	if (len && str[len - 1] != '\n' && (next = getc(p->f)) != EOF) {
+		if (next != '\n') {
+			char msg[64];
+
+			snprintf(msg, sizeof(msg),
+				 "line longer than %d characters", num - 1);
+			return reader_refuse(p, msg);
+		}
+		/* exactly a full buffer: the newline is all that is left */
+	}
 	return r;
 }
 
@@ -370,6 +402,12 @@ int cfg_override(struct cache_config *c, const char *kv, char *err,
 	char buf[512], *dot, *eq, msg[CFG_ERRLEN];
 	const struct cfg_key *k;
 
+	if (strlen(kv) >= sizeof(buf)) {
+		snprintf(err, errlen,
+			 "-o %.40s...: too long (at most %zu bytes)", kv,
+			 sizeof(buf) - 1);
+		return -EINVAL;
+	}
 	snprintf(buf, sizeof(buf), "%s", kv);
 	eq = strchr(buf, '=');
 	dot = strchr(buf, '.');

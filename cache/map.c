@@ -244,26 +244,35 @@ void slot_drop_locked(struct cache *c, struct cslot *s)
 	slot_settle(c, s);
 }
 
-
 /* ----------------------------------------------------------- allocation */
 
-/* A free slot on a working device other than avoid (-1: any).  c->lock held. */
-struct cslot *free_take_locked(struct cache *c, int avoid)
+/* A free slot on a working device other than avoid (-1: any), on prefer if
+ * one of the first few free slots is there (-1: the first).  c->lock held. */
+struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
 {
+	struct cslot *s, *pick = NULL;
 	struct list *l;
+	int tries = 0;
 
 	for (l = c->free_slots.next; l != &c->free_slots; l = l->next) {
-		struct cslot *s = list_entry(l, struct cslot, link);
+		int d;
 
-		if (slot_failed(c, s) ||
-		    (int)(slot_idx(c, s) % c->ndevs) == avoid)
+		s = list_entry(l, struct cslot, link);
+		d = slot_idx(c, s) % c->ndevs;
+		if (slot_failed(c, s) || d == avoid)
 			continue;
-		assert(!s->persisted); /* no entry on the media maps it */
-		list_del(&s->link);
-		c->nfree--;
-		return s;
+		if (!pick || d == prefer)
+			pick = s;
+		/* a few candidates for the preferred device, not a scan */
+		if (prefer < 0 || d == prefer || ++tries >= 2 * c->ndevs)
+			break;
 	}
-	return NULL;
+	if (!pick)
+		return NULL;
+	assert(!pick->persisted); /* no entry on the media maps it */
+	list_del(&pick->link);
+	c->nfree--;
+	return pick;
 }
 
 /*
@@ -310,7 +319,8 @@ struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 {
 	struct cslot *s;
 
-	while (!(s = free_take_locked(c, -1)))
+	/* blocks spread over the devices by position, first copies too */
+	while (!(s = free_take_locked(c, -1, (blk + f->rec) % c->ndevs)))
 		if (evict_one_locked(c, -1, NULL))
 			return NULL;
 	slot_claim(s, f->rec, blk);
@@ -339,7 +349,7 @@ struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
 	int dev = slot_idx(c, s) % c->ndevs;
 	struct cslot *t;
 
-	while (!(t = free_take_locked(c, dev)))
+	while (!(t = free_take_locked(c, dev, -1)))
 		if (evict_one_locked(c, dev, s))
 			return NULL;
 	slot_claim(t, s->file, s->blk);

@@ -3,7 +3,9 @@
 #define _GNU_SOURCE
 #include "meta.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <syslog.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,36 +43,114 @@ uint64_t meta_total_len(uint64_t nslots, uint32_t nfiles, uint32_t block_size)
 	return (len + 4095) & ~4095ull;
 }
 
-int sb_read(struct dev *d, struct sb_disk *out)
+/* Fill why (if any) and return ret: the one way a check says no. */
+static int refuse(char *why, size_t len, int ret, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int refuse(char *why, size_t len, int ret, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && len) {
+		va_start(ap, fmt);
+		vsnprintf(why, len, fmt, ap);
+		va_end(ap);
+	}
+	return ret;
+}
+
+static int block_size_ok(uint64_t bs)
+{
+	return bs >= NVC_PAGE && bs <= META_MAX_WORDS * 64 * NVC_PAGE &&
+	       !(bs & (bs - 1));
+}
+
+int sb_check(const struct sb_disk *sb, char *why, size_t len)
+{
+	if (sb->sb_size != sizeof(*sb))
+		return refuse(why, len, -EUCLEAN, "sb_size %u, expected %zu",
+			      sb->sb_size, sizeof(*sb));
+	if (sb->data_off != SB_DATA_OFF)
+		return refuse(why, len, -EUCLEAN,
+			      "data_off %llu, expected %llu",
+			      (unsigned long long)sb->data_off, SB_DATA_OFF);
+	if (sb->ndevs < 1 || sb->ndevs > NVC_MAX_DEVS)
+		return refuse(why, len, -EUCLEAN,
+			      "ndevs %u is not from 1 to %d", sb->ndevs,
+			      NVC_MAX_DEVS);
+	if (sb->dev_index >= sb->ndevs)
+		return refuse(why, len, -EUCLEAN,
+			      "dev_index %u is not below ndevs %u",
+			      sb->dev_index, sb->ndevs);
+	if (!block_size_ok(sb->block_size))
+		return refuse(why, len, -EUCLEAN,
+			      "block_size %u is not a power of two from 4K "
+			      "to 1M",
+			      sb->block_size);
+	if (sb->dev_size < sb->data_off || sb->slots_per_dev < 1 ||
+	    sb->slots_per_dev > (sb->dev_size - sb->data_off) / sb->block_size)
+		return refuse(why, len, -EUCLEAN,
+			      "slots_per_dev %llu of %u bytes do not fit "
+			      "dev_size %llu after data_off",
+			      (unsigned long long)sb->slots_per_dev,
+			      sb->block_size, (unsigned long long)sb->dev_size);
+	return 0;
+}
+
+/* One copy of the superblock: 0 and in buf if it is valid. */
+static int sb_copy_ok(const struct sb_disk *buf, char *why, size_t len)
+{
+	if (buf->magic != SB_MAGIC)
+		return refuse(why, len, -ENODATA, "no nvcachefs magic");
+	if (buf->csum != meta_csum(buf, offsetof(struct sb_disk, csum)))
+		return refuse(why, len, -EUCLEAN, "checksum mismatch");
+	if (buf->version != SB_VERSION)
+		return refuse(why, len, -EPROTO, "version %u, expected %u",
+			      buf->version, SB_VERSION);
+	return sb_check(buf, why, len);
+}
+
+/*
+ * The first valid copy wins.  -ENODATA only when no copy carries the magic
+ * (never formatted), else the first copy's error; why lists every copy's.
+ */
+int sb_read_why(struct dev *d, struct sb_disk *out, char *why, size_t len)
 {
 	struct sb_disk *buf = dev_alloc_buf(sizeof(*buf));
-	int copy, ret = -EUCLEAN;
+	int copy, ret = -ENODATA;
+	size_t at = 0;
 
+	if (why && len)
+		why[0] = 0;
 	if (!buf)
 		return -ENOMEM;
 	for (copy = 0; copy < SB_COPIES; copy++) {
+		char one[160];
 		int r = dev_read(d, buf, sizeof(*buf), 4096 * (copy + 1));
 
-		if (r) {
+		if (r)
+			snprintf(one, sizeof(one), "cannot read: %s",
+				 strerror(-r));
+		else
+			r = sb_copy_ok(buf, one, sizeof(one));
+		if (!r) {
+			memcpy(out, buf, sizeof(*out));
+			ret = 0;
+			break;
+		}
+		if (ret == -ENODATA)
 			ret = r;
-			continue;
-		}
-		if (buf->magic != SB_MAGIC) {
-			ret = -ENODATA;
-			continue;
-		}
-		if (buf->csum !=
-			    meta_csum(buf, offsetof(struct sb_disk, csum)) ||
-		    buf->version != SB_VERSION) {
-			ret = -EUCLEAN;
-			continue;
-		}
-		memcpy(out, buf, sizeof(*out));
-		ret = 0;
-		break;
+		if (why && at < len)
+			at += snprintf(why + at, len - at, "%scopy %d: %s",
+				       copy ? "; " : "", copy + 1, one);
 	}
 	free(buf);
 	return ret;
+}
+
+int sb_read(struct dev *d, struct sb_disk *out)
+{
+	return sb_read_why(d, out, NULL, 0);
 }
 
 int sb_write(struct dev *d, const struct sb_disk *sb)
@@ -136,34 +216,139 @@ void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
 	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 }
 
-static int hdr_ok(const struct meta_hdr *h, size_t maplen)
+/*
+ * A header is used only if every field is what format writes for its
+ * geometry: the layout is recomputed, never trusted, so that no offset or
+ * count can reach past the mapped length.
+ */
+static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
+		  size_t len)
 {
+	uint64_t room = maplen - META_HDR_SIZE;
+
 	if (h->magic != META_MAGIC)
-		return -ENODATA;
+		return refuse(why, len, -ENODATA,
+			      "no nvcachefs metadata header");
 	if (h->csum != meta_csum(h, offsetof(struct meta_hdr, csum)))
-		return -EUCLEAN;
+		return refuse(why, len, -EUCLEAN, "header checksum mismatch");
 	if (h->version != META_VERSION)
-		return -EPROTO;
-	if (h->failed & ~3u || (h->failed >> h->mirror & 1) || h->mirror > 1)
-		return -EUCLEAN;
-	if (h->total_len > maplen ||
-	    h->slot_size != meta_slot_size(h->block_size) ||
-	    h->file_size != META_FILE_SIZE)
-		return -EUCLEAN;
+		return refuse(why, len, -EPROTO,
+			      "header version %u, expected %u", h->version,
+			      META_VERSION);
+	if (h->hdr_size != META_HDR_SIZE || h->file_size != META_FILE_SIZE ||
+	    h->mirror > 1)
+		return refuse(why, len, -EUCLEAN,
+			      "header hdr_size %u, file_size %u, mirror %u; "
+			      "expected %u, %u, 0 or 1",
+			      h->hdr_size, h->file_size, h->mirror,
+			      META_HDR_SIZE, META_FILE_SIZE);
+	if (h->failed & ~3u || (h->failed >> h->mirror & 1))
+		return refuse(why, len, -EUCLEAN,
+			      "header failed %#x: not bits 0 and 1, or names "
+			      "its own mirror %u",
+			      h->failed, h->mirror);
+	if (!block_size_ok(h->block_size))
+		return refuse(why, len, -EUCLEAN,
+			      "header block_size %u is not a power of two "
+			      "from 4K to 1M",
+			      h->block_size);
+	if (h->slot_size != meta_slot_size(h->block_size))
+		return refuse(why, len, -EUCLEAN,
+			      "header slot_size %u, expected %u for "
+			      "block_size %u",
+			      h->slot_size, meta_slot_size(h->block_size),
+			      h->block_size);
+	if (h->ndevs < 1 || h->ndevs > NVC_MAX_DEVS)
+		return refuse(why, len, -EUCLEAN,
+			      "header ndevs %u is not from 1 to %d", h->ndevs,
+			      NVC_MAX_DEVS);
+	if (h->nslots < h->ndevs || h->nslots % h->ndevs ||
+	    h->nslots > room / h->slot_size)
+		return refuse(why, len, -EUCLEAN,
+			      "header nslots %llu: not a multiple of ndevs %u "
+			      "that fits the mirror's %zu bytes",
+			      (unsigned long long)h->nslots, h->ndevs, maplen);
+	if (h->nfiles < 1 || h->nfiles > META_MAX_FILES ||
+	    (uint64_t)h->nfiles * META_FILE_SIZE >
+		    room - h->nslots * h->slot_size)
+		return refuse(why, len, -EUCLEAN,
+			      "header nfiles %u: not from 1 to %u records "
+			      "that fit the mirror's %zu bytes",
+			      h->nfiles, META_MAX_FILES, maplen);
+	if (h->files_off != META_HDR_SIZE)
+		return refuse(why, len, -EUCLEAN,
+			      "header files_off %llu, expected %u",
+			      (unsigned long long)h->files_off, META_HDR_SIZE);
+	if (h->slots_off != h->files_off + (uint64_t)h->nfiles * META_FILE_SIZE)
+		return refuse(why, len, -EUCLEAN,
+			      "header slots_off %llu, expected %llu",
+			      (unsigned long long)h->slots_off,
+			      (unsigned long long)(h->files_off +
+						   (uint64_t)h->nfiles *
+							   META_FILE_SIZE));
+	if (h->total_len != meta_total_len(h->nslots, h->nfiles, h->block_size))
+		return refuse(why, len, -EUCLEAN,
+			      "header total_len %llu, expected %llu",
+			      (unsigned long long)h->total_len,
+			      (unsigned long long)meta_total_len(
+				      h->nslots, h->nfiles, h->block_size));
+	if (h->total_len > maplen)
+		return refuse(why, len, -EUCLEAN,
+			      "header total_len %llu exceeds the mirror's %zu "
+			      "bytes",
+			      (unsigned long long)h->total_len, maplen);
 	return 0;
 }
 
-int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len)
+int meta_hdr_why(const void *addr, size_t len, uint64_t *total_len, char *why,
+		 size_t whylen)
 {
 	const struct meta_hdr *h = addr;
 	int ret;
 
 	if (!addr || len < META_HDR_SIZE)
-		return -ENODATA;
-	ret = hdr_ok(h, len);
+		return refuse(why, whylen, -ENODATA,
+			      "%zu bytes, too small for a header", len);
+	ret = hdr_ok(h, len, why, whylen);
 	if (!ret && total_len)
 		*total_len = h->total_len;
 	return ret;
+}
+
+int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len)
+{
+	return meta_hdr_why(addr, len, total_len, NULL, 0);
+}
+
+/* Two valid headers describe the same cache and the same layout. */
+static int hdr_same(const struct meta_hdr *a, const struct meta_hdr *b)
+{
+	return !memcmp(a->set_uuid, b->set_uuid, 16) &&
+	       a->nslots == b->nslots && a->nfiles == b->nfiles &&
+	       a->block_size == b->block_size && a->ndevs == b->ndevs;
+}
+
+static void meta_geometry(struct meta *m, const struct meta_hdr *h)
+{
+	memcpy(m->set_uuid, h->set_uuid, 16);
+	m->nslots = h->nslots;
+	m->nfiles = h->nfiles;
+	m->block_size = h->block_size;
+	m->ndevs = h->ndevs;
+	m->words = meta_words(h->block_size);
+	m->slot_size = h->slot_size;
+	m->files_off = h->files_off;
+	m->slots_off = h->slots_off;
+}
+
+static const char *mname(const char *const names[2], int i, char *buf,
+			 size_t len)
+{
+	if (names && names[i])
+		snprintf(buf, len, "%s", names[i]);
+	else
+		snprintf(buf, len, "%d", i);
+	return buf;
 }
 
 /* Write mirror k's header with its failed bits set to failed. */
@@ -200,7 +385,8 @@ static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 }
 
 /* A mirror that a valid header of the other calls stale is not trusted. */
-static void drop_stale(struct meta *m, const struct meta_hdr *h[2], int ret[2])
+static void drop_stale(struct meta *m, const struct meta_hdr *h[2], int ret[2],
+		       char why[2][256])
 {
 	int i;
 
@@ -208,58 +394,66 @@ static void drop_stale(struct meta *m, const struct meta_hdr *h[2], int ret[2])
 		if (m->have[i] && m->have[!i] && (h[i]->failed >> !i & 1)) {
 			m->have[!i] = 0;
 			ret[!i] = -ESTALE;
+			snprintf(why[!i], 256,
+				 "stale: the other mirror's header says it "
+				 "failed a write");
 		}
 }
 
-/* Attach without repairing anything: the offline check only reads. */
-int meta_attach_ro(struct meta *m, struct pm_region r[2], char *err, size_t len)
+/* Attach without repairing anything: the offline check only reads.  A mirror
+ * whose header disagrees with the first valid one is left out. */
+int meta_attach_ro_named(struct meta *m, struct pm_region r[2],
+			 const char *const names[2], char *err, size_t len)
 {
-	const struct meta_hdr *h = NULL;
-	int i;
+	const struct meta_hdr *h = NULL, *hh[2] = { r[0].addr, r[1].addr };
+	char why[2][256], n[2][128];
+	int i, ret[2];
 
 	memset(m, 0, sizeof(*m));
-	const struct meta_hdr *hh[2] = { r[0].addr, r[1].addr };
-	int ret[2];
-
 	for (i = 0; i < 2; i++) {
 		m->r[i] = r[i];
-		ret[i] = meta_hdr_check(r[i].addr, r[i].len, NULL);
+		ret[i] = meta_hdr_why(r[i].addr, r[i].len, NULL, why[i],
+				      sizeof(why[i]));
 		m->have[i] = !ret[i];
 	}
-	drop_stale(m, hh, ret);
-	for (i = 0; i < 2 && !h; i++)
-		if (m->have[i])
+	drop_stale(m, hh, ret, why);
+	for (i = 0; i < 2; i++) {
+		if (m->have[i] && h && !hdr_same(h, r[i].addr))
+			m->have[i] = 0;
+		if (m->have[i] && !h)
 			h = r[i].addr;
+	}
 	if (!h) {
-		snprintf(err, len, "no valid metadata mirror");
+		snprintf(err, len,
+			 "no valid metadata mirror (mirror %s: %s; mirror %s: "
+			 "%s)",
+			 mname(names, 0, n[0], sizeof(n[0])), why[0],
+			 mname(names, 1, n[1], sizeof(n[1])), why[1]);
 		return -ENODATA;
 	}
-	if (m->have[0] && m->have[1] &&
-	    memcmp(((const struct meta_hdr *)r[0].addr)->set_uuid,
-		   ((const struct meta_hdr *)r[1].addr)->set_uuid, 16))
-		m->have[1] = 0;
-	memcpy(m->set_uuid, h->set_uuid, 16);
-	m->nslots = h->nslots;
-	m->nfiles = h->nfiles;
-	m->words = meta_words(h->block_size);
-	m->slot_size = h->slot_size;
-	m->files_off = h->files_off;
-	m->slots_off = h->slots_off;
+	meta_geometry(m, h);
 	return 0;
 }
 
-int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len)
+int meta_attach_ro(struct meta *m, struct pm_region r[2], char *err, size_t len)
+{
+	return meta_attach_ro_named(m, r, NULL, err, len);
+}
+
+int meta_attach_named(struct meta *m, struct pm_region r[2],
+		      const char *const names[2], char *err, size_t len)
 {
 	const struct meta_hdr *h[2];
+	char why[2][256], n[2][128];
 	int i, ret[2], good = -1;
 
 	memset(m, 0, sizeof(*m));
 	for (i = 0; i < 2; i++) {
 		m->r[i] = r[i];
 		h[i] = r[i].addr;
-		ret[i] = r[i].addr && r[i].len >= META_HDR_SIZE
-				 ? hdr_ok(h[i], r[i].len)
-				 : -ENODATA;
+		ret[i] = meta_hdr_why(r[i].addr, r[i].len, NULL, why[i],
+				      sizeof(why[i]));
+		mname(names, i, n[i], sizeof(n[i]));
 		m->have[i] = !ret[i];
 	}
 	if (m->have[0] && m->have[1] && (h[0]->failed >> 1 & 1) &&
@@ -269,53 +463,52 @@ int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len)
 			 "cache cannot tell which one is current");
 		return -EUCLEAN;
 	}
-	drop_stale(m, h, ret);
+	drop_stale(m, h, ret, why);
 	for (i = 0; i < 2 && good < 0; i++)
 		if (m->have[i])
 			good = i;
 	if (good < 0) {
 		snprintf(err, len,
 			 "neither metadata mirror holds a valid nvcachefs "
-			 "header (%s / %s); run nvcachectl format",
-			 strerror(-ret[0]), strerror(-ret[1]));
+			 "header (mirror %s: %s; mirror %s: %s); run "
+			 "nvcachectl format",
+			 n[0], why[0], n[1], why[1]);
 		return -ENODATA;
 	}
-	if (m->have[0] && m->have[1] &&
-	    (memcmp(h[0]->set_uuid, h[1]->set_uuid, 16) ||
-	     h[0]->nslots != h[1]->nslots || h[0]->nfiles != h[1]->nfiles ||
-	     h[0]->block_size != h[1]->block_size)) {
+	if (m->have[0] && m->have[1] && !hdr_same(h[0], h[1])) {
 		snprintf(err, len,
-			 "the two metadata mirrors belong to different caches");
+			 "the two metadata mirrors (%s, %s) belong to "
+			 "different caches",
+			 n[0], n[1]);
 		return -EINVAL;
 	}
-	memcpy(m->set_uuid, h[good]->set_uuid, 16);
 	for (i = 0; i < 2; i++) {
 		if (m->have[i])
 			continue;
 		/* the damaged or lost mirror becomes a copy of the good one */
 		if (!r[i].addr || r[i].len < h[good]->total_len) {
 			snprintf(err, len,
-				 "metadata mirror %d is not valid (%s) and too "
+				 "metadata mirror %s is not valid (%s) and too "
 				 "small to rebuild",
-				 i, strerror(-ret[i]));
+				 n[i], why[i]);
 			return -EUCLEAN;
 		}
 		m->bad_reason[i] = ret[i];
 		ret[i] = meta_rebuild(m, i, good, h[good]->total_len);
 		if (ret[i]) {
 			snprintf(err, len,
-				 "cannot rebuild metadata mirror %d: %s", i,
+				 "cannot rebuild metadata mirror %s: %s", n[i],
 				 strerror(-ret[i]));
 			return ret[i];
 		}
 	}
-	m->nslots = h[good]->nslots;
-	m->nfiles = h[good]->nfiles;
-	m->words = meta_words(h[good]->block_size);
-	m->slot_size = h[good]->slot_size;
-	m->files_off = h[good]->files_off;
-	m->slots_off = h[good]->slots_off;
+	meta_geometry(m, h[good]);
 	return 0;
+}
+
+int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len)
+{
+	return meta_attach_named(m, r, NULL, err, len);
 }
 
 static void slot_encode(const struct meta *m, const struct meta_slot *s,
@@ -337,15 +530,50 @@ static void slot_encode(const struct meta *m, const struct meta_slot *s,
 	}
 }
 
+/* The fields of a decoded slot entry that the map trusts. */
+static int slot_fields_ok(const struct meta *m, const struct meta_slot *s,
+			  char *why, size_t len)
+{
+	uint32_t ppb = m->block_size / NVC_PAGE, w;
+
+	if (s->seq >= META_SEQ_MAX)
+		return refuse(why, len, -EUCLEAN, "seq %llu is out of range",
+			      (unsigned long long)s->seq);
+	if (s->flags & ~META_SLOT_FLAGS)
+		return refuse(why, len, -EUCLEAN, "unknown flags %#x",
+			      s->flags);
+	if (!s->file)
+		return 0;
+	if (s->file > m->nfiles)
+		return refuse(why, len, -EUCLEAN, "file %u is past nfiles %u",
+			      s->file, m->nfiles);
+	if (s->blk >= INT64_MAX / m->block_size)
+		return refuse(why, len, -EUCLEAN,
+			      "blk %llu is past the largest file",
+			      (unsigned long long)s->blk);
+	for (w = 0; w < m->words; w++) {
+		uint64_t past = ppb >= 64 * (w + 1) ? 0
+				: ppb <= 64 * w	    ? ~0ull
+						    : ~0ull << (ppb - 64 * w);
+
+		if ((s->valid[w] | s->dirty[w]) & past)
+			return refuse(why, len, -EUCLEAN,
+				      "pages past the block's %u are marked",
+				      ppb);
+	}
+	return 0;
+}
+
 static int slot_decode(const struct meta *m, const uint8_t *in,
-		       struct meta_slot *s)
+		       struct meta_slot *s, char *why, size_t len)
 {
 	uint64_t c;
 	uint32_t w = m->words;
 
+	assert(w <= META_MAX_WORDS && m->slot_size >= SLOT_HDR + 16 * w + 8);
 	memcpy(&c, in + m->slot_size - 8, 8);
 	if (c != meta_csum(in, m->slot_size - 8))
-		return -EUCLEAN;
+		return refuse(why, len, -EUCLEAN, "checksum mismatch");
 	memset(s, 0, sizeof(*s));
 	memcpy(&s->seq, in, 8);
 	memcpy(&s->file, in + 8, 4);
@@ -353,6 +581,32 @@ static int slot_decode(const struct meta *m, const uint8_t *in,
 	memcpy(&s->blk, in + 16, 8);
 	memcpy(s->valid, in + SLOT_HDR, 8 * w);
 	memcpy(s->dirty, in + SLOT_HDR + 8 * w, 8 * w);
+	return slot_fields_ok(m, s, why, len);
+}
+
+/* A file record copy: free (all zero), or checksummed with sane fields. */
+static int file_ok(const struct meta_file *f, char *why, size_t len)
+{
+	if (f->csum != meta_csum(f, offsetof(struct meta_file, csum)))
+		return refuse(why, len, -EUCLEAN, "checksum mismatch");
+	if (f->seq >= META_SEQ_MAX)
+		return refuse(why, len, -EUCLEAN, "seq %llu is out of range",
+			      (unsigned long long)f->seq);
+	if (f->flags & ~META_FILE_FLAGS)
+		return refuse(why, len, -EUCLEAN, "unknown flags %#x",
+			      f->flags);
+	if (!(f->flags & MF_USED))
+		return 0;
+	if (f->handle_bytes < 1 || f->handle_bytes > META_HANDLE_MAX)
+		return refuse(why, len, -EUCLEAN,
+			      "handle_bytes %u is not from 1 to %u",
+			      f->handle_bytes, META_HANDLE_MAX);
+	if (f->size > INT64_MAX || f->bk_size > INT64_MAX)
+		return refuse(why, len, -EUCLEAN,
+			      "size %llu or bk_size %llu is past the largest "
+			      "file",
+			      (unsigned long long)f->size,
+			      (unsigned long long)f->bk_size);
 	return 0;
 }
 
@@ -396,7 +650,7 @@ int meta_get_slot(struct meta *m, uint64_t i, struct meta_slot *out, int *bad)
 		if (is_zero(p, m->slot_size)) {
 			memset(&s[k], 0, sizeof(s[k]));
 			ok[k] = 1;
-		} else if (!slot_decode(m, p, &s[k])) {
+		} else if (!slot_decode(m, p, &s[k], NULL, 0)) {
 			ok[k] = 1;
 		} else {
 			(*bad)++;
@@ -425,8 +679,7 @@ int meta_get_file(struct meta *m, uint32_t i, struct meta_file *out, int *bad)
 		if (!m->have[k])
 			continue;
 		if (is_zero((const uint8_t *)f[k], META_FILE_SIZE) ||
-		    f[k]->csum ==
-			    meta_csum(f[k], offsetof(struct meta_file, csum)))
+		    !file_ok(f[k], NULL, 0))
 			ok[k] = 1;
 		else
 			(*bad)++;
@@ -439,6 +692,46 @@ int meta_get_file(struct meta *m, uint32_t i, struct meta_file *out, int *bad)
 		return 0;
 	*out = (f[k]->flags & MF_USED) ? *f[k] : zero;
 	return 1;
+}
+
+/* "mirror 0: why; mirror 1: why" for a record refused in both */
+void meta_slot_why(struct meta *m, uint64_t i, char *why, size_t len)
+{
+	size_t at = 0;
+	int k;
+
+	why[0] = 0;
+	for (k = 0; k < 2 && at < len; k++) {
+		const uint8_t *p = slot_addr(m, k, i);
+		struct meta_slot s;
+		char one[128] = "not attached";
+
+		if (m->have[k] && (is_zero(p, m->slot_size) ||
+				   !slot_decode(m, p, &s, one, sizeof(one))))
+			continue;
+		at += snprintf(why + at, len - at, "%smirror %d: %s",
+			       at ? "; " : "", k, one);
+	}
+}
+
+void meta_file_why(struct meta *m, uint32_t i, char *why, size_t len)
+{
+	size_t at = 0;
+	int k;
+
+	why[0] = 0;
+	for (k = 0; k < 2 && at < len; k++) {
+		const struct meta_file *f =
+			(const struct meta_file *)file_addr(m, k, i);
+		char one[128] = "not attached";
+
+		if (m->have[k] &&
+		    (is_zero((const uint8_t *)f, META_FILE_SIZE) ||
+		     !file_ok(f, one, sizeof(one))))
+			continue;
+		at += snprintf(why + at, len - at, "%smirror %d: %s",
+			       at ? "; " : "", k, one);
+	}
 }
 
 /*
@@ -500,14 +793,11 @@ uint64_t meta_next_seq(struct meta *m)
 			const struct meta_file *f =
 				(const struct meta_file *)file_addr(m, k, i);
 
-			if (f->csum ==
-				    meta_csum(f, offsetof(struct meta_file,
-							  csum)) &&
-			    f->seq >= next)
+			if (!file_ok(f, NULL, 0) && f->seq >= next)
 				next = f->seq + 1;
 		}
 		for (i = 0; i < m->nslots; i++)
-			if (!slot_decode(m, slot_addr(m, k, i), &s) &&
+			if (!slot_decode(m, slot_addr(m, k, i), &s, NULL, 0) &&
 			    s.seq >= next)
 				next = s.seq + 1;
 	}

@@ -83,6 +83,14 @@ struct meta_hdr {
  * its mtime says nothing about changes behind the cache's back, and the
  * record is the truth */
 #define MF_BK_BUSY 2u
+/* every flag a file record may carry */
+#define META_FILE_FLAGS (MF_USED | MF_BK_BUSY)
+/* every flag a slot entry may carry (SLOT_F_TWIN, engine.h) */
+#define META_SLOT_FLAGS 1u
+/* sequence numbers count up from 0; a larger one is not ours */
+#define META_SEQ_MAX (1ull << 62)
+/* the largest file record count format writes (cache.max_files) */
+#define META_MAX_FILES (1u << 24)
 
 struct meta_file {
 	uint64_t seq;
@@ -122,6 +130,8 @@ struct meta {
 	uint64_t nslots;
 	uint32_t nfiles;
 	uint64_t files_off, slots_off;
+	uint32_t block_size; /* of the header, checked against the config */
+	uint32_t ndevs;
 	uint64_t seq; /* next sequence number (atomic) */
 	uint8_t set_uuid[16];
 };
@@ -132,16 +142,29 @@ uint32_t meta_slot_size(uint32_t block_size);
 uint64_t meta_total_len(uint64_t nslots, uint32_t nfiles, uint32_t block_size);
 
 int sb_read(struct dev *d, struct sb_disk *out);
+/* The same; on failure why says what is wrong with each copy. */
+int sb_read_why(struct dev *d, struct sb_disk *out, char *why, size_t len);
+/* 0 if the fields of a superblock (magic, checksum, version already good) are
+ * sane; else -EUCLEAN and why names the field. */
+int sb_check(const struct sb_disk *sb, char *why, size_t len);
 int sb_write(struct dev *d, const struct sb_disk *sb);
 int sb_repair(struct dev *d, const struct sb_disk *good, int *repaired);
 
 /* 0 if addr holds a valid mirror header; *total_len is the mirror's size. */
 int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len);
+/* The same; on failure why names the field that is wrong. */
+int meta_hdr_why(const void *addr, size_t len, uint64_t *total_len, char *why,
+		 size_t whylen);
 /* Attach to two mapped mirrors; checks headers against each other and
  * rebuilds a damaged mirror from the good one. */
 int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len);
 int meta_attach_ro(struct meta *m, struct pm_region r[2], char *err,
 		   size_t len);
+/* The same, naming the mirrors (paths) in messages; names may be NULL. */
+int meta_attach_named(struct meta *m, struct pm_region r[2],
+		      const char *const names[2], char *err, size_t len);
+int meta_attach_ro_named(struct meta *m, struct pm_region r[2],
+			 const char *const names[2], char *err, size_t len);
 void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
 		   uint32_t block_size, uint64_t nslots, uint32_t nfiles,
 		   uint32_t ndevs);
@@ -149,6 +172,9 @@ void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
 /* Read the newest valid copy; returns 1 if found valid, 0 if none. */
 int meta_get_slot(struct meta *m, uint64_t i, struct meta_slot *out, int *bad);
 int meta_get_file(struct meta *m, uint32_t i, struct meta_file *out, int *bad);
+/* Why each mirror's copy of a record was refused (empty if it was not). */
+void meta_slot_why(struct meta *m, uint64_t i, char *why, size_t len);
+void meta_file_why(struct meta *m, uint32_t i, char *why, size_t len);
 /*
  * Write both mirrors in order, each persisted before the next.  A mirror that
  * fails a write is dropped (logged, never written again) and the other

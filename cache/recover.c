@@ -146,7 +146,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		struct meta_slot ms;
 	} *twins = calloc(c->nslots, sizeof(*twins));
 	uint32_t r;
-	int bad;
+	int bad, ret;
 
 	if (!twins)
 		return -ENOMEM;
@@ -161,11 +161,15 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		struct cfile *f;
 
 		if (!meta_get_file(m, r, &mf, &bad)) {
+			char why[320];
+
+			meta_file_why(m, r, why, sizeof(why));
 			snprintf(err, errlen,
 				 "metadata file record %u is damaged in both "
-				 "mirrors",
-				 r);
-			return -EUCLEAN;
+				 "mirrors (%s)",
+				 r, why);
+			ret = -EUCLEAN;
+			goto err_files;
 		}
 		bad_total += bad;
 		if (mf.seq >= maxseq)
@@ -187,9 +191,24 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			c->free_recs[c->nfree_recs++] = r;
 			continue;
 		}
+		if (mf.size > c->max_file_size) {
+			/* the cache refuses such writes: destage could never
+			 * write these blocks, and flush would wait for ever */
+			snprintf(err, errlen,
+				 "metadata file record %u (inode %llu): size "
+				 "%llu is past the largest file the backing "
+				 "file system holds (%llu)",
+				 r, (unsigned long long)mf.ino,
+				 (unsigned long long)mf.size,
+				 (unsigned long long)c->max_file_size);
+			ret = -EUCLEAN;
+			goto err_files;
+		}
 		f = file_new();
-		if (!f)
-			return -ENOMEM;
+		if (!f) {
+			ret = -ENOMEM;
+			goto err_files;
+		}
 		f->rec = r + 1;
 		f->ino = mf.ino;
 		f->size = mf.size;
@@ -217,10 +236,13 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		if (!meta_get_slot(m, i, &ms, &bad)) {
 			/* both copies torn: the slot's data cannot be trusted
 			 */
+			char why[320];
+
+			meta_slot_why(m, i, why, sizeof(why));
 			log_msg(LOG_ERR,
-				"recovery: slot %llu damaged in both mirrors; "
-				"dropped",
-				(unsigned long long)i);
+				"recovery: slot %llu damaged in both mirrors "
+				"(%s); dropped",
+				(unsigned long long)i, why);
 			memset(&ms, 0, sizeof(ms));
 			bad = 1;
 		}
@@ -269,11 +291,15 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			/* two slots for one block cannot come from our writes
 			 */
 			snprintf(err, errlen,
-				 "metadata maps block %llu of a file twice "
-				 "(slot %llu)",
-				 (unsigned long long)s->blk,
+				 "metadata maps block %llu of file record %u "
+				 "twice (slots %llu and %llu)",
+				 (unsigned long long)s->blk, s->file - 1,
+				 (unsigned long long)(slot_find(c, s->file,
+								s->blk) -
+						      c->slots),
 				 (unsigned long long)i);
-			return -EUCLEAN;
+			ret = -EUCLEAN;
+			goto err_files;
 		}
 		slot_hash_add(c, s);
 		list_add_tail(&f->slots, &s->flink);
@@ -352,6 +378,14 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		}
 	}
 	return 0;
+err_files:
+	/* refused before any file was hashed: cache_free would not see them */
+	for (r = 0; r < m->nfiles; r++) {
+		free(c->recs[r]);
+		c->recs[r] = NULL;
+	}
+	free(twins);
+	return ret;
 }
 
 /*
@@ -475,6 +509,7 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 {
 	uint64_t per = c->nslots / c->ndevs;
 	struct sb_disk sb;
+	char why[400];
 	int d, ret, repaired, degraded = degraded_dev;
 
 	if (c->meta.nslots % c->ndevs) {
@@ -491,7 +526,7 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 			dev_fence(c, d);
 			continue;
 		}
-		ret = sb_read(c->devs[d], &sb);
+		ret = sb_read_why(c->devs[d], &sb, why, sizeof(why));
 		if (ret && c->cfg->dirty_copies > 1 && !degraded) {
 			/* gone, unreadable, blank or overwritten: the second
 			 * copies stand in for it */
@@ -502,8 +537,8 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 				ret == -ENODATA ? "no nvcachefs superblock "
 						  "(blank, replaced or "
 						  "overwritten?)"
-						: "superblock unreadable",
-				strerror(-ret));
+						: "no valid superblock",
+				why);
 			degraded = d + 1;
 			dev_fence(c, d);
 			continue;
@@ -516,8 +551,8 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 			return -EINVAL;
 		}
 		if (ret) {
-			snprintf(err, errlen, "%s: superblock unreadable: %s",
-				 p, strerror(-ret));
+			snprintf(err, errlen, "%s: no valid superblock (%s)", p,
+				 why);
 			return ret;
 		}
 		if (memcmp(sb.set_uuid, c->meta.set_uuid, 16)) {
@@ -545,8 +580,16 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 				 p, sb.block_size, c->bs);
 			return -EINVAL;
 		}
-		if (sb.slots_per_dev != per ||
-		    dev_size(c->devs[d]) < SB_DATA_OFF + per * c->bs) {
+		if (sb.slots_per_dev != per) {
+			snprintf(err, errlen,
+				 "%s: superblock slots_per_dev %llu, but the "
+				 "metadata has nslots %llu for %d devices",
+				 p, (unsigned long long)sb.slots_per_dev,
+				 (unsigned long long)c->meta.nslots, c->ndevs);
+			return -EINVAL;
+		}
+		/* sb_check: per * bs + SB_DATA_OFF fits dev_size, no wrap */
+		if (dev_size(c->devs[d]) < SB_DATA_OFF + per * c->bs) {
 			snprintf(err, errlen,
 				 "%s is smaller than when it was formatted", p);
 			return -EINVAL;
@@ -558,6 +601,31 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 				"from the good one%s",
 				p, repaired, repaired > 1 ? "ies" : "y",
 				ret ? " (failed)" : "");
+	}
+	return 0;
+}
+
+/* The mirrors' header against the configuration (the superblocks are
+ * checked against both by check_superblocks). */
+static int check_geometry(struct cache *c, char *err, size_t errlen)
+{
+	const struct cache_config *cfg = c->cfg;
+
+	if (c->meta.block_size != c->bs) {
+		snprintf(err, errlen,
+			 "metadata mirrors (%s, %s): header block_size %u, but "
+			 "cache.block_size is %u",
+			 cfg->meta_paths[0], cfg->meta_paths[1],
+			 c->meta.block_size, c->bs);
+		return -EINVAL;
+	}
+	if (c->meta.ndevs != (uint32_t)c->ndevs) {
+		snprintf(err, errlen,
+			 "metadata mirrors (%s, %s): header ndevs %u, but "
+			 "cache.devices lists %d",
+			 cfg->meta_paths[0], cfg->meta_paths[1], c->meta.ndevs,
+			 c->ndevs);
+		return -EINVAL;
 	}
 	return 0;
 }
@@ -600,8 +668,13 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	struct cache *c = calloc(1, sizeof(*c));
 	int ret, d;
 
-	if (!c)
+	if (errlen)
+		err[0] = 0;
+	if (!c) {
+		snprintf(err, errlen, "cannot open the cache: %s",
+			 strerror(ENOMEM));
 		return -ENOMEM;
+	}
 	c->cfg = cfg;
 	c->ndevs = ndev;
 	for (d = 0; d < ndev; d++)
@@ -615,7 +688,9 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		goto err_free;
 	stats_attach_devs(c);
 	dev_set_poll(cfg->io_poll_us * 1000);
-	ret = meta_attach(&c->meta, mirrors, err, errlen);
+	ret = meta_attach_named(&c->meta, mirrors,
+				(const char *const *)cfg->meta_paths, err,
+				errlen);
 	if (ret)
 		goto err_free;
 	c->nslots = c->meta.nslots;
@@ -634,6 +709,8 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 				"rebuilt from mirror %d",
 				d, strerror(-c->meta.bad_reason[d]), !d);
 	ret = check_superblocks(c, err, errlen);
+	if (!ret)
+		ret = check_geometry(c, err, errlen);
 	if (ret)
 		goto err_free;
 	ret = cache_alloc(c);
@@ -663,19 +740,23 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	*out = c;
 	return 0;
 err_free:
+	/* every refusal says why, also where only an errno came back */
+	if (!err[0])
+		snprintf(err, errlen, "cannot open the cache: %s",
+			 strerror(-ret));
 	c->own_devs = 0;
 	cache_free(c);
 	return ret;
 }
 
 /* A damaged or lost mirror, made anew at len bytes to be rebuilt. */
-static int mirror_recreate(struct cache_config *cfg, int i, int why,
+static int mirror_recreate(struct cache_config *cfg, int i, const char *why,
 			   uint64_t len, struct pm_region *r)
 {
 	log_msg(LOG_WARNING,
 		"metadata mirror %s is damaged or lost (%s); rebuilding it "
 		"from %s",
-		cfg->meta_paths[i], strerror(-why), cfg->meta_paths[!i]);
+		cfg->meta_paths[i], why, cfg->meta_paths[!i]);
 	return pm_map(cfg->meta_paths[i], len, 1, r);
 }
 
@@ -707,6 +788,7 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	struct dev *devs[NVC_MAX_DEVS] = { 0 };
 	struct pm_region mirrors[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	uint64_t total[2] = { 0, 0 };
+	char why[2][256] = { "", "" };
 	int i, ret, mret[2], missing = 0;
 
 	for (i = 0; i < cfg->ndevs; i++) {
@@ -746,18 +828,27 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 			ret = -EBUSY;
 			goto err_close;
 		}
-		if (!mret[i])
-			mret[i] = meta_hdr_check(mirrors[i].addr,
-						 mirrors[i].len, &total[i]);
-		if (!mret[i])
+		if (mret[i])
+			snprintf(why[i], sizeof(why[i]), "%s",
+				 strerror(-mret[i]));
+		else
+			mret[i] =
+				meta_hdr_why(mirrors[i].addr, mirrors[i].len,
+					     &total[i], why[i], sizeof(why[i]));
+		if (!mret[i]) {
 			mret[i] = pm_load(&mirrors[i], total[i]);
+			if (mret[i])
+				snprintf(why[i], sizeof(why[i]),
+					 "cannot read it: %s",
+					 strerror(-mret[i]));
+		}
 	}
 	if (mret[0] && mret[1]) {
 		snprintf(err, errlen,
 			 "neither metadata mirror (%s, %s) holds a valid "
 			 "nvcachefs header (%s / %s); run nvcachectl format",
-			 cfg->meta_paths[0], cfg->meta_paths[1],
-			 strerror(-mret[0]), strerror(-mret[1]));
+			 cfg->meta_paths[0], cfg->meta_paths[1], why[0],
+			 why[1]);
 		ret = -ENODATA;
 		goto err_close;
 	}
@@ -767,7 +858,7 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		pm_unmap(&mirrors[i]);
 		ret = mret[i] == -ENODEV
 			      ? mirror_stand_in(cfg, i, total[!i], &mirrors[i])
-			      : mirror_recreate(cfg, i, mret[i], total[!i],
+			      : mirror_recreate(cfg, i, why[i], total[!i],
 						&mirrors[i]);
 		if (ret) {
 			snprintf(err, errlen,

@@ -8,7 +8,8 @@ cd "$here"
 # Every Debian package the project needs, and why, is listed in README.md.
 PKGS="gcc meson ninja-build pkg-config libfuse3-dev fuse3 liburing-dev libpmem-dev
 libinih-dev libblkid-dev libjson-c-dev libxxhash-dev python3-pytest fio strace
-util-linux e2fsprogs prometheus rclone mergerfs bindfs bonnie++ python3-matplotlib"
+util-linux e2fsprogs prometheus rclone mergerfs bindfs bonnie++ python3-matplotlib
+clang libclang-rt-dev"
 
 install() {
 	if [ "$(id -u)" != 0 ]; then
@@ -54,6 +55,36 @@ max_dirty_age = 30s"
 	fusermount3 -u "$mnt"
 }
 
+# The libFuzzer targets (tests/fuzz, README "Fuzzing"), each for a short run on
+# a copy of its seed corpus: any crash, hang, leak or sanitizer report fails.
+FUZZ_TARGETS="config superblock mirrors check"
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+
+fuzz_short() {
+	local t work rc=0
+	[ -f build-fuzz/build.ninja ] ||
+		CC=clang meson setup build-fuzz -Db_sanitize=address,undefined -Db_lundef=false \
+			-Dc_args=-fsanitize=fuzzer-no-link -Dc_link_args=-fsanitize=fuzzer-no-link >/dev/null
+	# shellcheck disable=SC2086
+	ninja -C build-fuzz $(printf 'tests/fuzz_%s ' $FUZZ_TARGETS)
+	work=$(mktemp -d /tmp/nvc-fuzz-XXXXXX)
+	for t in $FUZZ_TARGETS; do
+		cp -r "tests/fuzz/corpus/$t" "$work/$t"
+		mkdir "$work/$t-found"
+		if build-fuzz/tests/fuzz_"$t" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
+			-rss_limit_mb=2048 -max_len=20000 -close_fd_mask=2 -print_final_stats=1 \
+			-artifact_prefix="$work/$t-found/" "$work/$t" >"$work/$t.log" 2>&1; then
+			echo "fuzz_$t: $(grep -E '^#[0-9]+.*DONE' "$work/$t.log" | tail -1)"
+		else
+			rc=1
+			echo "fuzz_$t FAILED; its input is kept in $work/$t-found:" >&2
+			tail -n 60 "$work/$t.log" >&2
+		fi
+	done
+	[ "$rc" = 0 ] && rm -rf "$work"
+	return "$rc"
+}
+
 run_tests() {
 	local rc=0
 	[ -f build-asan/build.ninja ] ||
@@ -63,9 +94,13 @@ run_tests() {
 	meson test -C build-asan --print-errorlogs
 	echo "== unit tests"
 	meson test -C build --print-errorlogs
+	echo "== fuzz targets, ${FUZZ_SECONDS} s each (libFuzzer, address and undefined-behaviour sanitizers)"
+	fuzz_short || rc=$?
 	echo "== integration tests (real daemon, loop devices, pmem files)"
-	NVC_BUILD="$here/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration || rc=$?
-	[ "$rc" = 5 ] && { echo "no integration test ran" >&2; exit 1; }
+	local prc=0
+	NVC_BUILD="$here/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration || prc=$?
+	[ "$prc" = 5 ] && { echo "no integration test ran" >&2; exit 1; }
+	[ "$prc" = 0 ] || rc=$prc
 	return "$rc"
 }
 

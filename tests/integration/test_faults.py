@@ -303,8 +303,7 @@ def test_two_dirty_copies_mount_degraded_without_a_device(make_cache, how):
     if how == "gone":
         sh("losetup", "-d", c.loops[1])          # a DIMM is gone for good
     else:                                        # replaced by a blank one, or overwritten
-        # (the first DIMM: with two copies the first copies of this workload, and
-        # so the clean blocks, are all there)
+        # (first copies, and so the clean blocks, are spread over both DIMMs)
         with open(c.images[0], "r+b") as f:
             size = os.path.getsize(c.images[0])
             for off in range(0, size, MiB):

@@ -227,6 +227,32 @@ static void test_fallback_never_reads_unseeded_twin(void)
 	free(other);
 }
 
+/* First copies spread over both devices, like blocks with one copy: once
+ * clean (twins freed), each device holds about half of the file. */
+static void test_first_copies_spread_over_devices(void)
+{
+	struct env e;
+	struct stat_snap *st = &snap;
+	char *buf = malloc(MiB);
+	struct cfile *f;
+	int fd, d;
+
+	dirty_copies = 2;
+	env_init(&e, 64, 64 * KiB);
+	dirty_copies = 1;
+	f = file_open(&e, "f", &fd);
+	fill(buf, MiB, 11);
+	CHECK_EQ(cache_write(e.c, f, buf, MiB, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	cache_snapshot(e.c, st);
+	for (d = 0; d < 2; d++)
+		CHECK(STAT_DEV_GAUGE(st, d, used_bytes) >= MiB / 4);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(buf);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -236,6 +262,7 @@ int main(void)
 	RUN(test_writethrough_over_dirty_updates_twin);
 	RUN(test_truncate_zeroes_twin_tail);
 	RUN(test_fallback_never_reads_unseeded_twin);
+	RUN(test_first_copies_spread_over_devices);
 	free(rbuf);
 	return CHECK_DONE();
 }
