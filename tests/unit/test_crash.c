@@ -1319,6 +1319,8 @@ static int run_seed(unsigned s)
 	    cache_open_devs(&cfg, devs, 2, r, backing_fd, &C, err,
 			    sizeof(err))) {
 		fprintf(out, "%s\n", err);
+		check_failures++;
+		rmdir(dir);
 		return 1;
 	}
 	cache_set_bk_hooks(C, &hooks);
