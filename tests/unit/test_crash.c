@@ -1034,10 +1034,12 @@ static int check_files(const struct crash *cr, struct cache *c)
 
 			if (ret) {
 				fprintf(out,
-					"crash point %zu: reading %s at %llu: "
-					"%s\n",
-					cr->k, I->name, (unsigned long long)off,
-					strerror(-ret));
+					"crash point %zu%s: reading %s at "
+					"%llu: "
+					"%s (device %d lost: %d)\n",
+					cr->k, cr->kill ? " (kill)" : "",
+					I->name, (unsigned long long)off,
+					strerror(-ret), cr->lose_dev, cr->lose);
 				bad++;
 				break;
 			}
