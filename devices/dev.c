@@ -25,6 +25,10 @@ struct rec_log {
 	size_t n, cap;
 };
 
+/* the logging thread's number, given at its first event */
+static __thread int rec_thread;
+static int rec_threads;
+
 struct dev {
 	enum dev_kind kind;
 	struct rec_log *rec;
@@ -251,6 +255,10 @@ static size_t rec_add_locked(struct rec_log *l, enum rec_kind kind, int target,
 		l->cap = cap;
 	}
 	e = &l->ev[l->n];
+	if (!rec_thread)
+		rec_thread =
+			__atomic_add_fetch(&rec_threads, 1, __ATOMIC_RELAXED);
+	e->thread = rec_thread;
 	e->kind = kind;
 	e->target = target;
 	e->off = off;
@@ -337,12 +345,34 @@ int pm_rec_create(struct rec_log *l, int target, size_t len,
 	return ret;
 }
 
+/*
+ * A recording device's flush takes a moment, like a real one: its start and
+ * its completion are logged, and it covers only the writes that completed
+ * before it started.
+ */
+static void rec_flush(struct rec_log *l, int target)
+{
+	size_t b = rec_log_add(l, REC_DEV_FLUSH_BEGIN, target, 0, NULL, 0, 0);
+
+	usleep(200);
+	rec_log_add(l, REC_DEV_FLUSH, target, b, NULL, 0, 0);
+}
+
+int pm_rec_create_blk(struct rec_log *l, int target, size_t len,
+		      struct pm_region *out)
+{
+	int ret = pm_rec_create(l, target, len, out);
+
+	if (!ret)
+		out->rec_blk = 1;
+	return ret;
+}
+
 static void io_mem(struct dev_io *io)
 {
 	if (io->op == DEV_FLUSH) {
 		if (io->dev->rec)
-			rec_log_add(io->dev->rec, REC_DEV_FLUSH,
-				    io->dev->rec_id, 0, NULL, 0, 0);
+			rec_flush(io->dev->rec, io->dev->rec_id);
 	} else if (io->op == DEV_READ) {
 		memcpy(io->buf, io->dev->mem + io->off, io->len);
 	} else if (io->dev->rec) {

@@ -118,6 +118,7 @@ struct pm_region {
 	size_t loaded; /* bytes of the block device read into the copy */
 	int missing; /* memory standing in for a device that is not there */
 	struct pm_faults *faults; /* plain memory: shared by copies */
+	int rec_blk; /* recording region persisted like a block device (tests) */
 };
 
 /* Tests: a region of plain memory that fails its writes (pm_write writes
@@ -149,12 +150,21 @@ void pm_unmap(struct pm_region *r);
  */
 enum rec_kind {
 	REC_DEV_WRITE, /* data: the bytes written */
-	REC_DEV_FLUSH,
+	REC_DEV_FLUSH, /* off: the index of its REC_DEV_FLUSH_BEGIN */
 	REC_PM_PERSIST, /* data: the persisted bytes */
 	REC_MARK, /* the test's own events */
 	REC_BK_WRITE,
 	REC_BK_TRUNC,
-	REC_BK_SYNC,
+	REC_BK_SYNC, /* off: the index of its REC_BK_SYNC_BEGIN */
+	/* a block-device mirror's page write (pm_rec_create_blk): the page as
+	 * it was when the write was issued, and its completion (off: the index
+	 * of its REC_PM_PAGE_BEGIN); its REC_PM_PERSIST comes after the last
+	 * page, when pm_persist returns */
+	REC_PM_PAGE_BEGIN,
+	REC_PM_PAGE_END,
+	REC_BK_SYNC_BEGIN,
+	REC_DEV_FLUSH_BEGIN, /* REC_DEV_FLUSH comes when it completed, its off
+				the index of this */
 };
 
 struct rec_event {
@@ -164,6 +174,7 @@ struct rec_event {
 	uint32_t len;
 	int fua;
 	uint8_t *data;
+	int thread; /* which thread logged it: 1, 2, ... in order of first event */
 };
 
 int rec_log_new(struct rec_log **out);
@@ -177,5 +188,9 @@ int dev_rec_create(struct rec_log *l, int target, uint64_t size,
 		   struct dev **out);
 int pm_rec_create(struct rec_log *l, int target, size_t len,
 		  struct pm_region *out);
+/* A recording region persisted the way a block-device mirror is: whole 4 KiB
+ * pages, each logged as a write that starts and later completes. */
+int pm_rec_create_blk(struct rec_log *l, int target, size_t len,
+		      struct pm_region *out);
 
 #endif

@@ -2,7 +2,10 @@
 #define _GNU_SOURCE
 #include "dev.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <libpmem.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -172,31 +175,162 @@ int pm_mem_create(size_t len, struct pm_region *out)
 	return 0;
 }
 
+/*
+ * Block-device mirrors: one write per page at a time.
+ *
+ * A block-device mirror is a RAM copy written back by whole 4 KiB pages, and
+ * records of different slots or files share a page (64 slot entries fit in
+ * one).  Two threads persisting neighbouring records each snapshot the same
+ * page; were their FUA writes in flight at once, the device could apply them
+ * in either order, and the one holding the older snapshot landing last would
+ * take the other thread's record back in time after its pm_persist had
+ * returned, on this mirror and then, the same way, on the other: a persisted
+ * record stale on both mirrors.  Writing only a record's 512-byte sectors does
+ * not help, since records share sectors too.  So the invariant is:
+ *
+ *	at most one write of a given page of a mirror is in flight, and the
+ *	page's lock is taken before its content is read for the write.
+ *
+ * Then the writes of a page land in the order their snapshots were taken, and
+ * each snapshot holds every record whose persist returned before it (its
+ * bytes were copied into the RAM page before that persist began).  Pages are
+ * locked through a small table of mutexes keyed by (region, page), taken in
+ * ascending order, all of them for a range of as many pages as the table
+ * holds; a thread holds only the locks of one pm_persist call.
+ */
+#define PM_PAGE_LOCKS 64
+
+static struct pm_page_lock {
+	pthread_mutex_t m;
+	pthread_t owner; /* for the debug check that the writer holds it */
+	int held;
+} page_locks[PM_PAGE_LOCKS];
+static pthread_once_t page_locks_once = PTHREAD_ONCE_INIT;
+
+static void page_locks_init(void)
+{
+	int i;
+
+	for (i = 0; i < PM_PAGE_LOCKS; i++)
+		pthread_mutex_init(&page_locks[i].m, NULL);
+}
+
+static unsigned page_lock_of(const struct pm_region *r, size_t page)
+{
+	return ((uintptr_t)r->addr / DEV_ALIGN + page) % PM_PAGE_LOCKS;
+}
+
+/* The locks of pages [p0, p1) of r, as a mask of page_locks. */
+static uint64_t page_lock_mask(const struct pm_region *r, size_t p0, size_t p1)
+{
+	uint64_t mask = 0;
+
+	if (p1 - p0 >= PM_PAGE_LOCKS)
+		return ~0ull;
+	for (; p0 < p1; p0++)
+		mask |= 1ull << page_lock_of(r, p0);
+	return mask;
+}
+
+static void page_locks_take(uint64_t mask)
+{
+	int i;
+
+	pthread_once(&page_locks_once, page_locks_init);
+	for (i = 0; i < PM_PAGE_LOCKS; i++) {
+		if (!(mask >> i & 1))
+			continue;
+		pthread_mutex_lock(&page_locks[i].m);
+		page_locks[i].owner = pthread_self();
+		page_locks[i].held = 1;
+	}
+}
+
+static void page_locks_drop(uint64_t mask)
+{
+	int i;
+
+	for (i = PM_PAGE_LOCKS - 1; i >= 0; i--) {
+		if (!(mask >> i & 1))
+			continue;
+		page_locks[i].held = 0;
+		pthread_mutex_unlock(&page_locks[i].m);
+	}
+}
+
+static void page_locks_assert(const struct pm_region *r, size_t start,
+			      size_t end)
+{
+#ifndef NDEBUG
+	for (; start < end; start += DEV_ALIGN) {
+		struct pm_page_lock *l =
+			&page_locks[page_lock_of(r, start / DEV_ALIGN)];
+
+		assert(l->held && pthread_equal(l->owner, pthread_self()));
+	}
+#else
+	(void)r;
+	(void)start;
+	(void)end;
+#endif
+}
+
+/* Write pages [start, end) of the RAM copy: FUA writes, or, for a recording
+ * region, a logged start and completion of each page's write. */
+static int pm_write_pages(const struct pm_region *r, size_t start, size_t end)
+{
+	while (start < end) {
+		size_t n = end - start > (1u << 20) ? (1u << 20) : end - start;
+		struct dev_io io = { .dev = r->bdev,
+				     .op = DEV_WRITE,
+				     .buf = (char *)r->addr + start,
+				     .off = start,
+				     .len = n,
+				     .fua = 1 };
+		int ret;
+
+		page_locks_assert(r, start, start + n);
+		if (r->rec_blk) {
+			size_t b = rec_log_add(
+				r->rec, REC_PM_PAGE_BEGIN, r->rec_id, start,
+				(char *)r->addr + start, DEV_ALIGN, 1);
+
+			sched_yield(); /* let other page writes overlap it */
+			rec_log_add(r->rec, REC_PM_PAGE_END, r->rec_id, b, NULL,
+				    0, 1);
+			start += DEV_ALIGN;
+			continue;
+		}
+		ret = dev_io_run(&io, 1);
+		if (ret)
+			return ret;
+		start += n;
+	}
+	return 0;
+}
+
+static int pm_persist_pages(const struct pm_region *r, const void *addr,
+			    size_t len)
+{
+	size_t off = (const char *)addr - (const char *)r->addr;
+	size_t start = off & ~(size_t)(DEV_ALIGN - 1);
+	size_t end = (off + len + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1);
+	uint64_t mask = page_lock_mask(r, start / DEV_ALIGN, end / DEV_ALIGN);
+	int ret;
+
+	page_locks_take(mask);
+	ret = pm_write_pages(r, start, end);
+	page_locks_drop(mask);
+	if (!ret && r->rec_blk)
+		rec_log_add(r->rec, REC_PM_PERSIST, r->rec_id, off, addr, len,
+			    1);
+	return ret;
+}
+
 int pm_persist(const struct pm_region *r, const void *addr, size_t len)
 {
-	if (r->bdev) {
-		size_t off = (const char *)addr - (const char *)r->addr;
-		size_t start = off & ~(size_t)(DEV_ALIGN - 1);
-		size_t end =
-			(off + len + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1);
-
-		while (start < end) {
-			size_t n = end - start > (1u << 20) ? (1u << 20)
-							    : end - start;
-			struct dev_io io = { .dev = r->bdev,
-					     .op = DEV_WRITE,
-					     .buf = (char *)r->addr + start,
-					     .off = start,
-					     .len = n,
-					     .fua = 1 };
-			int ret = dev_io_run(&io, 1);
-
-			if (ret)
-				return ret;
-			start += n;
-		}
-		return 0;
-	}
+	if (r->bdev || r->rec_blk)
+		return pm_persist_pages(r, addr, len);
 	if (r->is_mem) {
 		if (r->faults->fail_write)
 			return r->faults->fail_write;

@@ -1,10 +1,14 @@
-/* tests: crash states — record every device write, flush and metadata persist
- * of a workload, then recover from the states a power loss could leave. */
+/* tests: crash states — record every device write, flush, metadata persist and
+ * backing-file change of a workload run by one or several threads, then recover
+ * from the states a power loss or a kill -9 could leave, and check them. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../../cache/cache.h"
@@ -12,88 +16,178 @@
 #include "check.h"
 
 /*
- * Every 8-byte word a write puts in a file is a token naming the file, the
- * write (its version) and the word's index, so a word read back after a crash
- * says exactly which write it came from.  At a crash point k, a word may hold:
- * what the last fsync completed before k left there, or what a later write or
- * truncate (started before k) put there; nothing else.  That is "all fsynced
- * data is present" and "no file holds bytes never written to it" at once.
+ * The model.  Every 8-byte word a write puts in a file is a token naming the
+ * file, the write and the word's index, so a word read back says which write
+ * it came from.  Each operation logs a mark when it starts and one when it
+ * returns, in the same log as the devices' writes, flushes and persists and
+ * the backing files' writes, truncates and syncs, so the log order is the real
+ * order of all of them.
+ *
+ * A crash at point k keeps events [0, k).  Ops that ended before a point g
+ * are "guaranteed": after a power loss g is the start of the latest fsync of
+ * the file that returned before k (an fsync covers the writes that returned
+ * before it started); after a kill -9 g = k (every acknowledged write).  Word
+ * w may then hold the value put there by any write or truncate X that started
+ * before k, unless a guaranteed op that also covers w started after X ended;
+ * or its initial zero, if no guaranteed op covers it.  Truncates and unlinks
+ * hold the file exclusively in the workload (the engine serialises them with
+ * writes anyway), so sizes have a simple model too: the size is that of the
+ * last guaranteed truncate (or 0) grown by the guaranteed writes after it, or
+ * that of a later truncate, in either case possibly grown by any write started
+ * before k after that truncate (a write under way at k, to any size within
+ * it: a write larger than the free space goes in steps).
+ *
+ * The crash states.  Power loss: a device write survives if it was FUA or a
+ * flush of its device came after it; otherwise it may be kept, lost, or kept
+ * in some of its 4 KiB pages.  A metadata persist survives; the one a thread
+ * was in (its next event) may be torn: a prefix, or some of its 64-byte lines.
+ * A block-device mirror (NVC_CRASH_BLK) keeps the page writes that completed;
+ * each lands at some moment between its start and completion, so overlapping
+ * writes of one page land in either order, and one in flight may land torn in
+ * 512-byte sectors.  A backing write or truncate survives if an fsync of its
+ * file that started after it completed before k; otherwise it may be kept,
+ * lost or kept in some pages.  Kill -9: everything logged before k survives
+ * (and whatever a thread was in may be partly done).  With two copies, one
+ * device may be lost at the crash as well: missing or full of garbage.
+ *
+ * Checked in each state: the newest valid copy of every metadata record is at
+ * least as new as its last completed persist (before recovery); recovery
+ * succeeds; every word and the size of every file fit the model; both mirrors
+ * agree afterwards; the offline check finds nothing.  Reads during the
+ * workload are checked against the same model.
  */
 
 #define KiB 1024u
-#define NFILES 4
-#define FILE_MAX (1536 * KiB)
-#define WORDS ((FILE_MAX + 256 * KiB) / 8)
-#define MAXOPS 400
+#define NSLOTF 4 /* files at once; an unlink makes a new one in its place */
+#define FILE_MAX (256 * KiB)
+#define WORDS ((FILE_MAX + 64 * KiB) / 8)
+#define IMG (FILE_MAX + 128 * KiB)
+#define MAXOPS 8192
+#define MAXINC 64
 #define SLOTS_PER_DEV 12
-#define BS (64 * KiB)
+#define BS (16 * KiB)
+#define READ_LEN (64 * KiB)
 
 enum { OP_WRITE, OP_TRUNC, OP_FSYNC, OP_READ, OP_UNLINK };
+static const char *const op_names[] = { "write", "trunc", "fsync", "read",
+					"unlink" };
 
 struct op {
-	int kind, file;
+	int kind, inc, res;
 	uint64_t off, len;
-	uint32_t ver;
-	size_t start, end; /* event indices of the marks around it */
+	size_t start, end; /* event indices of its marks */
+	char *rdata; /* a read's bytes */
+	size_t rn;
 };
 
-struct snap {
-	size_t end;
-	uint32_t *ver;
-	int *trunc; /* the version is a truncate: the word reads zero */
-};
-
-struct mfile {
-	char name[16];
+struct inc {
+	int slot, gen;
+	char name[24];
 	int fd;
 	ino_t ino;
 	dev_t dev;
 	struct cfile *cf;
 	struct timespec mtime0;
-	uint32_t cur[WORDS];
-	int cur_trunc[WORDS];
-	uint64_t size;
-	struct snap snaps[MAXOPS];
-	int nsnaps;
-	size_t unlinked_at;
+	size_t born; /* a mark before it was created */
+	size_t created; /* a mark after the cache knew it */
+	int unlinked;
+	/* after the workload: its writes and truncates by start, and per word
+	 * the ops that cover it (wl[wo[w]] .. wl[wo[w + 1]]) */
+	int *ops, nops;
+	uint32_t *wo;
+	int *wl;
+	int *syncs, nsyncs; /* its fsyncs */
 };
 
+struct fslot {
+	pthread_rwlock_t lock;
+	int cur;
+};
+
+static FILE *out;
 static struct rec_log *L;
+static int recording;
 static struct op ops[MAXOPS];
-static int nops;
-static struct mfile files[NFILES];
+static int nops, nops_max;
+static struct inc incs[MAXINC];
+static int nincs;
+static struct fslot fslots[NSLOTF];
+static pthread_mutex_t inc_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cache *C;
 static int backing_fd;
 static char dir[64];
 static char *rbuf;
-static unsigned seed = 12345;
+static unsigned seed, mseed;
+static int nthreads = 1, copies = 1, blk, debug, total_ops = 300;
+static int failed_states;
+static int hold_inodes, held_fds[MAXINC], nheld;
 
+#undef CHECK_EQ
+#define CHECK_EQ(a, b)                                               \
+	do {                                                         \
+		long long _a = (long long)(a), _b = (long long)(b);  \
+		if (_a != _b) {                                      \
+			fprintf(out,                                 \
+				"%s:%d: CHECK failed: %s == %s "     \
+				"(%lld != %lld)\n",                  \
+				__FILE__, __LINE__, #a, #b, _a, _b); \
+			check_failures++;                            \
+		}                                                    \
+	} while (0)
+#undef CHECK
+#define CHECK(cond)                                                         \
+	do {                                                                \
+		if (!(cond)) {                                              \
+			fprintf(out, "%s:%d: CHECK failed: %s\n", __FILE__, \
+				__LINE__, #cond);                           \
+			check_failures++;                                   \
+		}                                                           \
+	} while (0)
+
+static unsigned rnd_r(unsigned *s)
+{
+	*s = *s * 1103515245 + 12345;
+	return *s >> 8;
+}
+
+/* the materializer's dice */
 static unsigned rnd(void)
 {
-	seed = seed * 1103515245 + 12345;
-	return seed >> 8;
+	return rnd_r(&mseed);
 }
 
-static uint64_t token(int file, uint32_t ver, uint64_t word)
+static uint64_t token(int inc, uint32_t ver, uint64_t word)
 {
-	return ((uint64_t)(file + 1) << 56) | ((uint64_t)ver << 24) | word;
+	return ((uint64_t)(inc + 1) << 56) | ((uint64_t)ver << 24) | word;
 }
+
+static const struct rec_event *ev(size_t i)
+{
+	return rec_log_get(L, i);
+}
+
+/* ------------------------------------------------------ recording hooks */
 
 /* The backing file's mtime after each change, so that crash states carry it
- * too. */
-#define MTIME_MARK(f) (-100 - (f))
+ * too: a mark per incarnation. */
+#define MTIME_MARK(i) (-100 - (i))
 
 static void note_mtime(ino_t ino)
 {
 	struct stat st;
-	int f;
+	int i;
 
-	for (f = 0; f < NFILES; f++)
-		if (files[f].ino == ino && !files[f].unlinked_at &&
-		    !fstat(files[f].fd, &st))
-			rec_log_add(L, REC_MARK, MTIME_MARK(f),
-				    st.st_mtim.tv_sec * 1000000000ull +
-					    st.st_mtim.tv_nsec,
-				    NULL, 0, 0);
+	pthread_mutex_lock(&inc_lock);
+	for (i = nincs - 1; i >= 0; i--)
+		if (incs[i].ino == ino && !incs[i].unlinked) {
+			if (!fstat(incs[i].fd, &st))
+				rec_log_add(L, REC_MARK, MTIME_MARK(i),
+					    st.st_mtim.tv_sec * 1000000000ull +
+						    st.st_mtim.tv_nsec,
+					    NULL, 0, 0);
+			break;
+		}
+	pthread_mutex_unlock(&inc_lock);
 }
 
 static void bk_write(void *arg, ino_t ino, const void *buf, size_t len,
@@ -109,14 +203,1015 @@ static void bk_trunc(void *arg, ino_t ino, uint64_t size)
 	note_mtime(ino);
 }
 
-static void bk_sync(void *arg, ino_t ino)
+static const struct cache_bk_hooks hooks = { bk_write, bk_trunc, NULL, NULL };
+
+/*
+ * The engine's fsync and fdatasync of backing files, seen from both ends: an
+ * fsync covers the writes that completed before it started, so its start is
+ * logged too (the engine's own sync hook comes only after it returned).
+ */
+static int bk_sync_call(int fd, long nr)
 {
-	rec_log_add(L, REC_BK_SYNC, (int)ino, 0, NULL, 0, 0);
-	note_mtime(ino);
+	struct stat st;
+	int rec = __atomic_load_n(&recording, __ATOMIC_ACQUIRE) &&
+		  !fstat(fd, &st) && S_ISREG(st.st_mode);
+	size_t b = 0;
+	long ret;
+
+	if (rec)
+		b = rec_log_add(L, REC_BK_SYNC_BEGIN, (int)st.st_ino, 0, NULL,
+				0, 0);
+	ret = syscall(nr, fd);
+	if (rec && !ret) {
+		rec_log_add(L, REC_BK_SYNC, (int)st.st_ino, b, NULL, 0, 0);
+		note_mtime(st.st_ino);
+	}
+	return ret;
 }
 
-static const struct cache_bk_hooks hooks = { bk_write, bk_trunc, bk_sync,
-					     NULL };
+int fdatasync(int fd)
+{
+	return bk_sync_call(fd, SYS_fdatasync);
+}
+
+int fsync(int fd)
+{
+	return bk_sync_call(fd, SYS_fsync);
+}
+
+/* ------------------------------------------------------------ workload */
+
+static int inc_create(int slot, int gen)
+{
+	struct inc *I;
+	struct stat st;
+	int i;
+
+	pthread_mutex_lock(&inc_lock);
+	i = nincs;
+	I = &incs[i];
+	memset(I, 0, sizeof(*I));
+	I->slot = slot;
+	I->gen = gen;
+	I->fd = -1;
+	snprintf(I->name, sizeof(I->name), "f%d.%d", slot, gen);
+	I->born = rec_log_add(L, REC_MARK, -2, i, NULL, 0, 0);
+	I->fd = openat(backing_fd, I->name, O_RDWR | O_CREAT | O_EXCL, 0644);
+	if (I->fd < 0 || fstat(I->fd, &st)) {
+		pthread_mutex_unlock(&inc_lock);
+		return -1;
+	}
+	I->ino = st.st_ino;
+	I->dev = st.st_dev;
+	I->mtime0 = st.st_mtim;
+	nincs++;
+	pthread_mutex_unlock(&inc_lock);
+	CHECK_EQ(cache_file_get(C, I->fd, &I->cf), 0);
+	I->created = rec_log_add(L, REC_MARK, -3, i, NULL, 0, 0);
+	return i;
+}
+
+static void inc_unlink(int i)
+{
+	struct inc *I = &incs[i];
+
+	cache_file_put(C, I->cf);
+	pthread_mutex_lock(&inc_lock);
+	I->unlinked = 1;
+	if (hold_inodes)
+		held_fds[nheld++] = I->fd; /* its number is not recycled */
+	else
+		close(I->fd);
+	I->fd = -1;
+	pthread_mutex_unlock(&inc_lock);
+	CHECK_EQ(unlinkat(backing_fd, I->name, 0), 0);
+	cache_file_unlinked(C, I->dev, I->ino);
+}
+
+static void do_op(unsigned *rs, int nth, char *buf, char *rb)
+{
+	static const uint64_t lens[] = { 8, 64, 4096, 12288, 16384 };
+	int kind = rnd_r(rs) % 100, slot = rnd_r(rs) % NSLOTF, idx, i;
+	struct op *o;
+	struct inc *I;
+	uint64_t w;
+
+	kind = kind < 50   ? OP_WRITE
+	       : kind < 57 ? OP_TRUNC
+	       : kind < 75 ? OP_FSYNC
+	       : kind < 98 ? OP_READ
+			   : OP_UNLINK;
+	if (kind == OP_UNLINK && nthreads == 1)
+		kind = OP_READ;
+	idx = __atomic_fetch_add(&nops, 1, __ATOMIC_RELAXED);
+	if (idx >= MAXOPS)
+		return;
+	if (nthreads == 1 && idx == total_ops * 2 / 3) {
+		kind = OP_UNLINK;
+		slot = NSLOTF - 1;
+	}
+	o = &ops[idx];
+	if (kind == OP_TRUNC || kind == OP_UNLINK)
+		pthread_rwlock_wrlock(&fslots[slot].lock);
+	else
+		pthread_rwlock_rdlock(&fslots[slot].lock);
+	o->kind = kind;
+	o->inc = i = fslots[slot].cur;
+	I = &incs[i];
+	o->off = (rnd_r(rs) % FILE_MAX) & ~7ull;
+	if (kind == OP_WRITE) {
+		o->len = rnd_r(rs) % 3 ? lens[rnd_r(rs) % 5]
+				       : ((rnd_r(rs) % (48 * KiB)) & ~7ull) + 8;
+		for (w = 0; w < o->len / 8; w++)
+			((uint64_t *)buf)[w] =
+				token(i, idx + 1, o->off / 8 + w);
+	}
+	o->start = rec_log_add(L, REC_MARK, idx, 0, NULL, 0, 0);
+	switch (kind) {
+	case OP_WRITE:
+		o->res = cache_write(C, I->cf, buf, o->len, o->off);
+		break;
+	case OP_TRUNC:
+		o->res = cache_truncate(C, I->cf, o->off);
+		break;
+	case OP_FSYNC:
+		o->res = cache_fsync(C, I->cf);
+		break;
+	case OP_READ: {
+		char *data;
+
+		o->res = cache_read(C, I->cf, rb, READ_LEN, o->off, &data,
+				    &o->rn);
+		if (!o->res && o->rn) {
+			o->rdata = malloc(o->rn);
+			memcpy(o->rdata, data, o->rn);
+		}
+		break;
+	}
+	case OP_UNLINK:
+		inc_unlink(i);
+		o->res = 0;
+		break;
+	}
+	o->end = rec_log_add(L, REC_MARK, idx, 1, NULL, 0, 0);
+	if (kind == OP_UNLINK) {
+		int n = inc_create(slot, I->gen + 1);
+
+		CHECK(n >= 0);
+		if (n >= 0)
+			fslots[slot].cur = n;
+	}
+	pthread_rwlock_unlock(&fslots[slot].lock);
+	if (o->res)
+		fprintf(out, "op %d (%s) failed: %s\n", idx, op_names[kind],
+			strerror(-o->res));
+	CHECK(o->res == 0);
+	(void)nth;
+}
+
+static void *worker(void *arg)
+{
+	int t = (int)(intptr_t)arg, i;
+	unsigned rs = seed * 7919u + t * 104729u + 1;
+	char *buf = malloc(64 * KiB);
+	char *rb = dev_alloc_buf(READ_LEN + 4 * NVC_PAGE);
+
+	for (i = 0; i < total_ops / nthreads; i++)
+		do_op(&rs, t, buf, rb);
+	free(buf);
+	free(rb);
+	return NULL;
+}
+
+/* --------------------------------------------------------------- model */
+
+static int op_cmp_start(const void *a, const void *b)
+{
+	const struct op *x = &ops[*(const int *)a], *y = &ops[*(const int *)b];
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static void op_words(const struct op *o, uint64_t *w0, uint64_t *w1)
+{
+	*w0 = o->off / 8;
+	*w1 = o->kind == OP_WRITE ? (o->off + o->len) / 8 : WORDS;
+}
+
+/* Per incarnation: its writes and truncates by start, per-word lists. */
+static void model_build(void)
+{
+	int i, j;
+
+	for (i = 0; i < nincs; i++) {
+		struct inc *I = &incs[i];
+		uint64_t w, w0, w1;
+
+		I->ops = calloc(nops_max + 1, sizeof(int));
+		I->syncs = calloc(nops_max + 1, sizeof(int));
+		I->wo = calloc(WORDS + 1, sizeof(uint32_t));
+		for (j = 0; j < nops_max; j++) {
+			if (ops[j].inc != i)
+				continue;
+			if (ops[j].kind == OP_WRITE || ops[j].kind == OP_TRUNC)
+				I->ops[I->nops++] = j;
+			if (ops[j].kind == OP_FSYNC && !ops[j].res)
+				I->syncs[I->nsyncs++] = j;
+		}
+		qsort(I->ops, I->nops, sizeof(int), op_cmp_start);
+		for (j = 0; j < I->nops; j++) {
+			op_words(&ops[I->ops[j]], &w0, &w1);
+			for (w = w0; w < w1; w++)
+				I->wo[w + 1]++;
+		}
+		for (w = 0; w < WORDS; w++)
+			I->wo[w + 1] += I->wo[w];
+		I->wl = calloc(I->wo[WORDS] + 1, sizeof(int));
+		{
+			uint32_t *fill = calloc(WORDS, sizeof(uint32_t));
+
+			for (j = 0; j < I->nops; j++) {
+				op_words(&ops[I->ops[j]], &w0, &w1);
+				for (w = w0; w < w1; w++)
+					I->wl[I->wo[w] + fill[w]++] = I->ops[j];
+			}
+			free(fill);
+		}
+	}
+}
+
+/* The guarantee point of incarnation i after a power loss at k. */
+static size_t guarantee(const struct inc *I, size_t k)
+{
+	size_t g = 0;
+	int j;
+
+	for (j = 0; j < I->nsyncs; j++) {
+		const struct op *f = &ops[I->syncs[j]];
+
+		if (f->end < k && f->start > g)
+			g = f->start;
+	}
+	return g;
+}
+
+/* A guaranteed op (ended before g) covering w started after x ended. */
+static int superseded(const struct inc *I, uint64_t w, size_t xend, size_t g)
+{
+	uint32_t j;
+
+	for (j = I->wo[w]; j < I->wo[w + 1]; j++) {
+		const struct op *y = &ops[I->wl[j]];
+
+		if (y->end < g && y->start > xend)
+			return 1;
+	}
+	return 0;
+}
+
+/* May word w of incarnation i hold got, with ops ended before g guaranteed
+ * and ops started at or after h not begun? */
+static int word_ok(int i, uint64_t w, uint64_t got, size_t g, size_t h)
+{
+	const struct inc *I = &incs[i];
+	uint32_t j;
+
+	if (got) {
+		uint64_t ver = (got >> 24) & 0xffffffffull;
+		const struct op *x;
+
+		if ((int)(got >> 56) != i + 1 || (got & 0xffffff) != w ||
+		    !ver || ver > (uint64_t)nops_max)
+			return 0;
+		x = &ops[ver - 1];
+		if (x->kind != OP_WRITE || x->inc != i || w < x->off / 8 ||
+		    w >= (x->off + x->len) / 8 || x->start >= h)
+			return 0;
+		return !superseded(I, w, x->end, g);
+	}
+	for (j = I->wo[w]; j < I->wo[w + 1]; j++)
+		if (ops[I->wl[j]].end < g)
+			break;
+	if (j == I->wo[w + 1])
+		return 1; /* its initial zero */
+	for (j = I->wo[w]; j < I->wo[w + 1]; j++) {
+		const struct op *x = &ops[I->wl[j]];
+
+		if (x->kind == OP_TRUNC && x->start < h &&
+		    !superseded(I, w, x->end, g))
+			return 1;
+	}
+	return 0;
+}
+
+/* May incarnation i show size s? */
+static int size_ok(int i, uint64_t s, size_t g, size_t h)
+{
+	const struct inc *I = &incs[i];
+	int b, j, tg = -1;
+
+	for (j = 0; j < I->nops; j++) {
+		const struct op *o = &ops[I->ops[j]];
+
+		if (o->kind == OP_TRUNC && o->end < g)
+			tg = j;
+	}
+	for (b = tg; b < I->nops; b++) {
+		const struct op *t = b >= 0 ? &ops[I->ops[b]] : NULL;
+		uint64_t lower = t ? t->off : 0;
+
+		if (b > tg && (t->kind != OP_TRUNC || t->start >= h))
+			continue;
+		for (j = b + 1; j < I->nops; j++) {
+			const struct op *x = &ops[I->ops[j]];
+
+			if (x->kind == OP_WRITE && x->end < g &&
+			    x->off + x->len > lower)
+				lower = x->off + x->len;
+		}
+		if (s == lower)
+			return 1;
+		for (j = b + 1; j < I->nops; j++) {
+			const struct op *x = &ops[I->ops[j]];
+
+			if (x->kind != OP_WRITE || x->start >= h || s <= lower)
+				continue;
+			/* one under way may have grown the file in steps */
+			if (x->off + x->len == s ||
+			    (x->end >= h && s > x->off && s < x->off + x->len))
+				return 1;
+		}
+	}
+	return 0;
+}
+
+static void dump_events(const char *range);
+
+static void explain(int i, uint64_t w, size_t g, size_t h)
+{
+	const struct inc *I = &incs[i];
+	uint32_t j;
+
+	if (debug > 1 && g <= h) {
+		char range[64];
+
+		snprintf(range, sizeof(range), "%zu-%zu", g > 60 ? g - 60 : 0,
+			 h + 3);
+		dump_events(range);
+	}
+	fprintf(out,
+		"    guaranteed: ops ended before event %zu; begun: "
+		"before %zu\n",
+		g, h);
+	for (j = I->wo[w]; j < I->wo[w + 1]; j++) {
+		const struct op *x = &ops[I->wl[j]];
+
+		fprintf(out, "    op %d %s off %llu len %llu events %zu..%zu\n",
+			I->wl[j], op_names[x->kind], (unsigned long long)x->off,
+			(unsigned long long)x->len, x->start, x->end);
+	}
+}
+
+static void explain_size(int i, size_t g, size_t h)
+{
+	const struct inc *I = &incs[i];
+	int j;
+
+	fprintf(out,
+		"    guaranteed: ops ended before event %zu; begun: "
+		"before %zu\n",
+		g, h);
+	for (j = 0; j < I->nops; j++) {
+		const struct op *x = &ops[I->ops[j]];
+
+		if (x->start < h)
+			fprintf(out,
+				"    op %d %s off %llu len %llu events "
+				"%zu..%zu\n",
+				I->ops[j], op_names[x->kind],
+				(unsigned long long)x->off,
+				(unsigned long long)x->len, x->start, x->end);
+	}
+}
+
+/* Reads during the workload saw what the model allows. */
+static void check_reads(void)
+{
+	int j;
+
+	for (j = 0; j < nops_max; j++) {
+		const struct op *o = &ops[j];
+		uint64_t w;
+
+		if (o->kind != OP_READ || o->res)
+			continue;
+		for (w = 0; w < o->rn / 8; w++) {
+			uint64_t got;
+
+			memcpy(&got, o->rdata + 8 * w, 8);
+			if (!word_ok(o->inc, o->off / 8 + w, got, o->start,
+				     o->end)) {
+				fprintf(out,
+					"read op %d (events %zu..%zu): file "
+					"%s word %llu holds %016llx\n",
+					j, o->start, o->end, incs[o->inc].name,
+					(unsigned long long)(o->off / 8 + w),
+					(unsigned long long)got);
+				if (debug)
+					explain(o->inc, o->off / 8 + w,
+						o->start, o->end);
+				check_failures++;
+				break;
+			}
+		}
+	}
+}
+
+/* ----------------------------------------------------- crash states */
+
+/* a device lost at the crash: gone, failing every I/O (and full of garbage),
+ * overwritten with garbage, or blank */
+enum { LOSE_NONE, LOSE_MISSING, LOSE_EIO, LOSE_GARBAGE, LOSE_ZERO };
+
+struct crash {
+	size_t k;
+	int kill; /* the process died, the machine did not */
+	int lose, lose_dev; /* two copies: a device lost too */
+};
+
+static size_t nev, opened;
+static size_t *next_flush, *page_end; /* page_end: also a flush's end */
+static uint64_t devsize;
+static size_t mlen;
+
+static void index_events(void)
+{
+	size_t j, first_end[2] = { SIZE_MAX, SIZE_MAX };
+	int d;
+
+	nev = rec_log_count(L);
+	next_flush = malloc(nev * sizeof(size_t));
+	page_end = malloc(nev * sizeof(size_t));
+	for (j = 0; j < nev; j++) {
+		page_end[j] = SIZE_MAX;
+		if (ev(j)->kind == REC_PM_PAGE_END ||
+		    ev(j)->kind == REC_DEV_FLUSH)
+			page_end[ev(j)->off] = j;
+	}
+	/* a write is durable once a flush of its device that started after it
+	 * completed: the first such completion */
+	for (j = nev; j-- > 0;) {
+		const struct rec_event *e = ev(j);
+
+		if (e->kind == REC_DEV_FLUSH_BEGIN &&
+		    page_end[j] < first_end[e->target])
+			first_end[e->target] = page_end[j];
+		d = e->kind == REC_DEV_WRITE ? e->target : 0;
+		next_flush[j] = first_end[d];
+	}
+}
+
+/*
+ * The event at the crash point was under way: its thread had begun it (a
+ * persist's bytes copied, a write issued) and would have logged it once done.
+ * Later events of other threads were not: what they carry may depend on
+ * events after the crash point.
+ */
+static const struct rec_event *under_way(size_t k, enum rec_kind kind)
+{
+	return k < nev && ev(k)->kind == kind ? ev(k) : NULL;
+}
+
+/* Apply a device write: all of it, or (part) some of its 4 KiB pages. */
+static void apply_dev(struct dev *d, const struct rec_event *e, int part)
+{
+	uint32_t at;
+
+	if (!part) {
+		dev_write(d, e->data, e->len, e->off);
+		return;
+	}
+	for (at = 0; at < e->len; at += NVC_PAGE)
+		if (rnd() % 2)
+			dev_write(d, e->data + at,
+				  e->len - at < NVC_PAGE ? e->len - at
+							 : NVC_PAGE,
+				  e->off + at);
+}
+
+static void materialize_devs(const struct crash *cr, struct dev **devs)
+{
+	const struct rec_event *e;
+	size_t j;
+
+	for (j = 0; j < cr->k; j++) {
+		e = ev(j);
+		if (e->kind != REC_DEV_WRITE)
+			continue;
+		if (cr->kill || e->fua || next_flush[j] < cr->k) {
+			apply_dev(devs[e->target], e, 0);
+			continue;
+		}
+		switch (rnd() % 3) {
+		case 0:
+			apply_dev(devs[e->target], e, 0);
+			break;
+		case 1:
+			break;
+		default:
+			apply_dev(devs[e->target], e, 1);
+		}
+	}
+	/* after a kill, it completes or was never issued */
+	e = under_way(cr->k, REC_DEV_WRITE);
+	if (e && (!cr->kill || rnd() % 2))
+		apply_dev(devs[e->target], e, !cr->kill);
+}
+
+/* A persist the crash interrupted: a prefix of it, or some of its lines. */
+static void apply_torn(uint8_t *dst, const uint8_t *src, uint32_t len,
+		       uint32_t unit, int prefix)
+{
+	uint32_t at, cut = (rnd() % (len / unit + 1)) * unit;
+
+	prefix |= rnd() % 2;
+
+	for (at = 0; at < len; at += unit) {
+		uint32_t n = len - at < unit ? len - at : unit;
+
+		if (prefix ? at < cut : rnd() % 2)
+			memcpy(dst + at, src + at, n);
+	}
+}
+
+struct landing {
+	size_t t, j;
+	int torn;
+};
+
+static int landing_cmp(const void *a, const void *b)
+{
+	const struct landing *x = a, *y = b;
+
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	return x->j < y->j ? -1 : x->j > y->j;
+}
+
+static void materialize_meta(const struct crash *cr, struct pm_region *r)
+{
+	const struct rec_event *e;
+	size_t j, n = 0;
+	struct landing *v;
+
+	if (!blk) {
+		for (j = 0; j < cr->k; j++) {
+			e = ev(j);
+			if (e->kind == REC_PM_PERSIST)
+				memcpy((char *)r[e->target].addr + e->off,
+				       e->data, e->len);
+		}
+		/* torn: a kill leaves a prefix (the copy stopped) */
+		e = under_way(cr->k, REC_PM_PERSIST);
+		if (e)
+			apply_torn((uint8_t *)r[e->target].addr + e->off,
+				   e->data, e->len, 64, cr->kill);
+		return;
+	}
+	/* page writes land in the order of their landing moments */
+	v = malloc(cr->k * sizeof(*v) + sizeof(*v));
+	for (j = 0; j < cr->k; j++) {
+		const struct rec_event *e = ev(j);
+		size_t end = page_end[j];
+
+		if (e->kind != REC_PM_PAGE_BEGIN)
+			continue;
+		v[n].j = j;
+		v[n].torn = 0;
+		if (end < cr->k || cr->kill) {
+			if (end == SIZE_MAX)
+				end = j;
+			v[n].t = j + rnd() % (end - j + 1);
+		} else {
+			/* in flight: landed before the crash, or not */
+			if (rnd() % 2)
+				continue;
+			v[n].t = j + rnd() % (cr->k - j);
+			v[n].torn = rnd() % 2;
+		}
+		n++;
+	}
+	qsort(v, n, sizeof(*v), landing_cmp);
+	for (j = 0; j < n; j++) {
+		const struct rec_event *e = ev(v[j].j);
+		uint8_t *dst = (uint8_t *)r[e->target].addr + e->off;
+
+		if (v[j].torn)
+			apply_torn(dst, e->data, e->len, 512, 0);
+		else
+			memcpy(dst, e->data, e->len);
+	}
+	free(v);
+}
+
+/* The incarnation a backing event of inode target at j belongs to. */
+static int inc_of(int target, size_t j)
+{
+	int i;
+
+	for (i = nincs - 1; i >= 0; i--)
+		if ((int)incs[i].ino == target && incs[i].born < j)
+			return i;
+	return -1;
+}
+
+/* Write e's data, all of it or (part) some of its pages, and (meta) its size. */
+static void img_write(uint8_t *img, uint64_t *size, const struct rec_event *e,
+		      int part, int meta)
+{
+	uint64_t at, end = e->off + e->len;
+
+	for (at = e->off; at < end;) {
+		uint64_t pe = (at / NVC_PAGE + 1) * NVC_PAGE;
+
+		if (pe > end)
+			pe = end;
+		if (!part || rnd() % 2)
+			memcpy(img + at, e->data + (at - e->off), pe - at);
+		at = pe;
+	}
+	if (meta && end > *size)
+		*size = end;
+}
+
+static void img_trunc(uint8_t *img, uint64_t *size, uint64_t to)
+{
+	memset(img + to, 0, IMG - to);
+	*size = to;
+}
+
+/* The mtime that event j of incarnation i left (the mark after it). */
+static void mtime_after(int i, size_t j, struct timespec *ts)
+{
+	size_t x;
+
+	for (x = j + 1; x < nev; x++) {
+		const struct rec_event *e = ev(x);
+
+		if (e->kind == REC_MARK && e->target == MTIME_MARK(i) &&
+		    e->thread == ev(j)->thread) {
+			ts->tv_sec = e->off / 1000000000ull;
+			ts->tv_nsec = e->off % 1000000000ull;
+			return;
+		}
+	}
+}
+
+/*
+ * Backing file i as the crash left it.  The file system's metadata (sizes,
+ * truncates, mtime) goes durable in order: a prefix of its changes, at least
+ * up to the start of the last fsync that completed; data written before that
+ * start is there, later data may be there, in part, or not.  After a kill,
+ * everything before the crash point is there.
+ */
+static void materialize_backing(const struct crash *cr, int i, uint8_t *img)
+{
+	struct inc *I = &incs[i];
+	struct timespec ts[2] = { { 0, UTIME_OMIT }, I->mtime0 };
+	size_t j, durable = 0, cut, last = cr->k, meta_last = SIZE_MAX;
+	uint64_t size = 0;
+
+	for (j = I->born; j < cr->k; j++) {
+		const struct rec_event *e = ev(j);
+
+		if (e->kind == REC_BK_SYNC && inc_of(e->target, j) == i &&
+		    e->off > durable)
+			durable = e->off;
+	}
+	/* the event under way at the crash point may have been done */
+	if (cr->k < nev &&
+	    (ev(cr->k)->kind == REC_BK_WRITE ||
+	     ev(cr->k)->kind == REC_BK_TRUNC) &&
+	    inc_of(ev(cr->k)->target, cr->k) == i && rnd() % 2)
+		last = cr->k + 1;
+	if (cr->kill)
+		durable = last;
+	cut = durable + rnd() % (last - durable + 1);
+	memset(img, 0, IMG);
+	for (j = I->born; j < last; j++) {
+		const struct rec_event *e = ev(j);
+		int part;
+
+		if ((e->kind != REC_BK_WRITE && e->kind != REC_BK_TRUNC &&
+		     e->kind != REC_BK_SYNC) ||
+		    inc_of(e->target, j) != i)
+			continue;
+		if (j < cut)
+			meta_last = j;
+		if (e->kind == REC_BK_SYNC)
+			continue;
+		/* 0: all of it, 1: none, 2: some pages */
+		part = j < durable ? 0 : rnd() % 3;
+		if (e->kind == REC_BK_TRUNC && j < cut)
+			img_trunc(img, &size, e->off);
+		else if (e->kind == REC_BK_WRITE && part != 1)
+			img_write(img, &size, e, part == 2, j < cut);
+	}
+	if (meta_last != SIZE_MAX)
+		mtime_after(i, meta_last, &ts[1]);
+	memset(img + size, 0, IMG - size);
+	CHECK_EQ(ftruncate(I->fd, 0), 0);
+	CHECK_EQ(pwrite(I->fd, img, size, 0), (ssize_t)size);
+	CHECK_EQ(futimens(I->fd, ts), 0);
+	if (debug > 1)
+		fprintf(out, "  %s (ino %llu): size %llu mtime %llu.%09llu\n",
+			I->name, (unsigned long long)I->ino,
+			(unsigned long long)size,
+			(unsigned long long)ts[1].tv_sec,
+			(unsigned long long)ts[1].tv_nsec);
+}
+
+/*
+ * Before recovery: the newest valid copy of each record is at least as new as
+ * the last persist of it that completed before the crash.
+ */
+static int check_records(const struct crash *cr, struct pm_region *r)
+{
+	const struct meta_hdr *h = r[0].addr;
+	uint64_t *want = calloc(mlen / 64, sizeof(uint64_t));
+	size_t j;
+	int bad = 0;
+
+	for (j = opened; j < cr->k; j++) {
+		const struct rec_event *e = ev(j);
+		uint64_t seq;
+
+		if (e->kind != REC_PM_PERSIST || e->len > META_FILE_SIZE ||
+		    e->off < h->files_off)
+			continue;
+		memcpy(&seq, e->data, 8);
+		if (seq > want[e->off / 64])
+			want[e->off / 64] = seq;
+	}
+	for (j = 0; j < mlen / 64; j++) {
+		uint64_t best = 0, off = j * 64;
+		uint32_t len;
+		int m, ok = 0;
+
+		if (!want[j])
+			continue;
+		len = off < h->slots_off ? META_FILE_SIZE : h->slot_size;
+		for (m = 0; m < 2; m++) {
+			const uint8_t *p = (const uint8_t *)r[m].addr + off;
+			uint64_t c, seq;
+			uint32_t z;
+
+			for (z = 0; z < len && !p[z]; z++)
+				;
+			memcpy(&c, p + len - 8, 8);
+			memcpy(&seq, p, 8);
+			if (z == len || c == meta_csum(p, len - 8)) {
+				ok = 1;
+				if (z < len && seq > best)
+					best = seq;
+			}
+		}
+		if (!ok || best < want[j]) {
+			fprintf(out,
+				"crash point %zu: metadata record at %llu: "
+				"newest valid copy has seq %llu%s, but seq "
+				"%llu was persisted\n",
+				cr->k, (unsigned long long)off,
+				(unsigned long long)best,
+				ok ? "" : " (none valid)",
+				(unsigned long long)want[j]);
+			bad++;
+		}
+	}
+	free(want);
+	return bad;
+}
+
+static int check_files(const struct crash *cr, struct cache *c)
+{
+	int i, bad = 0;
+
+	for (i = 0; i < nincs; i++) {
+		struct inc *I = &incs[i];
+		size_t g = cr->kill ? cr->k : guarantee(I, cr->k);
+		struct cfile *cf;
+		uint64_t size, off, w;
+
+		if (I->unlinked || I->created >= cr->k)
+			continue;
+		if (cache_file_get(c, I->fd, &cf)) {
+			fprintf(out, "crash point %zu: %s cannot be opened\n",
+				cr->k, I->name);
+			bad++;
+			continue;
+		}
+		if (cache_file_attr(c, I->dev, I->ino, &size, NULL)) {
+			size = lseek(I->fd, 0, SEEK_END);
+			if (debug)
+				fprintf(out, "  %s: not in the cache\n",
+					I->name);
+		}
+		if (!size_ok(i, size, g, cr->k)) {
+			fprintf(out,
+				"crash point %zu%s: file %s has size %llu, "
+				"which no allowed history gives\n",
+				cr->k, cr->kill ? " (kill)" : "", I->name,
+				(unsigned long long)size);
+			if (debug)
+				explain_size(i, g, cr->k);
+			bad++;
+		}
+		for (off = 0; off < WORDS * 8ull; off += 512 * KiB) {
+			char *data;
+			size_t n = 0;
+			int ret = cache_read(c, cf, rbuf, 512 * KiB, off, &data,
+					     &n);
+
+			if (ret) {
+				fprintf(out,
+					"crash point %zu%s: reading %s at "
+					"%llu: "
+					"%s (device %d lost: %d)\n",
+					cr->k, cr->kill ? " (kill)" : "",
+					I->name, (unsigned long long)off,
+					strerror(-ret), cr->lose_dev, cr->lose);
+				bad++;
+				break;
+			}
+			for (w = 0; w < 512 * KiB / 8 && off / 8 + w < WORDS;
+			     w++) {
+				uint64_t got = 0;
+
+				if (w < n / 8)
+					memcpy(&got, data + 8 * w, 8);
+				if (word_ok(i, off / 8 + w, got, g, cr->k))
+					continue;
+				fprintf(out,
+					"crash point %zu%s%s: file %s word "
+					"%llu "
+					"holds %016llx (size %llu)\n",
+					cr->k, cr->kill ? " (kill)" : "",
+					cr->lose ? " (device lost)" : "",
+					I->name,
+					(unsigned long long)(off / 8 + w),
+					(unsigned long long)got,
+					(unsigned long long)size);
+				if (debug)
+					explain(i, off / 8 + w, g, cr->k);
+				bad++;
+				break;
+			}
+		}
+		cache_file_put(c, cf);
+	}
+	return bad;
+}
+
+static void lose_device(const struct crash *cr, struct dev **devs)
+{
+	uint64_t at;
+	char *junk;
+
+	if (cr->lose == LOSE_MISSING) {
+		dev_close(devs[cr->lose_dev]);
+		dev_missing_create("lost", devsize, &devs[cr->lose_dev]);
+		return;
+	}
+	junk = malloc(64 * KiB);
+	for (at = 0; at < devsize; at += 64 * KiB) {
+		uint32_t n = devsize - at < 64 * KiB ? devsize - at : 64 * KiB;
+		uint32_t b;
+
+		for (b = 0; b < n; b++)
+			junk[b] = cr->lose == LOSE_ZERO ? 0 : rnd();
+		dev_write(devs[cr->lose_dev], junk, n, at);
+	}
+	free(junk);
+	if (cr->lose == LOSE_EIO) {
+		dev_faults(devs[cr->lose_dev])->fail_reads = -EIO;
+		dev_faults(devs[cr->lose_dev])->fail_writes = -EIO;
+	}
+}
+
+/* The slot entries of mirror 0 (debugging). */
+static void dump_slots(struct pm_region *r)
+{
+	const struct meta_hdr *h = r[0].addr;
+	uint64_t i;
+
+	for (i = 0; i < h->nslots; i++) {
+		const uint8_t *p = (const uint8_t *)r[0].addr + h->slots_off +
+				   i * h->slot_size;
+		uint64_t seq, blk, valid, dirty;
+		uint32_t file, flags;
+
+		memcpy(&seq, p, 8);
+		memcpy(&file, p + 8, 4);
+		memcpy(&flags, p + 12, 4);
+		memcpy(&blk, p + 16, 8);
+		memcpy(&valid, p + 24, 8);
+		memcpy(&dirty, p + 32, 8);
+		if (file)
+			fprintf(out,
+				"  slot %llu (dev %llu): seq %llu file %u blk "
+				"%llu valid %llx dirty %llx%s\n",
+				(unsigned long long)i,
+				(unsigned long long)(i % 2),
+				(unsigned long long)seq, file,
+				(unsigned long long)blk,
+				(unsigned long long)valid,
+				(unsigned long long)dirty,
+				flags & 1 ? " twin" : "");
+	}
+}
+
+static void crash_check(struct cache_config *cfg, const struct crash *cr,
+			uint8_t *img)
+{
+	struct dev *devs[2];
+	struct pm_region r[2];
+	struct cache *c;
+	char err[CFG_ERRLEN] = "";
+	FILE *devnull = fopen("/dev/null", "w");
+	int d, i, bad = 0, problems;
+
+	for (d = 0; d < 2; d++) {
+		dev_mem_create(devsize, &devs[d]);
+		pm_mem_create(mlen, &r[d]);
+	}
+	materialize_devs(cr, devs);
+	materialize_meta(cr, r);
+	for (i = 0; i < nincs; i++)
+		if (!incs[i].unlinked)
+			materialize_backing(cr, i, img);
+	if (cr->lose)
+		lose_device(cr, devs);
+	bad += check_records(cr, r);
+	if (debug > 1)
+		dump_slots(r);
+	if (debug > 1)
+		for (i = 0; i < 6; i++) {
+			const struct meta_hdr *h = r[0].addr;
+			const struct meta_file *mf0 =
+				(const void *)((char *)r[0].addr +
+					       h->files_off + i * 256);
+			const struct meta_file *mf1 =
+				(const void *)((char *)r[1].addr +
+					       h->files_off + i * 256);
+
+			fprintf(out,
+				"  record %d: seq %llu/%llu ino %llu size "
+				"%llu/%llu mtime %llu/%llu\n",
+				i, (unsigned long long)mf0->seq,
+				(unsigned long long)mf1->seq,
+				(unsigned long long)mf0->ino,
+				(unsigned long long)mf0->size,
+				(unsigned long long)mf1->size,
+				(unsigned long long)mf0->bk_mtime_ns,
+				(unsigned long long)mf1->bk_mtime_ns);
+		}
+	if (cache_open_devs(cfg, devs, 2, r, backing_fd, &c, err,
+			    sizeof(err))) {
+		fprintf(out, "crash point %zu%s: recovery failed: %s\n", cr->k,
+			cr->kill ? " (kill)" : "", err);
+		bad++;
+		goto out;
+	}
+	bad += check_files(cr, c);
+	cache_close(c, 0); /* destage stops: the mirrors must agree */
+	if (memcmp((char *)r[0].addr + META_HDR_SIZE,
+		   (char *)r[1].addr + META_HDR_SIZE, mlen - META_HDR_SIZE)) {
+		fprintf(out, "crash point %zu: mirrors differ after recovery\n",
+			cr->k);
+		bad++;
+	}
+	if (!cr->lose) {
+		problems = fmt_check_open(cfg, devs, r, devnull, 0);
+		if (problems) {
+			fprintf(out,
+				"crash point %zu: check found %d problems\n",
+				cr->k, problems);
+			bad++;
+		}
+	}
+out:
+	if (bad) {
+		check_failures += bad;
+		failed_states++;
+	}
+	fclose(devnull);
+	for (d = 0; d < 2; d++) {
+		dev_close(devs[d]);
+		pm_unmap(&r[d]);
+	}
+}
+
+/* ---------------------------------------------------------- the run */
 
 static void config(struct cache_config *cfg)
 {
@@ -129,417 +1224,235 @@ static void config(struct cache_config *cfg)
 	cfg->meta_paths[1] = strdup("m1");
 	cfg->idle_ms = 0;
 	cfg->max_dirty_age_ms = 0;
-	cfg->high_wm = 40;
-	cfg->low_wm = 20;
-	cfg->threads = 1;
+	cfg->high_wm = nthreads > 1 ? 30 : 40;
+	cfg->low_wm = nthreads > 1 ? 10 : 20;
+	cfg->threads = nthreads > 1 ? 3 : 1;
 	cfg->max_files = 64;
-	if (getenv("NVC_CRASH_COPIES"))
-		cfg->dirty_copies = atoi(getenv("NVC_CRASH_COPIES"));
+	cfg->dirty_copies = copies;
 }
 
-static void run_workload(struct cache *c)
+static int is_boundary(const struct rec_event *e)
 {
-	char *buf = malloc(256 * KiB);
-	int i, f;
-
-	for (i = 0; i < MAXOPS; i++) {
-		struct op *o = &ops[nops];
-		struct mfile *m;
-		uint64_t w;
-
-		o->kind = rnd() % 100;
-		o->kind = o->kind < 50	 ? OP_WRITE
-			  : o->kind < 58 ? OP_TRUNC
-			  : o->kind < 78 ? OP_FSYNC
-					 : OP_READ;
-		if (i == MAXOPS * 2 / 3)
-			o->kind = OP_UNLINK;
-		o->file = f = (o->kind == OP_UNLINK) ? NFILES - 1
-						     : (int)(rnd() % NFILES);
-		m = &files[f];
-		if (m->unlinked_at)
-			continue;
-		o->ver = nops + 1;
-		o->start = rec_log_add(L, REC_MARK, nops, 0, NULL, 0, 0);
-		switch (o->kind) {
-		case OP_WRITE: {
-			static const uint64_t lens[] = { 8, 64, 4096, 12288,
-							 65536 };
-
-			o->off = (rnd() % FILE_MAX) & ~7ull;
-			o->len = rnd() % 3
-					 ? lens[rnd() % 5]
-					 : ((rnd() % (200 * KiB)) & ~7ull) + 8;
-			for (w = 0; w < o->len / 8; w++)
-				((uint64_t *)buf)[w] =
-					token(f, o->ver, o->off / 8 + w);
-			CHECK_EQ(cache_write(c, m->cf, buf, o->len, o->off), 0);
-			for (w = o->off / 8; w < (o->off + o->len) / 8; w++) {
-				m->cur[w] = o->ver;
-				m->cur_trunc[w] = 0;
-			}
-			if (o->off + o->len > m->size)
-				m->size = o->off + o->len;
-			break;
-		}
-		case OP_TRUNC:
-			o->off = (rnd() % FILE_MAX) & ~7ull;
-			CHECK_EQ(cache_truncate(c, m->cf, o->off), 0);
-			for (w = o->off / 8; w < WORDS; w++) {
-				m->cur[w] = o->ver;
-				m->cur_trunc[w] = 1;
-			}
-			m->size = o->off;
-			break;
-		case OP_FSYNC:
-			CHECK_EQ(cache_fsync(c, m->cf), 0);
-			break;
-		case OP_READ: {
-			char *data;
-			size_t n, want;
-
-			o->off = (rnd() % FILE_MAX) & ~7ull;
-			want = 128 * KiB;
-			CHECK_EQ(cache_read(c, m->cf, rbuf, want, o->off, &data,
-					    &n),
-				 0);
-			for (w = 0; w < n / 8; w++) {
-				uint64_t word = o->off / 8 + w, got, exp;
-
-				memcpy(&got, data + 8 * w, 8);
-				exp = !m->cur[word] || m->cur_trunc[word]
-					      ? 0
-					      : token(f, m->cur[word], word);
-				if (got != exp) {
-					CHECK(got == exp);
-					break;
-				}
-			}
-			break;
-		}
-		case OP_UNLINK:
-			cache_file_put(c, m->cf);
-			close(m->fd);
-			CHECK_EQ(unlinkat(backing_fd, m->name, 0), 0);
-			cache_file_unlinked(c, m->dev, m->ino);
-			break;
-		}
-		o->end = rec_log_add(L, REC_MARK, nops, 1, NULL, 0, 0);
-		if (o->kind == OP_FSYNC) {
-			struct snap *s = &m->snaps[m->nsnaps++];
-
-			s->end = o->end;
-			s->ver = malloc(sizeof(m->cur));
-			s->trunc = malloc(sizeof(m->cur_trunc));
-			memcpy(s->ver, m->cur, sizeof(m->cur));
-			memcpy(s->trunc, m->cur_trunc, sizeof(m->cur_trunc));
-		}
-		if (o->kind == OP_UNLINK)
-			m->unlinked_at = o->end;
-		nops++;
-	}
-	free(buf);
-}
-
-/* May word w of file f hold value got after a crash at event k? */
-static int word_ok(int f, uint64_t w, uint64_t got, size_t k)
-{
-	struct mfile *m = &files[f];
-	const struct snap *s = NULL;
-	int i;
-
-	for (i = m->nsnaps - 1; i >= 0; i--)
-		if (m->snaps[i].end < k) {
-			s = &m->snaps[i];
-			break;
-		}
-	/* what the last fsync left */
-	if (s) {
-		if (!s->ver[w] || s->trunc[w]) {
-			if (!got)
-				return 1;
-		} else if (got == token(f, s->ver[w], w)) {
-			return 1;
-		}
-	} else if (!got) {
+	switch (e->kind) {
+	case REC_DEV_FLUSH:
+	case REC_DEV_FLUSH_BEGIN:
+	case REC_PM_PERSIST:
+	case REC_PM_PAGE_BEGIN:
+	case REC_PM_PAGE_END:
+	case REC_BK_SYNC:
+	case REC_BK_SYNC_BEGIN:
 		return 1;
+	case REC_DEV_WRITE:
+		return e->fua;
+	default:
+		return 0;
 	}
-	/* or what a later operation put there */
-	for (i = 0; i < nops; i++) {
-		const struct op *o = &ops[i];
-
-		if (o->file != f || o->start >= k || (s && o->start < s->end))
-			continue;
-		if (o->kind == OP_WRITE && w >= o->off / 8 &&
-		    w < (o->off + o->len) / 8 && got == token(f, o->ver, w))
-			return 1;
-		if (o->kind == OP_TRUNC && w >= o->off / 8 && !got)
-			return 1;
-	}
-	return 0;
 }
 
-static void explain(int f, uint64_t w, size_t k)
+static void dump_events(const char *range)
 {
-	int i;
-	size_t j;
+	static const char *const kn[] = { "devw",    "flush", "persist",
+					  "mark",    "bkw",   "bktrunc",
+					  "bksync",  "pagew", "pagedone",
+					  "bksync0", "flush0" };
+	size_t a = 0, b = 0, j;
 
-	for (j = k > 200 ? k - 200 : 0; j < k + 5 && j < rec_log_count(L);
-	     j++) {
-		const struct rec_event *e = rec_log_get(L, j);
-		static const char *const kn[] = { "devw",  "flush", "persist",
-						  "mark",  "bkw",   "bktrunc",
-						  "bksync" };
+	if (sscanf(range, "%zu-%zu", &a, &b) < 2)
+		b = a + 100;
+	for (j = a; j < b && j < nev; j++) {
+		const struct rec_event *e = ev(j);
 
-		if (e->kind == REC_PM_PERSIST && e->target == 1)
+		if (debug > 1 && e->kind == REC_PM_PERSIST)
 			continue;
-		if ((e->kind == REC_BK_WRITE || e->kind == REC_BK_TRUNC ||
-		     e->kind == REC_BK_SYNC) &&
-		    e->target != (int)files[f].ino)
-			continue;
-		if (e->kind == REC_BK_WRITE &&
-		    !(e->off <= w * 8 && w * 8 < e->off + e->len))
-			continue;
-		if (e->kind == REC_DEV_WRITE && e->len < 4096)
-			continue;
-		fprintf(stderr, "    %zu %s t%d off %llu len %u%s\n", j,
-			kn[e->kind], e->target, (unsigned long long)e->off,
-			e->len, e->fua ? " fua" : "");
+		fprintf(out, "  %zu t%d %s target %d off %llu len %u%s\n", j,
+			e->thread, kn[e->kind], e->target,
+			(unsigned long long)e->off, e->len,
+			e->fua ? " fua" : "");
 	}
-
-	for (i = files[f].nsnaps - 1; i >= 0; i--)
-		if (files[f].snaps[i].end < k) {
-			fprintf(stderr,
-				"  last fsync ended at %zu: version %u%s\n",
-				files[f].snaps[i].end, files[f].snaps[i].ver[w],
-				files[f].snaps[i].trunc[w] ? " (truncate)"
-							   : "");
-			break;
-		}
-	for (i = 0; i < nops; i++) {
-		const struct op *o = &ops[i];
-
-		if (o->file == f && ((o->kind == OP_WRITE && w >= o->off / 8 &&
-				      w < (o->off + o->len) / 8) ||
-				     (o->kind == OP_TRUNC && w >= o->off / 8)))
-			fprintf(stderr,
-				"  op %d %s off %llu len %llu events "
-				"%zu..%zu\n",
-				i, o->kind == OP_WRITE ? "write" : "trunc",
-				(unsigned long long)o->off,
-				(unsigned long long)o->len, o->start, o->end);
-	}
+	for (j = 0; j < (size_t)nincs && !debug; j++)
+		fprintf(out, "  inc %zu %s ino %d\n", j, incs[j].name,
+			(int)incs[j].ino);
 }
 
-static void materialize_and_check(struct cache_config *cfg, size_t k,
-				  uint64_t devsize, size_t mlen, int *checked)
+static int env_int(const char *name, int def);
+
+static int size_cmp(const void *a, const void *b)
 {
-	struct dev *devs[2];
-	struct pm_region r[2];
-	size_t last_flush[2] = { 0, 0 }, j;
-	struct cache *c;
-	char err[CFG_ERRLEN] = "";
-	FILE *devnull = fopen("/dev/null", "w");
-	int d, f, problems;
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
 
-	for (d = 0; d < 2; d++) {
-		dev_mem_create(devsize, &devs[d]);
-		pm_mem_create(mlen, &r[d]);
-	}
-	for (j = 0; j < k; j++) {
-		const struct rec_event *e = rec_log_get(L, j);
-
-		if (e->kind == REC_DEV_FLUSH)
-			last_flush[e->target] = j;
-	}
-	for (j = 0; j < k; j++) {
-		const struct rec_event *e = rec_log_get(L, j);
-
-		switch (e->kind) {
-		case REC_DEV_WRITE:
-			/* durable: flushed or FUA; after the last flush: maybe
-			 */
-			if (j < last_flush[e->target] || e->fua || rnd() % 2)
-				dev_write(devs[e->target], e->data, e->len,
-					  e->off);
-			break;
-		case REC_PM_PERSIST:
-			memcpy((char *)r[e->target].addr + e->off, e->data,
-			       e->len);
-			break;
-		default:
-			break;
-		}
-	}
-	/* backing files, rewritten in place so that their handles stay valid,
-	 * with the contents and mtime they had at the crash */
-	for (f = 0; f < NFILES; f++) {
-		struct timespec ts[2] = { { 0, UTIME_OMIT }, files[f].mtime0 };
-
-		if (files[f].unlinked_at)
-			continue;
-		CHECK_EQ(ftruncate(files[f].fd, 0), 0);
-		for (j = 0; j < k; j++) {
-			const struct rec_event *e = rec_log_get(L, j);
-
-			if (e->kind == REC_MARK && e->target == MTIME_MARK(f)) {
-				ts[1].tv_sec = e->off / 1000000000ull;
-				ts[1].tv_nsec = e->off % 1000000000ull;
-			}
-			if (e->target != (int)files[f].ino)
-				continue;
-			if (e->kind == REC_BK_WRITE)
-				CHECK_EQ(pwrite(files[f].fd, e->data, e->len,
-						e->off),
-					 e->len);
-			else if (e->kind == REC_BK_TRUNC)
-				CHECK_EQ(ftruncate(files[f].fd, e->off), 0);
-		}
-		CHECK_EQ(futimens(files[f].fd, ts), 0);
-	}
-
-	if (cache_open_devs(cfg, devs, 2, r, backing_fd, &c, err,
-			    sizeof(err))) {
-		fprintf(stderr, "crash point %zu: recovery failed: %s\n", k,
-			err);
-		check_failures++;
-		goto out;
-	}
-	CHECK(!memcmp((char *)r[0].addr + META_HDR_SIZE,
-		      (char *)r[1].addr + META_HDR_SIZE, mlen - META_HDR_SIZE));
-	for (f = 0; f < NFILES; f++) {
-		struct cfile *cf;
-		uint64_t size, off, w;
-		char *data;
-		size_t n;
-
-		if (files[f].unlinked_at)
-			continue; /* its inode is gone: nothing to read back */
-		CHECK_EQ(cache_file_get(c, files[f].fd, &cf), 0);
-		CHECK_EQ(cache_file_attr(c, files[f].dev, files[f].ino, &size,
-					 NULL),
-			 0);
-		for (off = 0; off < WORDS * 8ull; off += 512 * KiB) {
-			CHECK_EQ(cache_read(c, cf, rbuf, 512 * KiB, off, &data,
-					    &n),
-				 0);
-			for (w = 0; w < 512 * KiB / 8 && off / 8 + w < WORDS;
-			     w++) {
-				uint64_t got = 0;
-
-				if (w < n / 8)
-					memcpy(&got, data + 8 * w, 8);
-				if (!word_ok(f, off / 8 + w, got, k)) {
-					fprintf(stderr,
-						"crash point %zu: file %d word "
-						"%llu holds %016llx (size "
-						"%llu)\n",
-						k, f,
-						(unsigned long long)(off / 8 +
-								     w),
-						(unsigned long long)got,
-						(unsigned long long)size);
-					if (getenv("NVC_CRASH_DEBUG"))
-						explain(f, off / 8 + w, k);
-					check_failures++;
-					break;
-				}
-			}
-		}
-		cache_file_put(c, cf);
-	}
-	cache_close(c, 0);
-	problems = fmt_check_open(cfg, devs, r, devnull, 0);
-	if (problems) {
-		fprintf(stderr, "crash point %zu: check found %d problems\n", k,
-			problems);
-		check_failures++;
-	}
-	(*checked)++;
-out:
-	fclose(devnull);
-	for (d = 0; d < 2; d++) {
-		dev_close(devs[d]);
-		pm_unmap(&r[d]);
-	}
+	return x < y ? -1 : x > y;
 }
 
-int main(void)
+static int run_seed(unsigned s)
 {
 	struct cache_config cfg;
 	struct dev *devs[2];
 	struct pm_region r[2];
-	struct cache *c;
 	char err[CFG_ERRLEN];
-	uint64_t devsize = SB_DATA_OFF + SLOTS_PER_DEV * BS;
-	size_t mlen, n, j, points[200];
-	int d, f, npoints = 0, checked = 0, flushes = 0;
-	size_t opened;
+	size_t *points, npoints = 0, j, nkill = 0, nlost = 0, nstates = 0;
+	size_t limit = getenv("NVC_CRASH_POINTS")
+			       ? strtoul(getenv("NVC_CRASH_POINTS"), NULL, 0)
+			       : 0;
+	pthread_t th[16];
+	uint8_t *img;
+	int d, i, t, failures0 = check_failures;
+	struct timespec t0, t1;
 
-	log_setup(LOG_TO_STDERR);
-	if (getenv("NVC_CRASH_SEED"))
-		seed = atoi(getenv("NVC_CRASH_SEED"));
-	printf("seed %u (NVC_CRASH_SEED)\n", seed);
-	rbuf = dev_alloc_buf(2 * 1024 * KiB + 8192);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	seed = s;
+	mseed = s * 2654435761u + 7;
+	memset(ops, 0, sizeof(ops));
+	nops = 0;
+	nincs = 0;
+	failed_states = 0;
 	strcpy(dir, "/tmp/nvc-crash-XXXXXX");
 	if (!mkdtemp(dir))
 		return 1;
 	backing_fd = open(dir, O_RDONLY | O_DIRECTORY);
 	rec_log_new(&L);
 	config(&cfg);
+	devsize = SB_DATA_OFF + SLOTS_PER_DEV * BS;
 	for (d = 0; d < 2; d++)
 		dev_rec_create(L, d, devsize, &devs[d]);
 	mlen = fmt_meta_len(&cfg, devs, 2);
 	for (d = 0; d < 2; d++)
-		pm_rec_create(L, d, mlen, &r[d]);
+		(blk ? pm_rec_create_blk : pm_rec_create)(L, d, mlen, &r[d]);
 	if (fmt_format_open(&cfg, devs, 2, r, err, sizeof(err)) ||
-	    cache_open_devs(&cfg, devs, 2, r, backing_fd, &c, err,
+	    cache_open_devs(&cfg, devs, 2, r, backing_fd, &C, err,
 			    sizeof(err))) {
-		fprintf(stderr, "%s\n", err);
+		fprintf(out, "%s\n", err);
+		check_failures++;
+		rmdir(dir);
 		return 1;
 	}
-	cache_set_bk_hooks(c, &hooks);
+	cache_set_bk_hooks(C, &hooks);
+	__atomic_store_n(&recording, 1, __ATOMIC_RELEASE);
 	opened = rec_log_add(L, REC_MARK, -1, 0, NULL, 0, 0);
-	for (f = 0; f < NFILES; f++) {
-		struct stat st;
-
-		snprintf(files[f].name, sizeof(files[f].name), "f%d", f);
-		files[f].fd = openat(backing_fd, files[f].name,
-				     O_RDWR | O_CREAT, 0644);
-		fstat(files[f].fd, &st);
-		files[f].ino = st.st_ino;
-		files[f].dev = st.st_dev;
-		files[f].mtime0 = st.st_mtim;
-		CHECK_EQ(cache_file_get(c, files[f].fd, &files[f].cf), 0);
+	for (i = 0; i < NSLOTF; i++) {
+		pthread_rwlock_init(&fslots[i].lock, NULL);
+		fslots[i].cur = inc_create(i, 0);
 	}
-	run_workload(c);
-	cache_abandon(c); /* the power goes */
+	for (t = 0; t < nthreads; t++)
+		pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
+	for (t = 0; t < nthreads; t++)
+		pthread_join(th[t], NULL);
+	nops_max = nops < MAXOPS ? nops : MAXOPS;
+	cache_abandon(C); /* the power goes */
+	__atomic_store_n(&recording, 0, __ATOMIC_RELEASE);
 
-	/* crash points: after every device flush and fsync, and at random */
-	n = rec_log_count(L);
-	for (j = opened; j < n && npoints < 120; j++) {
-		const struct rec_event *e = rec_log_get(L, j);
+	model_build();
+	check_reads();
+	index_events();
 
-		flushes += e->kind == REC_DEV_FLUSH;
-		if ((e->kind == REC_DEV_FLUSH ||
-		     (e->kind == REC_MARK && e->off == 1 && e->target >= 0 &&
-		      ops[e->target].kind == OP_FSYNC)) &&
-		    (!npoints || j + 1 > points[npoints - 1] + 20))
+	if (getenv("NVC_CRASH_DUMP"))
+		dump_events(getenv("NVC_CRASH_DUMP"));
+	if (debug > 2)
+		for (i = 0; i < nops_max; i++)
+			fprintf(out,
+				"  op %d %s %s off %llu len %llu events "
+				"%zu..%zu\n",
+				i, op_names[ops[i].kind], incs[ops[i].inc].name,
+				(unsigned long long)ops[i].off,
+				(unsigned long long)ops[i].len, ops[i].start,
+				ops[i].end);
+
+	/* crash points: both sides of every flush, FUA write, persist, page
+	 * write and backing sync; after every op; and at random */
+	points = malloc((3 * nev + 64) * sizeof(size_t));
+	for (j = opened; j < nev; j++) {
+		const struct rec_event *e = ev(j);
+
+		if (is_boundary(e)) {
+			points[npoints++] = j;
 			points[npoints++] = j + 1;
+		} else if (e->kind == REC_MARK && e->target >= 0 &&
+			   e->off == 1) {
+			points[npoints++] = j + 1;
+		}
 	}
-	for (j = 0; j < 60; j++)
-		points[npoints++] = opened + 1 + rnd() % (n - opened);
-	points[npoints++] = n;
-	for (j = 0; j < (size_t)npoints; j++)
-		materialize_and_check(&cfg, points[j], devsize, mlen, &checked);
+	for (j = 0; j < nev / 50 + 10; j++)
+		points[npoints++] = opened + 1 + rnd() % (nev - opened);
+	points[npoints++] = nev;
+	qsort(points, npoints, sizeof(size_t), size_cmp);
+	for (i = 0, j = 0; j < npoints; j++)
+		if (!i || points[j] != points[i - 1])
+			points[i++] = points[j];
+	npoints = i;
+	if (limit && limit < npoints) {
+		/* a quick run: a random sample */
+		for (j = 0; j < limit; j++) {
+			size_t x = j + rnd() % (npoints - j), tmp = points[j];
 
-	printf("%d operations, %zu recorded events (%d device flushes), %d "
-	       "crash states recovered and checked\n",
-	       nops, n, flushes, checked);
-	CHECK(checked == npoints);
-	for (f = 0; f < NFILES; f++)
-		if (!files[f].unlinked_at)
-			close(files[f].fd);
+			points[j] = points[x];
+			points[x] = tmp;
+		}
+		npoints = limit;
+		qsort(points, npoints, sizeof(size_t), size_cmp);
+	}
+
+	if (getenv("NVC_CRASH_AT")) {
+		points[0] = strtoul(getenv("NVC_CRASH_AT"), NULL, 0);
+		npoints = 1;
+	}
+	img = malloc(IMG);
+	for (j = 0; j < npoints; j++) {
+		struct crash cr = { points[j], 0, LOSE_NONE, 0 };
+		const struct rec_event *prev = ev(points[j] - 1);
+
+		if (copies > 1 && rnd() % 2) {
+			cr.lose = 1 + rnd() % 4;
+			cr.lose_dev = rnd() % 2;
+		}
+		if (getenv("NVC_CRASH_LOSE")) /* DEV:HOW, HOW 0 none 1 missing
+						 2 EIO 3 garbage 4 zeros */
+			sscanf(getenv("NVC_CRASH_LOSE"), "%d:%d", &cr.lose_dev,
+			       &cr.lose);
+		nlost += cr.lose != LOSE_NONE;
+		crash_check(&cfg, &cr, img);
+		nstates++;
+		/* the kill -9 state: after every op, and now and then */
+		if (((prev->kind == REC_MARK && prev->target >= 0 &&
+		      prev->off == 1) ||
+		     rnd() % 4 == 0 || getenv("NVC_CRASH_AT")) &&
+		    env_int("NVC_CRASH_KILL", 1)) {
+			cr.kill = 1;
+			cr.lose = LOSE_NONE;
+			crash_check(&cfg, &cr, img);
+			nkill++;
+			nstates++;
+		}
+		if (check_failures - failures0 > 20) {
+			fprintf(out, "too many failures; stopping\n");
+			break;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	fprintf(out,
+		"seed %u: %d threads, %d copies%s: %d ops, %d files, %zu "
+		"events, %zu crash points, %zu states (%zu kill -9, %zu with a "
+		"device lost), %d failed, %.1f s\n",
+		s, nthreads, copies, blk ? ", block-device mirrors" : "",
+		nops_max, nincs, nev, npoints, nstates, nkill, nlost,
+		failed_states,
+		(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+	fflush(out);
+
+	free(img);
+	free(points);
+	free(next_flush);
+	free(page_end);
+	for (i = 0; i < nincs; i++) {
+		if (!incs[i].unlinked)
+			close(incs[i].fd);
+		free(incs[i].ops);
+		free(incs[i].syncs);
+		free(incs[i].wo);
+		free(incs[i].wl);
+	}
+	for (j = 0; j < (size_t)nops_max; j++)
+		free(ops[j].rdata);
+	while (nheld)
+		close(held_fds[--nheld]);
 	for (d = 0; d < 2; d++) {
 		dev_close(devs[d]);
 		pm_unmap(&r[d]);
@@ -552,7 +1465,50 @@ int main(void)
 		(void)!system(cmd);
 	}
 	rec_log_free(L);
+	L = NULL;
 	cfg_free(&cfg);
+	return check_failures != failures0;
+}
+
+static int env_int(const char *name, int def)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? atoi(v) : def;
+}
+
+int main(void)
+{
+	unsigned s0, s1, s;
+	const char *seeds = getenv("NVC_CRASH_SEEDS");
+
+	out = fdopen(dup(2), "w");
+	setvbuf(out, NULL, _IOLBF, 0);
+	if (!getenv("NVC_CRASH_VERBOSE") && !freopen("/dev/null", "w", stderr))
+		return 1;
+	log_setup(LOG_TO_STDERR);
+	nthreads = env_int("NVC_CRASH_THREADS", 1);
+	if (nthreads < 1 || nthreads > 16)
+		nthreads = 1;
+	copies = env_int("NVC_CRASH_COPIES", 1);
+	blk = env_int("NVC_CRASH_BLK", 0);
+	debug = env_int("NVC_CRASH_DEBUG", 0);
+	hold_inodes = env_int("NVC_CRASH_HOLD_INODES", 0);
+	total_ops = env_int("NVC_CRASH_OPS", total_ops);
+	s0 = s1 = env_int("NVC_CRASH_SEED", 12345);
+	if (seeds && sscanf(seeds, "%u-%u", &s0, &s1) < 2)
+		s1 = s0;
+	rbuf = dev_alloc_buf(512 * KiB + 4 * NVC_PAGE);
+	for (s = s0; s <= s1; s++) {
+		fprintf(out,
+			"seed %u (NVC_CRASH_SEED=%u NVC_CRASH_THREADS=%d "
+			"NVC_CRASH_COPIES=%d NVC_CRASH_BLK=%d)\n",
+			s, s, nthreads, copies, blk);
+		run_seed(s);
+	}
 	free(rbuf);
-	return CHECK_DONE();
+	return check_failures
+		       ? (fprintf(out, "%d check(s) failed\n", check_failures),
+			  1)
+		       : 0;
 }
