@@ -4,13 +4,13 @@ at 100% dirty in front of a rate-capped destage, with a hang watchdog; then flus
 Each worker owns its files and does its operations on them in sequence, so its in-memory reference is exact while
 all workers race inside the cache (shared slots, eviction, destage, waits for space). Readers re-read files that
 their owner has closed and parked for them. Cases: space (the cache full of dirty data), small (4 KiB blocks, fewer
-file records than open files), copies2 (dirty_copies = 2 on three devices; by hand only). Knobs (environment):
+file records than open files), copies2 (dirty_copies = 2 on three devices). Knobs (environment):
   NVC_LOAD_SECONDS (35 for the space case, 40% of it for small, 50% for copies2; 600 by hand), NVC_LOAD_SEED, NVC_LOAD_WORKERS (32), NVC_LOAD_READERS (2),
   NVC_LOAD_RATE (4M), NVC_LOAD_NDEVS (2), NVC_LOAD_DEV_MB (32), NVC_LOAD_BS (64K), NVC_LOAD_COPIES (1),
   NVC_LOAD_MAX_SIZE_MB (2), NVC_LOAD_WATCHDOG (60 s without any completed operation),
   NVC_LOAD_OP_LIMIT (150 s for one operation), NVC_LOAD_FLUSH_EVERY (seconds between `nvcachectl flush` runs
   racing the workers; 0: none; space: 15, small: 4), NVC_LOAD_CONF ("section.key=value;..." extra config keys),
-  NVC_LOAD_EVIDENCE (a directory that receives the report, the figures and the daemon log), NVC_LOAD_ALL=1 (copies2 too).
+  NVC_LOAD_EVIDENCE (a directory that receives the report, the figures and the daemon log).
 """
 import collections
 import ctypes
@@ -871,7 +871,7 @@ def save_evidence(cache, text, name):
 
 # The cases: a cache full of dirty data (64 KiB blocks); the smallest geometry, 4 KiB blocks and fewer file records
 # than open files (reads and writes of a file without a record go around the cache); two copies of each dirty block
-# on three devices.  The last one runs only when asked for (NVC_LOAD_ALL=1, or -k copies2): CI keeps to the first two.
+# on three devices.  CI runs all three in their short form.
 CASES = {
     "space": dict(share=1.0, ndevs=NDEVS, flush_every=15, kill9=True, full=True, keys={}),
     # files without a record write around the cache, racing flushes keep destage busy: not always full
@@ -955,10 +955,7 @@ def figures(workers, readers, samples, st, elapsed, flush_s, seed, shd, case):
     }
 
 
-@pytest.mark.parametrize("case", ["space", "small",
-                                  pytest.param("copies2", marks=pytest.mark.skipif(
-                                      not os.environ.get("NVC_LOAD_ALL") and "copies2" not in " ".join(sys.argv),
-                                      reason="by hand: NVC_LOAD_ALL=1 or -k copies2"))])
+@pytest.mark.parametrize("case", ["space", "small", "copies2"])
 def test_load_full_dirty_cache(make_cache, case):
     seed = env("NVC_LOAD_SEED", int(time.time()) % 100000, int)
     seconds = SECONDS * CASES[case]["share"]

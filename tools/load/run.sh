@@ -2,7 +2,7 @@
 # tools/load/run.sh: the load test through the mount by hand — 10 minutes of the "space" case by default; figures and
 # any hang report land in $NVC_LOAD_EVIDENCE (default /var/tmp/nvc-load). Every NVC_LOAD_* knob of
 # tests/integration/test_load.py passes through, and so do pytest's arguments, e.g.
-#   NVC_LOAD_SECONDS=120 tools/load/run.sh -k copies2      NVC_LOAD_ALL=1 tools/load/run.sh -k ''
+#   NVC_LOAD_SECONDS=120 tools/load/run.sh -k copies2      tools/load/run.sh -k ''   (every case)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export NVC_BUILD=${NVC_BUILD:-$root/build}
