@@ -27,18 +27,23 @@ struct env {
 	char dir[64];
 	struct cache *c;
 	uint64_t mlen;
+	char err[CFG_ERRLEN]; /* why the last env_try_open failed */
 };
 
 static char *rbuf __attribute__((unused));
 
+/* Open the cache: 0, or -errno with the reason in e->err. */
+static inline int env_try_open(struct env *e)
+{
+	e->err[0] = 0;
+	return cache_open_devs(&e->cfg, e->devs, 2, e->mirrors, e->backing_fd,
+			       &e->c, e->err, sizeof(e->err));
+}
+
 static inline void env_open(struct env *e)
 {
-	char err[CFG_ERRLEN] = "";
-	int ret = cache_open_devs(&e->cfg, e->devs, 2, e->mirrors,
-				  e->backing_fd, &e->c, err, sizeof(err));
-
-	if (ret) {
-		fprintf(stderr, "cache_open_devs: %s\n", err);
+	if (env_try_open(e)) {
+		fprintf(stderr, "cache_open_devs: %s\n", e->err);
 		exit(1);
 	}
 }
@@ -46,12 +51,11 @@ static inline void env_open(struct env *e)
 static uint64_t max_files __attribute__((unused)) = 65536;
 static uint64_t dirty_copies __attribute__((unused)) = 1;
 
-/* A formatted cache; with a log l, its devices and mirrors record every
- * write, flush and persist there. */
-static inline void env_init_rec(struct env *e, uint64_t slots_per_dev,
-				uint32_t bs, struct rec_log *l)
+/* A formatted cache, not opened; with a log l, its devices and mirrors
+ * record every write, flush and persist there. */
+static inline void env_format(struct env *e, uint64_t slots_per_dev,
+			      uint32_t bs, struct rec_log *l)
 {
-	char err[CFG_ERRLEN];
 	int i;
 
 	memset(e, 0, sizeof(*e));
@@ -77,15 +81,22 @@ static inline void env_init_rec(struct env *e, uint64_t slots_per_dev,
 		if (l ? pm_rec_create(l, i, e->mlen, &e->mirrors[i])
 		      : pm_mem_create(e->mlen, &e->mirrors[i]))
 			exit(1);
-	if (fmt_format_open(&e->cfg, e->devs, 2, e->mirrors, err,
-			    sizeof(err))) {
-		fprintf(stderr, "format: %s\n", err);
+	if (fmt_format_open(&e->cfg, e->devs, 2, e->mirrors, e->err,
+			    sizeof(e->err))) {
+		fprintf(stderr, "format: %s\n", e->err);
 		exit(1);
 	}
 	strcpy(e->dir, "/tmp/nvc-unit-XXXXXX");
 	if (!mkdtemp(e->dir))
 		exit(1);
 	e->backing_fd = open(e->dir, O_RDONLY | O_DIRECTORY);
+}
+
+/* The same, opened. */
+static inline void env_init_rec(struct env *e, uint64_t slots_per_dev,
+				uint32_t bs, struct rec_log *l)
+{
+	env_format(e, slots_per_dev, bs, l);
 	env_open(e);
 }
 

@@ -8,86 +8,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../cache/cache.h"
-#include "../../cache/meta.h"
-#include "check.h"
+#include "env.h"
 
-#define KiB 1024u
 #define BS (64 * KiB)
 #define PER_DEV 8 /* slots per device */
-
-struct env {
-	struct cache_config cfg;
-	struct dev *devs[2];
-	struct pm_region mirrors[2];
-	int backing_fd;
-	char dir[64];
-	struct cache *c;
-	char err[CFG_ERRLEN];
-};
-
-/* A freshly formatted cache of two in-memory devices, not opened. */
-static void env_init(struct env *e)
-{
-	uint64_t len;
-	int i;
-
-	memset(e, 0, sizeof(*e));
-	cfg_defaults(&e->cfg);
-	e->cfg.block_size = BS;
-	e->cfg.ndevs = 2;
-	e->cfg.dev_paths[0] = strdup("mem0");
-	e->cfg.dev_paths[1] = strdup("mem1");
-	e->cfg.meta_paths[0] = strdup("m0");
-	e->cfg.meta_paths[1] = strdup("m1");
-	e->cfg.idle_ms = 0;
-	e->cfg.max_dirty_age_ms = 0;
-	for (i = 0; i < 2; i++)
-		if (dev_mem_create(SB_DATA_OFF + PER_DEV * BS, &e->devs[i]))
-			exit(1);
-	len = fmt_meta_len(&e->cfg, e->devs, 2);
-	for (i = 0; i < 2; i++)
-		if (pm_mem_create(len, &e->mirrors[i]))
-			exit(1);
-	if (fmt_format_open(&e->cfg, e->devs, 2, e->mirrors, e->err,
-			    sizeof(e->err))) {
-		fprintf(stderr, "format: %s\n", e->err);
-		exit(1);
-	}
-	strcpy(e->dir, "/tmp/nvc-meta-XXXXXX");
-	if (!mkdtemp(e->dir))
-		exit(1);
-	e->backing_fd = open(e->dir, O_RDONLY | O_DIRECTORY);
-}
-
-static int env_open(struct env *e)
-{
-	e->err[0] = 0;
-	return cache_open_devs(&e->cfg, e->devs, 2, e->mirrors, e->backing_fd,
-			       &e->c, e->err, sizeof(e->err));
-}
-
-static void env_fini(struct env *e)
-{
-	char cmd[128];
-	int i;
-
-	if (e->c)
-		cache_close(e->c, 0);
-	for (i = 0; i < 2; i++) {
-		dev_close(e->devs[i]);
-		pm_unmap(&e->mirrors[i]);
-	}
-	close(e->backing_fd);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", e->dir);
-	(void)!system(cmd);
-	cfg_free(&e->cfg);
-}
 
 /* The open must fail cleanly, with an error that names what is wrong. */
 static void expect_refused(struct env *e, const char *what)
 {
-	int ret = env_open(e);
+	int ret = env_try_open(e);
 
 	CHECK(ret < 0);
 	if (ret < 0)
@@ -164,7 +93,7 @@ static void test_hdr_block_size_2m(void)
 	struct env e;
 	int i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (i = 0; i < 2; i++) {
 		hdr(&e, i)->block_size = 2048 * KiB;
 		hdr(&e, i)->slot_size = meta_slot_size(2048 * KiB);
@@ -182,7 +111,7 @@ static void test_hdr_block_size_differs(void)
 	struct env e;
 	int i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (i = 0; i < 2; i++) {
 		hdr(&e, i)->block_size = 32 * KiB;
 		hdr(&e, i)->slot_size = meta_slot_size(32 * KiB);
@@ -200,7 +129,7 @@ static void test_hdr_nfiles_past_end(void)
 	struct env e;
 	int i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (i = 0; i < 2; i++)
 		hdr(&e, i)->nfiles += 4096;
 	hdr_seal(&e);
@@ -214,7 +143,7 @@ static void test_hdr_slots_off_past_end(void)
 	struct env e;
 	int i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (i = 0; i < 2; i++)
 		hdr(&e, i)->slots_off = e.mirrors[i].len - 64;
 	hdr_seal(&e);
@@ -228,7 +157,7 @@ static void test_hdr_files_off_overlaps(void)
 	struct env e;
 	int i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (i = 0; i < 2; i++)
 		hdr(&e, i)->files_off = 0;
 	hdr_seal(&e);
@@ -243,7 +172,7 @@ static void test_hdr_nslots_wraps(void)
 	uint64_t per = (1ull << 58) + PER_DEV;
 	int i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (i = 0; i < 2; i++)
 		hdr(&e, i)->nslots = 2 * per;
 	hdr_seal(&e);
@@ -264,7 +193,7 @@ static void test_hdr_ndevs_differs(void)
 	struct env e;
 	int i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (i = 0; i < 2; i++)
 		hdr(&e, i)->ndevs = 4;
 	hdr_seal(&e);
@@ -294,7 +223,7 @@ static void test_record_fields(void)
 	size_t t;
 	int bad_copies, i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (t = 0; t < sizeof(bad) / sizeof(bad[0]); t++) {
 		for (i = 0; i < 2; i++)
 			slot_raw(&e, i, 1, BS, bad[t].seq, bad[t].file,
@@ -343,7 +272,7 @@ static void test_file_record_refused(void)
 	struct env e;
 	int i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (i = 0; i < 2; i++) {
 		struct meta_file *f = file_rec(&e, i, 0);
 
@@ -363,7 +292,7 @@ static void test_file_size_refused(void)
 	struct env e;
 	int i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (i = 0; i < 2; i++) {
 		struct meta_file *f = file_rec(&e, i, 0);
 
@@ -409,7 +338,7 @@ static void test_file_size_past_backing(void)
 	uint64_t limit;
 	int fd, i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	limit = backing_limit(e.backing_fd);
 	if (!limit) {
 		printf("  skipped: the backing file system has no size "
@@ -417,7 +346,7 @@ static void test_file_size_past_backing(void)
 		env_fini(&e);
 		return;
 	}
-	CHECK_EQ(env_open(&e), 0);
+	CHECK_EQ(env_try_open(&e), 0);
 	fd = openat(e.backing_fd, "a", O_RDWR | O_CREAT, 0644);
 	CHECK(fd >= 0 && !cache_file_get(e.c, fd, &f));
 	CHECK_EQ(cache_write(e.c, f, "data", 4, 0), 0);
@@ -445,7 +374,7 @@ static void test_superblock_fields(void)
 	struct sb_disk sb, good;
 	size_t t;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	CHECK_EQ(sb_read(e.devs[1], &good), 0);
 	for (t = 0; t < sizeof(what) / sizeof(what[0]); t++) {
 		sb = good;
@@ -499,7 +428,7 @@ static void test_check_2m_header(void)
 	FILE *f;
 	int i;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	for (i = 0; i < 2; i++) {
 		hdr(&e, i)->block_size = 2048 * KiB;
 		hdr(&e, i)->slot_size = meta_slot_size(2048 * KiB);
@@ -523,7 +452,7 @@ static void test_check_one_bad_copy(void)
 	size_t outlen = 0;
 	FILE *f;
 
-	env_init(&e);
+	env_format(&e, PER_DEV, BS, NULL);
 	slot_raw(&e, 0, 1, BS, 7, 1, 0x80, 0, 1, 0);
 	f = open_memstream(&out, &outlen);
 	CHECK(fmt_check_open(&e.cfg, e.devs, e.mirrors, f, 0) > 0);
@@ -541,8 +470,8 @@ static void test_valid_opens(void)
 	size_t outlen = 0;
 	FILE *f;
 
-	env_init(&e);
-	CHECK_EQ(env_open(&e), 0);
+	env_format(&e, PER_DEV, BS, NULL);
+	CHECK_EQ(env_try_open(&e), 0);
 	if (e.c) {
 		cache_close(e.c, 0);
 		e.c = NULL;
