@@ -698,6 +698,13 @@ class Monitor:
         except BrokenPipeError:
             pass
 
+    def pause(self, timeout=600):
+        """Stop the racing flushes, and wait for one under way to end (a kill -9 must not cut it off)."""
+        self.send("pause")
+        deadline = time.time() + timeout
+        while not os.path.exists(self.flushes + ".paused") and time.time() < deadline and self.proc.poll() is None:
+            time.sleep(0.1)
+
     def dump(self, reason, timeout=300):
         self.send("dump " + reason)
         deadline = time.time() + timeout
@@ -759,8 +766,9 @@ def monitor_main(mnt, pid, progress_path, nactors, report, samples, watchdog, op
             with open(flushes, "a") as fh:
                 fh.write(json.dumps({"seconds": round(time.monotonic() - t0, 2), "rc": rc, "stderr": err}) + "\n")
 
+    flush_thread = threading.Thread(target=flusher, daemon=True)
     if float(flush_every) > 0:
-        threading.Thread(target=flusher, daemon=True).start()
+        flush_thread.start()
 
     def stdin_reader():
         for line in sys.stdin:
@@ -781,6 +789,9 @@ def monitor_main(mnt, pid, progress_path, nactors, report, samples, watchdog, op
             if cmd == "pause":
                 paused = True
                 quiet.set()
+                if flush_thread.is_alive():
+                    flush_thread.join()   # the flush under way ends first
+                open(flushes + ".paused", "w").close()
             elif cmd.startswith("dump "):
                 why = cmd[5:]
             elif cmd.startswith("pid "):
@@ -999,7 +1010,7 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
     for t in workers + readers:
         t.join()   # the monitor ends every hang by killing the daemon, so these joins end
     elapsed = time.monotonic() - t0
-    mon.send("pause")
+    mon.pause()
     expect = {}
     for w in workers:
         expect.update(w.files)
