@@ -119,12 +119,17 @@ static void check_after_losing(struct env *e, struct cfile *f, int fd,
 	dev_faults(e->devs[d])->fail_writes = 0;
 }
 
-/* Writethrough (or write-around over dirty blocks) onto a dirty page keeps it
- * dirty: its twin must get the new bytes too. */
-static void test_writethrough_over_dirty_updates_twin(void)
+/*
+ * A block written dirty (with its twin), then changed by change(), which
+ * keeps ref in step; then each device is lost in turn (check_after_losing).
+ */
+#define CHG_LEN (64 * 1024)
+
+static void change_then_lose_each(void (*change)(struct env *e,
+						  struct cfile *f, char *ref))
 {
 	struct env e;
-	char buf[8192], ref[64 * 1024];
+	char ref[CHG_LEN];
 	struct cfile *f;
 	int fd, d;
 
@@ -135,10 +140,7 @@ static void test_writethrough_over_dirty_updates_twin(void)
 		f = file_open(&e, "f", &fd);
 		fill(ref, sizeof(ref), 7);
 		CHECK_EQ(cache_write(e.c, f, ref, sizeof(ref), 0), 0);
-		cache_config(e.c)->mode = MODE_WRITETHROUGH;
-		fill(buf, sizeof(buf), 8);
-		memcpy(ref + 4096, buf, sizeof(buf));
-		CHECK_EQ(cache_write(e.c, f, buf, sizeof(buf), 4096), 0);
+		change(&e, f, ref);
 		check_after_losing(&e, f, fd, ref, sizeof(ref), d);
 		cache_file_put(e.c, f);
 		close(fd);
@@ -146,30 +148,36 @@ static void test_writethrough_over_dirty_updates_twin(void)
 	}
 }
 
+/* Writethrough (or write-around over dirty blocks) onto a dirty page keeps it
+ * dirty: its twin must get the new bytes too. */
+static void writethrough_over_dirty(struct env *e, struct cfile *f, char *ref)
+{
+	char buf[8192];
+
+	cache_config(e->c)->mode = MODE_WRITETHROUGH;
+	fill(buf, sizeof(buf), 8);
+	memcpy(ref + 4096, buf, sizeof(buf));
+	CHECK_EQ(cache_write(e->c, f, buf, sizeof(buf), 4096), 0);
+}
+
+static void test_writethrough_over_dirty_updates_twin(void)
+{
+	change_then_lose_each(writethrough_over_dirty);
+}
+
 /* A truncate into a dirty page zeroes the rest of the page: in the twin too,
  * or growing the file again shows the old bytes from the twin. */
+static void truncate_into_dirty_page(struct env *e, struct cfile *f,
+				     char *ref)
+{
+	CHECK_EQ(cache_truncate(e->c, f, 1000), 0);
+	CHECK_EQ(cache_truncate(e->c, f, CHG_LEN), 0);
+	memset(ref + 1000, 0, CHG_LEN - 1000);
+}
+
 static void test_truncate_zeroes_twin_tail(void)
 {
-	struct env e;
-	char ref[64 * 1024];
-	struct cfile *f;
-	int fd, d;
-
-	for (d = 0; d < 2; d++) {
-		dirty_copies = 2;
-		env_init(&e, 16, 64 * KiB);
-		dirty_copies = 1;
-		f = file_open(&e, "f", &fd);
-		fill(ref, sizeof(ref), 9);
-		CHECK_EQ(cache_write(e.c, f, ref, sizeof(ref), 0), 0);
-		CHECK_EQ(cache_truncate(e.c, f, 1000), 0);
-		CHECK_EQ(cache_truncate(e.c, f, sizeof(ref)), 0);
-		memset(ref + 1000, 0, sizeof(ref) - 1000);
-		check_after_losing(&e, f, fd, ref, sizeof(ref), d);
-		cache_file_put(e.c, f);
-		close(fd);
-		env_fini(&e);
-	}
+	change_then_lose_each(truncate_into_dirty_page);
 }
 
 /* A partial write to a dirty page of a block that has no twin yet, on a
