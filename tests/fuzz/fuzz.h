@@ -44,6 +44,8 @@ void fz_devs(const struct fz_setup *s, struct dev *devs[FZ_NDEVS]);
 void fz_devs_close(struct dev *devs[FZ_NDEVS]);
 
 /* A region of len bytes holding data (zero-filled past data_len). */
+void fz_mirrors(const struct fz_setup *s, uint8_t control, const uint8_t *data,
+		size_t size, struct pm_region m[2]);
 void fz_region(struct pm_region *r, const void *data, size_t data_len,
 	       size_t len);
 

@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct pm_region m[2];
 	uint8_t control, *sb = NULL;
 	char *out = NULL;
-	size_t outlen = 0, half;
+	size_t outlen = 0;
 	FILE *f;
 	int i, problems;
 
@@ -38,28 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fz_fail("dev_write");
 		free(sb);
 	}
-	half = size / 2;
-	switch ((control >> 2) & 3) {
-	case 0:
-		fz_region(&m[0], data, half, half);
-		fz_region(&m[1], data + half, size - half, size - half);
-		break;
-	case 1:
-		fz_region(&m[0], s->mirror[0], s->mirror_len, s->mirror_len);
-		fz_region(&m[1], data, size, size);
-		break;
-	case 2:
-		fz_region(&m[0], data, size, size);
-		fz_region(&m[1], data, size, size);
-		break;
-	default:
-		fz_region(&m[0], data, size, size);
-		fz_region(&m[1], NULL, 0, s->mirror_len);
-		break;
-	}
-	if (control & FZ_FIX_CSUM)
-		for (i = 0; i < 2; i++)
-			fz_fix_mirror(m[i].addr, m[i].len);
+	fz_mirrors(s, control, data, size, m);
 	f = open_memstream(&out, &outlen);
 	if (!f)
 		fz_fail("open_memstream");

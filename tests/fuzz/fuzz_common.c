@@ -130,6 +130,40 @@ void fz_region(struct pm_region *r, const void *data, size_t data_len,
 		memcpy(r->addr, data, data_len < len ? data_len : len);
 }
 
+/*
+ * The two mirrors from the input, as control bits 2-3 say: its two halves;
+ * a good mirror and the input; the input twice; the input and a lost mirror.
+ * Checksums recomputed when control asks (FZ_FIX_CSUM).
+ */
+void fz_mirrors(const struct fz_setup *s, uint8_t control, const uint8_t *data,
+		size_t size, struct pm_region m[2])
+{
+	size_t half = size / 2;
+	int i;
+
+	switch ((control >> 2) & 3) {
+	case 0:
+		fz_region(&m[0], data, half, half);
+		fz_region(&m[1], data + half, size - half, size - half);
+		break;
+	case 1:
+		fz_region(&m[0], s->mirror[0], s->mirror_len, s->mirror_len);
+		fz_region(&m[1], data, size, size);
+		break;
+	case 2:
+		fz_region(&m[0], data, size, size);
+		fz_region(&m[1], data, size, size);
+		break;
+	default:
+		fz_region(&m[0], data, size, size);
+		fz_region(&m[1], NULL, 0, s->mirror_len);
+		break;
+	}
+	if (control & FZ_FIX_CSUM)
+		for (i = 0; i < 2; i++)
+			fz_fix_mirror(m[i].addr, m[i].len);
+}
+
 static int all_zero(const uint8_t *p, size_t n)
 {
 	while (n--)

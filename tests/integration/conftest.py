@@ -213,3 +213,14 @@ def cache(make_cache):
     yield c
     if c.proc:
         c.unmount()
+
+
+@pytest.fixture
+def public_cache(make_cache):
+    """A cache other users can reach (the mount and the backing store)."""
+    c = make_cache(public=True)
+    c.format()
+    c.mount()
+    yield c
+    if c.proc:
+        c.unmount()

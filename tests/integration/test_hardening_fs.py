@@ -57,16 +57,6 @@ def strace(pid, out, *opts):
         errf.close()
 
 
-@pytest.fixture
-def public_cache(make_cache):
-    c = make_cache(public=True)
-    c.format()
-    c.mount()
-    yield c
-    if c.proc:
-        c.unmount()
-
-
 def pub_dir(c):
     """A sticky, world-writable directory, as /tmp: anyone may create, each may rename only their own."""
     os.mkdir(c.path("pub"))

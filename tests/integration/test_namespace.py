@@ -5,8 +5,6 @@ import os
 import stat
 import subprocess
 
-import pytest
-
 from workload import assert_same_tree
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -99,16 +97,6 @@ def test_namespace_matches_plain_directory(cache, tmp_path):
 def as_user(uid, code):
     return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                            "/usr/bin/python3", "-c", code], capture_output=True, text=True, timeout=30)
-
-
-@pytest.fixture
-def public_cache(make_cache):
-    c = make_cache(public=True)
-    c.format()
-    c.mount()
-    yield c
-    if c.proc:
-        c.unmount()
 
 
 def test_permissions_enforced_and_owner_is_caller(public_cache):
