@@ -546,17 +546,17 @@ void destage_stop(struct cache *c)
  * an epoch; a slot that goes dirty notes the epoch it went dirty in, and a
  * destage pass raises it to the epoch in which it read the slot, since all
  * the slot held then is durable once the pass completes.  The flush is done
- * when no dirty slot has an epoch before its own.  Counts the slots still
- * owed, and those of them that a working device (or a working second copy)
- * holds, in *working.  c->lock held.
+ * when no dirty slot has an epoch before its own.  Returns 0 when nothing is
+ * owed, 1 when a working device (or a working second copy) holds an owed slot
+ * (the scan stops there: owed slots are mostly in the oldest dirty files, at
+ * the head of the list), -1 when only failed devices hold what is owed.
+ * c->lock held.
  */
-static uint64_t flush_owed_locked(struct cache *c, uint64_t epoch,
-				  uint64_t *working)
+static int flush_owed_locked(struct cache *c, uint64_t epoch)
 {
 	struct list *l, *m;
-	uint64_t n = 0;
+	int owed = 0;
 
-	*working = 0;
 	for (l = c->dirty_files.next; l != &c->dirty_files; l = l->next) {
 		struct cfile *f = list_entry(l, struct cfile, dlink);
 
@@ -565,25 +565,26 @@ static uint64_t flush_owed_locked(struct cache *c, uint64_t epoch,
 
 			if (s->state != SLOT_DIRTY || s->dirty_epoch >= epoch)
 				continue;
-			n++;
-			*working += !slot_failed(c, s) ||
-				    (s->twin &&
-				     !slot_failed(c, &c->slots[s->twin - 1]));
+			if (!slot_failed(c, s) ||
+			    (s->twin &&
+			     !slot_failed(c, &c->slots[s->twin - 1])))
+				return 1;
+			owed = -1;
 		}
 	}
-	return n;
+	return owed;
 }
 
 int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 {
-	uint64_t stuck_since = 0, last_owed = UINT64_MAX, owed, working, epoch;
-	int ret = 0;
+	uint64_t stuck_since = now_ms(), least = UINT64_MAX, epoch;
+	int ret = 0, owed;
 
 	pthread_mutex_lock(&c->lock);
 	epoch = ++c->epoch;
 	c->flush_waiters++;
 	pthread_cond_broadcast(&c->destage_cond);
-	while ((owed = flush_owed_locked(c, epoch, &working)) && !c->stopping) {
+	while ((owed = flush_owed_locked(c, epoch)) && !c->stopping) {
 		struct timespec ts;
 		uint64_t dirty = c->dirty_pages * NVC_PAGE;
 
@@ -593,17 +594,17 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 			pthread_mutex_lock(&c->lock);
 		}
 		/* what only a failed device holds can never be destaged */
-		if (!working) {
+		if (owed < 0) {
 			log_msg(LOG_ERR,
-				"flush: %llu dirty blocks are on a failed "
-				"cache device and cannot be destaged",
-				(unsigned long long)owed);
+				"flush: dirty blocks written before it are on "
+				"a failed cache device and cannot be destaged");
 			ret = -EIO;
 			break;
 		}
-		/* give up when destage keeps failing without progress */
-		if (owed < last_owed) {
-			last_owed = owed;
+		/* give up when destage keeps failing and dirty data does not
+		 * shrink (bytes written before a failure are no progress) */
+		if (dirty < least) {
+			least = dirty;
 			stuck_since = now_ms();
 		} else if (c->last_destage_err &&
 			   now_ms() - stuck_since > 10000) {
@@ -618,7 +619,7 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 		}
 		pthread_cond_timedwait(&c->flush_cond, &c->lock, &ts);
 	}
-	if (!ret && flush_owed_locked(c, epoch, &working))
+	if (!ret && flush_owed_locked(c, epoch))
 		ret = -EIO;
 	c->flush_waiters--;
 	pthread_mutex_unlock(&c->lock);
