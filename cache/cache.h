@@ -19,6 +19,9 @@
 
 enum cache_mode { MODE_WRITEBACK, MODE_WRITETHROUGH, MODE_WRITEAROUND };
 enum unmount_policy { UNMOUNT_FLUSH, UNMOUNT_KEEP };
+enum identity_mode { IDENT_AUTO, IDENT_HANDLE, IDENT_PATH };
+enum conflict_policy { CONFLICT_OVERWRITE, CONFLICT_KEEP_BOTH };
+enum on_close_policy { ON_CLOSE_NONE, ON_CLOSE_FLUSH };
 
 /* Every tunable is a row of the table in config.c; this struct holds values. */
 struct cache_config {
@@ -33,6 +36,8 @@ struct cache_config {
 	uint64_t max_files;
 	uint64_t io_poll_us;
 	char *backing_path;
+	int identity;
+	int on_conflict;
 	uint64_t high_wm;
 	uint64_t low_wm;
 	uint64_t max_dirty_age_ms;
@@ -40,6 +45,7 @@ struct cache_config {
 	uint64_t threads;
 	uint64_t max_rate;
 	int on_unmount;
+	int on_close;
 	uint64_t fuse_threads;
 	uint64_t attr_timeout_ms;
 	uint64_t read_ahead;
@@ -180,6 +186,6 @@ void cache_set_bk_hooks(struct cache *c, const struct cache_bk_hooks *h);
 /* The daemon's control socket for a mount point (realpath). */
 int ctl_socket_path(const char *mountpoint, char *out, size_t len);
 #define CTL_DIR "/run/nvcachefs"
-#define CTL_PROTO_VERSION 3
+#define CTL_PROTO_VERSION 4
 
 #endif

@@ -30,6 +30,11 @@ static const char *const mode_names[] = { "writeback", "writethrough",
 					  "writearound", NULL };
 static const char *const unmount_names[] = { "flush", "keep", NULL };
 static const char *const onoff_names[] = { "off", "on", NULL };
+static const char *const identity_names[] = { "auto", "handle", "path",
+					      NULL };
+static const char *const conflict_names[] = { "overwrite", "keep-both",
+					      NULL };
+static const char *const on_close_names[] = { "none", "flush", NULL };
 
 #define OFF(f) offsetof(struct cache_config, f)
 #define KIB 1024ull
@@ -55,6 +60,14 @@ static const struct cfg_key keys[] = {
 	  "sleeping" },
 	{ "backing", "path", T_STR, OFF(backing_path), 0, 0, NULL, 0, NULL,
 	  "the backing directory" },
+	{ "backing", "identity", T_ENUM, OFF(identity), 0, 2, "auto", 0,
+	  identity_names,
+	  "how cached files are found again: handle (kernel file handles), "
+	  "path (path and identity stamp), auto (handles where proven stable)" },
+	{ "backing", "on_conflict", T_ENUM, OFF(on_conflict), 0, 1,
+	  "overwrite", 1, conflict_names,
+	  "dirty data of a file changed elsewhere: overwrite the store's "
+	  "pages, or keep-both (this node's version beside it)" },
 	{ "destage", "high_watermark", T_UINT, OFF(high_wm), 1, 100, "80", 1,
 	  NULL, "percent of cache blocks dirty at which destage starts" },
 	{ "destage", "low_watermark", T_UINT, OFF(low_wm), 0, 99, "50", 1, NULL,
@@ -70,6 +83,10 @@ static const struct cfg_key keys[] = {
 	  NULL, "destage bandwidth cap per second (0: unlimited)" },
 	{ "destage", "on_unmount", T_ENUM, OFF(on_unmount), 0, 1, "flush", 1,
 	  unmount_names, "flush: destage all before exit; keep: leave dirty" },
+	{ "destage", "on_close", T_ENUM, OFF(on_close), 0, 1, "none", 1,
+	  on_close_names,
+	  "flush: the last close of a file waits until the store holds its "
+	  "data" },
 	{ "fuse", "threads", T_UINT, OFF(fuse_threads), 1, 256, "16", 0, NULL,
 	  "FUSE worker threads at most" },
 	{ "fuse", "read_ahead", T_SIZE, OFF(read_ahead), 0, 64 * MIB, "1M", 0,

@@ -41,7 +41,14 @@
 	  "store")                                                             \
 	X(destage_errors, "ops", "destage passes that failed and will retry")  \
 	X(backing_read_bytes, "bytes", "bytes read from the backing store")    \
-	X(backing_write_bytes, "bytes", "bytes written to the backing store")
+	X(backing_write_bytes, "bytes", "bytes written to the backing store")  \
+	X(lost_found_files, "ops",                                             \
+	  "files whose dirty data went to .nvcachefs-lost+found/")             \
+	X(lost_found_bytes, "bytes", "dirty bytes put in lost+found")          \
+	X(conflicts, "ops",                                                    \
+	  "dirty files changed elsewhere since cached (backing.on_conflict)")  \
+	X(revalidate_drops, "ops",                                             \
+	  "opens that found the file changed elsewhere and dropped clean data")
 
 #define STAT_GAUGES(X)                                                       \
 	X(capacity_bytes, "bytes", "cache data capacity")                    \
