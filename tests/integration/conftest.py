@@ -35,7 +35,8 @@ class Cache:
             os.makedirs(self.tmp, mode=0o755)
             os.chmod(self.tmp, 0o755)
         self.public = public
-        self.backing = os.path.join(self.tmp, "backing")
+        # a backing.path in extra (a directory on a distributed store, say) replaces the local one
+        self.backing = (extra or {}).get("backing.path", os.path.join(self.tmp, "backing"))
         self.mnt = os.path.join(self.tmp, "mnt")
         os.makedirs(self.backing, exist_ok=True)
         os.makedirs(self.mnt, exist_ok=True)
@@ -205,9 +206,50 @@ def make_cache(tmp_path):
         c.cleanup()
 
 
+def _start_store(kind):
+    import shutil
+    from dfs import STORES
+    need = {"gluster": ["glusterd", "glusterfs"], "moosefs": ["mfsmaster", "mfschunkserver", "mfsmount"]}[kind]
+    missing = [b for b in need if not shutil.which(b)]
+    if missing:
+        pytest.skip(f"{kind}: {', '.join(missing)} not installed (tools/quickstart.sh installs them)")
+    return STORES[kind]().start()
+
+
+@pytest.fixture(scope="module")
+def gluster_store():
+    """A two-host GlusterFS volume with two client mounts (dfs.py), once per test module."""
+    s = _start_store("gluster")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def moosefs_store():
+    """A MooseFS cluster with two client mounts (dfs.py), once per test module."""
+    s = _start_store("moosefs")
+    yield s
+    s.stop()
+
+
+DFS_KINDS = ["gluster", "moosefs"]
+
+
+@pytest.fixture(params=DFS_KINDS)
+def store(request):
+    """Each distributed store in turn (each started once per module)."""
+    return request.getfixturevalue(request.param + "_store")
+
+
 @pytest.fixture
-def cache(make_cache):
-    c = make_cache()
+def cache(make_cache, request):
+    """A formatted, mounted cache. Parametrized indirectly with "gluster" or "moosefs", its backing
+    directory is a fresh directory on that store's client mount 1 instead of a local one."""
+    kind = getattr(request, "param", "local")
+    extra = None
+    if kind != "local":
+        extra = {"backing.path": request.getfixturevalue(kind + "_store").subdir()[0]}
+    c = make_cache(extra=extra)
     c.format()
     c.mount()
     yield c
