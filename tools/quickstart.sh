@@ -27,6 +27,7 @@ install() {
 		policy=/usr/sbin/policy-rc.d
 		printf '#!/bin/sh\nexit 101\n' >"$policy"
 		chmod 755 "$policy"
+		# shellcheck disable=SC2064 # expanded now: policy is local to this function
 		trap "rm -f $policy" EXIT
 	fi
 	# shellcheck disable=SC2086
