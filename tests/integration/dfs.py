@@ -8,6 +8,7 @@ lands in the root mount namespace. Every process lives in one of the store's nam
 of them by PID (`ip netns pids`) and stops them, then removes mounts, namespaces and the temp dir. Teardown
 also runs when start-up fails half way.
 """
+import atexit
 import os
 import random
 import shutil
@@ -180,14 +181,33 @@ class Store:
             for m in self.mounts:
                 os.mkdir(m)
             self.mount_clients()
+            self.check_ready()
         except BaseException:
             self.stop()
             raise
         self.start_seconds = time.time() - t0
+        atexit.register(self.stop)  # in case the fixture's finalizer never runs
         return self
+
+    def check_ready(self):
+        """A file written and fsync'd through client 1 reads back through client 2 (the servers take
+        writes: for MooseFS, chunkservers that have registered their space)."""
+        data = os.urandom(200000)
+        p1, p2 = (os.path.join(m, ".nvc-ready") for m in self.mounts)
+
+        def round_trip():
+            with open(p1, "wb") as f:
+                f.write(data)
+                os.fsync(f.fileno())
+            with open(p2, "rb") as f:
+                return f.read() == data
+        wait_for("a write through client 1 to read back through client 2", round_trip, 30, self.logs,
+                 interval=0.5)
+        os.unlink(p1)
 
     def stop(self):
         """Best effort and idempotent: unmount, stop every process of the store by PID, remove the rest."""
+        atexit.unregister(self.stop)
         for m in self.mounts:
             if mounted(m):
                 r = run("umount", m, check=False)
