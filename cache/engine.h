@@ -160,9 +160,12 @@ struct cfile {
 			   checked once it has a descriptor (file_late_check) */
 	uint64_t bk_mtime_ns;
 	int bk_busy; /* changing the backing file: MF_BK_BUSY (rec_lock) */
+	uint64_t bk_ctime_ns;
 	uint32_t hbytes;
 	int32_t htype;
 	uint8_t handle[META_HANDLE_MAX];
+	uint8_t stamp[META_STAMP_LEN]; /* identity stamp; all zero: none */
+	char *path; /* relative to the backing directory (rec_lock); or NULL */
 	struct list slots;
 	struct list dlink; /* on c->dirty_files while ndirty > 0 */
 	struct cfile *hnext;
@@ -233,6 +236,11 @@ struct cache {
 #define CNT_GET(c, field) stat_total(&(c)->stats, STAT_C_##field)
 
 uint64_t now_ms(void);
+
+static inline uint64_t ts_ns(const struct timespec *ts)
+{
+	return ts->tv_sec * 1000000000ull + ts->tv_nsec;
+}
 uint64_t now_ns(void);
 
 static inline struct dev *slot_dev(struct cache *c, uint64_t s)

@@ -82,6 +82,7 @@ static void file_free(struct cfile *f)
 		close(f->fd);
 	pthread_rwlock_destroy(&f->rw);
 	pthread_mutex_destroy(&f->rec_lock);
+	free(f->path);
 	free(f);
 }
 
@@ -93,9 +94,15 @@ static void file_fill_record(struct cfile *f, struct meta_file *r)
 	r->size = f->size;
 	r->bk_size = f->bsize;
 	r->bk_mtime_ns = f->bk_mtime_ns;
+	r->bk_ctime_ns = f->bk_ctime_ns;
 	r->handle_bytes = f->hbytes;
 	r->handle_type = f->htype;
 	memcpy(r->handle, f->handle, f->hbytes);
+	memcpy(r->stamp, f->stamp, sizeof(r->stamp));
+	if (f->path) {
+		r->path_len = strlen(f->path);
+		memcpy(r->path, f->path, r->path_len + 1);
+	}
 }
 
 /*
@@ -164,7 +171,8 @@ int file_note_backing_stat(struct cache *c, struct cfile *f)
 		return -errno;
 	pthread_mutex_lock(&c->lock);
 	f->bsize = st.st_size;
-	f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	f->bk_mtime_ns = ts_ns(&st.st_mtim);
+	f->bk_ctime_ns = ts_ns(&st.st_ctim);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -311,7 +319,8 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 	f->dev = st.st_dev;
 	f->ino = st.st_ino;
 	f->size = f->bsize = st.st_size;
-	f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	f->bk_mtime_ns = ts_ns(&st.st_mtim);
+	f->bk_ctime_ns = ts_ns(&st.st_ctim);
 	f->refs = 1;
 	f->bk_wgen = 1; /* its existence: not known to be durable yet */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);

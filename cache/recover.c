@@ -86,8 +86,10 @@ void file_check_backing(struct cache *c, struct cfile *f)
 			f->size = st.st_size;
 		pthread_mutex_unlock(&c->lock);
 	}
-	if (!fstat(f->fd, &st))
-		mt = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	if (!fstat(f->fd, &st)) {
+		mt = ts_ns(&st.st_mtim);
+		f->bk_ctime_ns = ts_ns(&st.st_ctim);
+	}
 	f->bk_mtime_ns = mt;
 	if (f->nslots)
 		file_trim(c, f, f->size);
@@ -186,8 +188,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			}
 			fixed++;
 		}
-		if (!(mf.flags & MF_USED) ||
-		    mf.handle_bytes > META_HANDLE_MAX) {
+		if (!(mf.flags & MF_USED)) {
 			c->free_recs[c->nfree_recs++] = r;
 			continue;
 		}
@@ -215,9 +216,16 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		f->bsize = mf.bk_size;
 		f->bk_mtime_ns = mf.bk_mtime_ns;
 		f->bk_busy = !!(mf.flags & MF_BK_BUSY);
+		f->bk_ctime_ns = mf.bk_ctime_ns;
 		f->hbytes = mf.handle_bytes;
 		f->htype = mf.handle_type;
 		memcpy(f->handle, mf.handle, mf.handle_bytes);
+		memcpy(f->stamp, mf.stamp, sizeof(f->stamp));
+		if (mf.path_len && !(f->path = strdup(mf.path))) {
+			free(f);
+			ret = -ENOMEM;
+			goto err_files;
+		}
 		c->recs[r] = f;
 	}
 	/* free records are handed out lowest first */
@@ -381,6 +389,8 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 err_files:
 	/* refused before any file was hashed: cache_free would not see them */
 	for (r = 0; r < m->nfiles; r++) {
+		if (c->recs[r])
+			free(c->recs[r]->path);
 		free(c->recs[r]);
 		c->recs[r] = NULL;
 	}
