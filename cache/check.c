@@ -256,7 +256,7 @@ static void check_map(struct chk *k, struct pm_region r[2],
 		if (!(f.flags & MF_USED))
 			continue;
 		used_files++;
-		if (f.handle_bytes == 0 || f.handle_bytes > META_HANDLE_MAX)
+		if (f.handle_bytes > META_HANDLE_MAX)
 			problem(k, "file record %llu: file handle of %u bytes",
 				(unsigned long long)i, f.handle_bytes);
 	}

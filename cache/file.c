@@ -82,6 +82,7 @@ static void file_free(struct cfile *f)
 		close(f->fd);
 	pthread_rwlock_destroy(&f->rw);
 	pthread_mutex_destroy(&f->rec_lock);
+	free(f->path);
 	free(f);
 }
 
@@ -93,9 +94,15 @@ static void file_fill_record(struct cfile *f, struct meta_file *r)
 	r->size = f->size;
 	r->bk_size = f->bsize;
 	r->bk_mtime_ns = f->bk_mtime_ns;
+	r->bk_ctime_ns = f->bk_ctime_ns;
 	r->handle_bytes = f->hbytes;
 	r->handle_type = f->htype;
 	memcpy(r->handle, f->handle, f->hbytes);
+	memcpy(r->stamp, f->stamp, sizeof(r->stamp));
+	if (f->path) {
+		r->path_len = strlen(f->path);
+		memcpy(r->path, f->path, r->path_len + 1);
+	}
 }
 
 /*
@@ -164,7 +171,8 @@ int file_note_backing_stat(struct cache *c, struct cfile *f)
 		return -errno;
 	pthread_mutex_lock(&c->lock);
 	f->bsize = st.st_size;
-	f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	f->bk_mtime_ns = ts_ns(&st.st_mtim);
+	f->bk_ctime_ns = ts_ns(&st.st_ctim);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -278,6 +286,33 @@ static struct cfile *file_lookup_locked(struct cache *c, const struct stat *st,
 	return f;
 }
 
+/*
+ * The object f (referenced) is not the backing file it was taken for: its
+ * file cannot be found.  Its dirty data goes to lost+found, and it is never
+ * found again; the reference is dropped.
+ */
+static void file_stale(struct cache *c, struct cfile *f)
+{
+	int fd = -1;
+
+	pthread_rwlock_wrlock(&f->rw);
+	log_msg(LOG_WARNING,
+		"%s: inode %llu is not the file the cache knew as %s",
+		c->root, (unsigned long long)f->ino,
+		f->path ? f->path : "(no path)");
+	if (!salvage_lost(c, f)) {
+		pthread_mutex_lock(&c->lock);
+		f->unlinked = 1;
+		fd = f->fd;
+		f->fd = -1;
+		pthread_mutex_unlock(&c->lock);
+	}
+	pthread_rwlock_unlock(&f->rw);
+	if (fd >= 0)
+		close(fd);
+	cache_file_put(c, f);
+}
+
 int cache_file_get(struct cache *c, int fd, struct cfile **out)
 {
 	struct handle h;
@@ -291,7 +326,11 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
 	h.fh.handle_bytes = META_HANDLE_MAX;
-	if (name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH)) {
+	if (c->by_path) {
+		/* found by path: the handle plays no part */
+		h.fh.handle_bytes = 0;
+		h.fh.handle_type = 0;
+	} else if (name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH)) {
 		ret = errno == EOVERFLOW ? -ENOTSUP : -errno;
 		log_msg(LOG_ERR,
 			"backing file system cannot give file handles (%s): it "
@@ -299,6 +338,7 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 			strerror(-ret));
 		return ret;
 	}
+again:
 	pthread_mutex_lock(&c->lock);
 	f = file_lookup_locked(c, &st, &h);
 	pthread_mutex_unlock(&c->lock);
@@ -311,7 +351,8 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 	f->dev = st.st_dev;
 	f->ino = st.st_ino;
 	f->size = f->bsize = st.st_size;
-	f->bk_mtime_ns = st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
+	f->bk_mtime_ns = ts_ns(&st.st_mtim);
+	f->bk_ctime_ns = ts_ns(&st.st_ctim);
 	f->refs = 1;
 	f->bk_wgen = 1; /* its existence: not known to be durable yet */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -345,6 +386,13 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 found:
 	if (f->fd < 0) {
 		ret = file_reopen(c, f, fd);
+		if (!ret && c->by_path)
+			ret = ident_verify(c, f, f->fd);
+		if (ret == -ESTALE) {
+			/* the same inode number, another file */
+			file_stale(c, f);
+			goto again;
+		}
 		if (ret) {
 			cache_file_put(c, f);
 			return ret;
@@ -405,21 +453,16 @@ void cache_file_put(struct cache *c, struct cfile *f)
 		close(fd);
 }
 
-/* A descriptor for the destage of a file nobody has open (f referenced). */
-int file_reopen_by_handle(struct cache *c, struct cfile *f)
+/*
+ * A descriptor for the destage of a file nobody has open (f referenced), by
+ * handle or by path, verified (ident.c); -ESTALE: the file cannot be found.
+ */
+int file_reopen_ident(struct cache *c, struct cfile *f)
 {
-	struct {
-		struct file_handle fh;
-		uint8_t buf[META_HANDLE_MAX];
-	} h;
-	int fd;
+	int fd = ident_open(c, f, O_RDWR);
 
-	h.fh.handle_bytes = f->hbytes;
-	h.fh.handle_type = f->htype;
-	memcpy(h.fh.f_handle, f->handle, f->hbytes);
-	fd = open_by_handle_at(c->backing_fd, &h.fh, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	pthread_mutex_lock(&c->lock);
 	if (f->fd < 0) {
 		f->fd = fd;
@@ -494,36 +537,35 @@ void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* The backing file of f has no link left (checked by its handle). */
-static int file_gone(struct cache *c, struct cfile *f)
+/*
+ * The backing file of an idle f has no link left: by handle, its inode says
+ * so; by path, the name just removed through the mount was its last link
+ * (nlink before the removal).
+ */
+static int file_gone(struct cache *c, struct cfile *f, nlink_t nlink)
 {
-	struct {
-		struct file_handle fh;
-		uint8_t buf[META_HANDLE_MAX];
-	} h;
 	struct stat st;
 	int fd, gone;
 
-	h.fh.handle_bytes = f->hbytes;
-	h.fh.handle_type = f->htype;
-	memcpy(h.fh.f_handle, f->handle, f->hbytes);
-	fd = open_by_handle_at(c->backing_fd, &h.fh, O_PATH | O_CLOEXEC);
+	if (c->by_path)
+		return nlink <= 1;
+	fd = ident_open(c, f, O_PATH);
 	if (fd < 0)
-		return errno == ESTALE || errno == ENOENT;
+		return fd == -ESTALE;
 	gone = !fstat(fd, &st) && st.st_nlink == 0;
 	close(fd);
 	return gone;
 }
 
-void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino)
+void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 {
 	struct cfile *f;
 	struct stat st;
 
 	pthread_mutex_lock(&c->lock);
 	f = file_find(c, dev, ino, 1);
-	if (f && f->fd < 0 && !f->unlinked && file_gone(c, f)) {
-		/* an idle file: its handle tells whether it still exists */
+	if (f && f->fd < 0 && !f->unlinked && file_gone(c, f, nlink)) {
+		/* an idle file */
 		f->unlinked = 1;
 		f->refs++;
 		file_put_locked(c, f);
@@ -546,6 +588,12 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&f->rec_lock);
 	if (f->rec)
 		goto out_unlock;
+	ret = ident_note(c, f);
+	if (ret) {
+		/* cannot be found again after a crash: not cached */
+		ret = ret == -ENOMEM ? ret : -ENOSPC;
+		goto out_unlock;
+	}
 	pthread_mutex_lock(&c->lock);
 	while (!c->nfree_recs) {
 		/* evict clean data of files nobody has open */

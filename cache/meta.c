@@ -584,6 +584,33 @@ static int slot_decode(const struct meta *m, const uint8_t *in,
 	return slot_fields_ok(m, s, why, len);
 }
 
+/*
+ * A path a file record may hold: empty, or relative, below the backing
+ * directory (no "..", ".", empty or absolute component), NUL-terminated at
+ * len and nowhere before.
+ */
+int meta_path_ok(const char *path, uint32_t len)
+{
+	const char *p, *end = path + len;
+
+	if (len >= META_PATH_MAX || path[len] || strnlen(path, len) != len)
+		return 0;
+	for (p = path; p < end;) {
+		const char *e = memchr(p, '/', end - p);
+		size_t n = (e ? e : end) - p;
+
+		if (!n || (n == 1 && p[0] == '.') ||
+		    (n == 2 && p[0] == '.' && p[1] == '.'))
+			return 0;
+		if (!e)
+			break;
+		p = e + 1;
+		if (p == end)
+			return 0;
+	}
+	return 1;
+}
+
 /* A file record copy: free (all zero), or checksummed with sane fields. */
 static int file_ok(const struct meta_file *f, char *why, size_t len)
 {
@@ -597,10 +624,18 @@ static int file_ok(const struct meta_file *f, char *why, size_t len)
 			      f->flags);
 	if (!(f->flags & MF_USED))
 		return 0;
-	if (f->handle_bytes < 1 || f->handle_bytes > META_HANDLE_MAX)
+	if (f->handle_bytes > META_HANDLE_MAX)
 		return refuse(why, len, -EUCLEAN,
-			      "handle_bytes %u is not from 1 to %u",
-			      f->handle_bytes, META_HANDLE_MAX);
+			      "handle_bytes %u is past %u", f->handle_bytes,
+			      META_HANDLE_MAX);
+	if (!meta_path_ok(f->path, f->path_len))
+		return refuse(why, len, -EUCLEAN,
+			      "path (%u bytes) is not a relative path below "
+			      "the backing directory",
+			      f->path_len);
+	if (!f->handle_bytes && !f->path_len)
+		return refuse(why, len, -EUCLEAN,
+			      "neither a file handle nor a path");
 	if (f->size > INT64_MAX || f->bk_size > INT64_MAX)
 		return refuse(why, len, -EUCLEAN,
 			      "size %llu or bk_size %llu is past the largest "

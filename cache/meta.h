@@ -16,9 +16,11 @@
  *
  *	[ meta_hdr, 4 KiB ][ file records ][ slot entries ]
  *
- * File records say which backing file (by file handle, which carries the
- * inode's generation, so a recycled inode never matches) a slot belongs to,
- * and the file's size as the mount shows it.  Slot entries map a cache slot
+ * File records say which backing file a slot belongs to (by file handle,
+ * which carries the inode's generation, or by path relative to the backing
+ * directory; either way checked against the identity stamp the cache put in
+ * the file's extended attributes: ident.c), and the file's size as the
+ * mount shows it.  Slot entries map a cache slot
  * to (file, block) with a validity and a dirty bitmap of 4 KiB pages.  Every
  * record carries a sequence number and an xxh64 checksum; the two mirrors are
  * written one after the other, each persisted before the next is touched, so
@@ -32,10 +34,13 @@
 #define SB_DATA_OFF (1024 * 1024ull)
 
 #define META_MAGIC 0x3141544d4356ull /* "NVCMTA1" */
-#define META_VERSION 1
+#define META_VERSION 2
 #define META_HDR_SIZE 4096u
-#define META_FILE_SIZE 256u
+#define META_FILE_SIZE 1024u
 #define META_HANDLE_MAX 128u
+#define META_STAMP_LEN 16u
+/* a path as a file record keeps it, its NUL included */
+#define META_PATH_MAX 760u
 #define META_MAX_WORDS 4 /* 1 MiB / 4 KiB pages / 64 bits */
 
 struct sb_disk {
@@ -101,9 +106,12 @@ struct meta_file {
 	uint32_t handle_bytes;
 	int32_t handle_type;
 	uint32_t flags;
-	uint32_t reserved0;
+	uint32_t path_len; /* bytes of path, without its NUL */
 	uint8_t handle[META_HANDLE_MAX];
-	uint8_t reserved[META_FILE_SIZE - 184 - 8];
+	uint64_t bk_ctime_ns;
+	uint8_t stamp[META_STAMP_LEN]; /* identity stamp; all zero: none */
+	uint8_t reserved[48];
+	char path[META_PATH_MAX]; /* relative to the backing directory */
 	uint64_t csum;
 };
 
@@ -187,6 +195,8 @@ int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f);
 /* One past the highest sequence number of any valid record in either mirror:
  * what recovery must start from before it rewrites anything. */
 uint64_t meta_next_seq(struct meta *m);
+/* 1 if a file record may hold path (len bytes): see meta.c. */
+int meta_path_ok(const char *path, uint32_t len);
 /* 1 while a mirror still takes writes. */
 int meta_writable(struct meta *m);
 
