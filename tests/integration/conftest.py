@@ -7,6 +7,8 @@ import uuid
 
 import pytest
 
+from dfs import CTL_TIMEOUT
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("NVC_BUILD", os.path.join(ROOT, "build"))
 DAEMON = os.path.join(BUILD, "fs", "nvcachefs")
@@ -44,6 +46,7 @@ class Cache:
         self.meta = [f"/dev/shm/{self.tag}-meta{i}" for i in range(2)]
         self.proc = None
         self.log = os.path.join(self.tmp, "daemon.log")
+        self.ctl_timeout = None  # seconds nvcachectl may take (None: no limit)
         for i in range(ndevs):
             img = f"/dev/shm/{self.tag}-dimm{i}.img"
             with open(img, "wb") as f:
@@ -114,7 +117,11 @@ class Cache:
             time.sleep(0.05)
 
     def ctl(self, *args, check=True):
-        r = sh(CTL, *args, check=False)
+        try:
+            r = sh(CTL, *args, check=False, timeout=self.ctl_timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"nvcachectl {' '.join(args)}: no answer in {self.ctl_timeout} s\n"
+                                 + self.log_text()[-4000:])
         if check:
             assert r.returncode == 0, r.stderr
         return r
@@ -213,7 +220,15 @@ def _start_store(kind):
     missing = [b for b in need if not shutil.which(b)]
     if missing:
         pytest.skip(f"{kind}: {', '.join(missing)} not installed (tools/quickstart.sh installs them)")
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # pytest dies on SIGTERM without running finalizers: the store's servers, mounts and namespaces
+        # would stay; as an interrupt, the finalizers run
+        signal.signal(signal.SIGTERM, _sigterm)
     return STORES[kind]().start()
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
 
 
 @pytest.fixture(scope="module")
@@ -250,6 +265,8 @@ def cache(make_cache, request):
     if kind != "local":
         extra = {"backing.path": request.getfixturevalue(kind + "_store").subdir()[0]}
     c = make_cache(extra=extra)
+    if kind != "local":
+        c.ctl_timeout = CTL_TIMEOUT
     c.format()
     c.mount()
     yield c

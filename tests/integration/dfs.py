@@ -19,6 +19,8 @@ import time
 import uuid
 
 MiB = 1 << 20
+CTL_TIMEOUT = 120  # seconds an nvcachectl command over a store may take: a flush that never ends fails the
+                   # test instead of hanging the run
 
 GLUSTER_PORT = 24007
 MFS_CS_PORT = 9420

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from dfs import drop_caches
+from dfs import CTL_TIMEOUT, drop_caches
 
 MiB = 1 << 20
 BLOCK = 64 * 1024  # the cache's default block size
@@ -36,6 +36,7 @@ def node(make_cache, backing, **keys):
     extra = {"backing.path": backing}
     extra.update(keys)
     c = make_cache(extra=extra)
+    c.ctl_timeout = CTL_TIMEOUT
     c.format()
     c.mount()
     return c

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from dfs import drop_caches
+from dfs import CTL_TIMEOUT, drop_caches
 
 MiB = 1 << 20
 
@@ -84,6 +84,8 @@ def test_kill9_rounds(make_cache, request, copies, store):
     if store != "local":
         extra["backing.path"] = request.getfixturevalue(store + "_store").subdir()[0]
     c = make_cache(dev_size=64 * MiB, extra=extra)
+    if store != "local":
+        c.ctl_timeout = CTL_TIMEOUT
     c.format()
     rounds = int(os.environ.get("NVC_KILL_ROUNDS", "6"))
     model = Model()
