@@ -9,6 +9,7 @@ of them by PID (`ip netns pids`) and stops them, then removes mounts, namespaces
 also runs when start-up fails half way.
 """
 import atexit
+import glob
 import os
 import random
 import shutil
@@ -67,6 +68,31 @@ def tail(path, n=60):
             return "".join(f.readlines()[-n:])
     except OSError as e:
         return f"({e})"
+
+
+TMP = "/tmp"
+
+
+def sweep_orphans():
+    """Remove what stores of dead test runs left (a run killed with SIGKILL runs no teardown): each store's
+    temp dir names its namespaces (by tag) and holds the PID of the process that started it."""
+    for kind in ("gluster", "moosefs"):
+        for tmp in glob.glob(os.path.join(TMP, f"nvc-{kind}-*")):
+            try:
+                with open(os.path.join(tmp, "owner")) as f:
+                    owner = int(f.read())
+            except (OSError, ValueError):
+                continue
+            if os.path.exists(f"/proc/{owner}"):
+                continue
+            ns = Namespaces(os.path.basename(tmp).split("-")[2], 2)
+            ns.created = [n for n in [ns.client] + ns.hosts if os.path.exists(f"/run/netns/{n}")]
+            for m in ("c1", "c2"):
+                if mounted(os.path.join(tmp, m)):
+                    run("umount", "-l", os.path.join(tmp, m), check=False)
+            ns.kill_all()
+            ns.delete()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 class Namespaces:
@@ -146,9 +172,12 @@ class Store:
     nhosts = 2
 
     def __init__(self):
+        sweep_orphans()
         self.tag = uuid.uuid4().hex[:6]
-        self.tmp = tempfile.mkdtemp(prefix=f"nvc-{self.kind}-{self.tag}-", dir="/tmp")
+        self.tmp = tempfile.mkdtemp(prefix=f"nvc-{self.kind}-{self.tag}-", dir=TMP)
         os.chmod(self.tmp, 0o755)
+        with open(os.path.join(self.tmp, "owner"), "w") as f:
+            f.write(f"{os.getpid()}\n")
         self.ns = Namespaces(self.tag, self.nhosts)
         self.mounts = [os.path.join(self.tmp, "c1"), os.path.join(self.tmp, "c2")]
         self.procs = []  # Popen objects of daemons started in the foreground
