@@ -14,6 +14,8 @@
 #define NVC_VERSION "0.1.0"
 #define NVC_MAX_DEVS 16
 #define NVC_PAGE 4096u
+/* in the backing directory: dirty data whose file could not be found */
+#define LOST_FOUND_DIR ".nvcachefs-lost+found"
 
 /* ---------------------------------------------------------------- config */
 

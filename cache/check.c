@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
 
 struct chk {
 	FILE *out;
@@ -384,6 +388,46 @@ int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
 	return k.problems;
 }
 
+/*
+ * What lost+found in the backing directory holds: data the cache saved
+ * there because it could not find its file.  Listed for the administrator;
+ * not a fault of the cache.
+ */
+static void check_lost_found(const struct cache_config *cfg, FILE *out)
+{
+	struct dirent *d;
+	char *path;
+	DIR *dir;
+	int n = 0;
+
+	if (!cfg->backing_path ||
+	    asprintf(&path, "%s/%s", cfg->backing_path, LOST_FOUND_DIR) < 0)
+		return;
+	dir = opendir(path);
+	while (dir && (d = readdir(dir))) {
+		struct stat st;
+		char when[32];
+
+		if (d->d_name[0] == '.' ||
+		    fstatat(dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW))
+			continue;
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S",
+			 localtime(&st.st_mtime));
+		fprintf(out, "lost+found: %s/%s: %lld bytes, saved %s\n", path,
+			d->d_name, (long long)st.st_size, when);
+		n++;
+	}
+	if (n)
+		fprintf(out,
+			"lost+found: %d file(s) hold dirty data whose backing "
+			"file could not be found; move what is wanted back and "
+			"remove the rest\n",
+			n);
+	if (dir)
+		closedir(dir);
+	free(path);
+}
+
 int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 	      size_t errlen)
 {
@@ -418,6 +462,7 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 				cfg->meta_paths[i], strerror(-ret));
 	}
 	ret = fmt_check_open(cfg, devs, r, out, k.problems) ? 1 : 0;
+	check_lost_found(cfg, out);
 out:
 	for (i = 0; i < 2; i++)
 		pm_unmap(&r[i]);

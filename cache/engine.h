@@ -432,7 +432,6 @@ int ident_open(struct cache *c, struct cfile *f, int flags);
 void ident_renamed(struct cache *c, const char *from, const char *to);
 
 /* salvage.c: dirty data that cannot go where it belongs */
-#define LOST_FOUND_DIR ".nvcachefs-lost+found"
 /* Write f's cached pages over srcfd's bytes (-1: holes), at f's size, to a
  * new file name in dirfd (O_EXCL; -EEXIST if taken), durably; f->rw held for
  * writing.  *dirty_bytes: how many of them were dirty. */

@@ -64,6 +64,14 @@ int fs_lookup(struct fs *fs, fuse_ino_t parent, const char *name,
 	      struct fuse_entry_param *e);
 void fs_reply_entry(fuse_req_t req, int ret, struct fuse_entry_param *e);
 
+/* xattr.c: extended attribute ops */
+void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		 const char *value, size_t size, int flags);
+void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		 size_t size);
+void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+
 /* ctl.c: the control socket */
 int fs_ctl_start(struct fs *fs, const char *mountpoint);
 void fs_ctl_stop(void);

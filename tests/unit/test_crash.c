@@ -3,6 +3,7 @@
  * from the states a power loss or a kill -9 could leave, and check them. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -121,6 +122,9 @@ static unsigned seed, mseed;
 static int nthreads = 1, copies = 1, blk, debug, total_ops = 300;
 static int failed_states;
 static int hold_inodes, held_fds[MAXINC], nheld;
+/* NVC_CRASH_IDENT: 2 finds files by path; NVC_CRASH_BEHIND: files are
+ * renamed or replaced behind the cache's back at the crash (behind_apply) */
+static int ident_mode, behind;
 
 #undef CHECK_EQ
 #define CHECK_EQ(a, b)                                               \
@@ -992,6 +996,256 @@ static int check_records(const struct crash *cr, struct pm_region *r)
 	return bad;
 }
 
+/*
+ * Behind the cache's back.  With NVC_CRASH_BEHIND, each file is, at the
+ * crash, left alone, renamed aside, or renamed aside and replaced by a new
+ * file at its name (what another node, or a store whose handles went stale,
+ * does to it).  Found by handle, the cache follows the renamed inode, and the
+ * model is checked there.  Found by path, the file cannot be found: its
+ * dirty data must go to lost+found and the renamed file stay as it was.
+ * Either way a new file at the name must read as exactly what it holds.
+ */
+enum { BH_NONE, BH_RENAMED, BH_REPLACED };
+#define BH_NEW_LEN (24 * KiB + 100)
+static int bh[MAXINC];
+static uint64_t bh_sum[MAXINC]; /* the renamed file's bytes, before recovery */
+
+static uint64_t file_sum(int fd)
+{
+	static uint8_t buf[IMG];
+	ssize_t n = pread(fd, buf, sizeof(buf), 0);
+
+	return n < 0 ? 0 : meta_csum(buf, n) ^ (uint64_t)n;
+}
+
+static void bh_aside(const struct inc *I, char *out, size_t len)
+{
+	snprintf(out, len, "%s.aside", I->name);
+}
+
+static void bh_new_bytes(uint8_t *p)
+{
+	unsigned i;
+
+	for (i = 0; i < BH_NEW_LEN; i++)
+		p[i] = 0xee ^ (i * 7);
+}
+
+static void behind_apply(const struct crash *cr)
+{
+	static uint8_t nb[BH_NEW_LEN];
+	char aside[48];
+	int i, fd;
+
+	bh_new_bytes(nb);
+	for (i = 0; i < nincs; i++) {
+		struct inc *I = &incs[i];
+
+		bh[i] = BH_NONE;
+		if (!behind || I->unlinked || I->created >= cr->k)
+			continue;
+		bh[i] = rnd() % 3;
+		if (bh[i] == BH_NONE)
+			continue;
+		bh_aside(I, aside, sizeof(aside));
+		CHECK_EQ(renameat(backing_fd, I->name, backing_fd, aside), 0);
+		if (bh[i] == BH_REPLACED) {
+			fd = openat(backing_fd, I->name,
+				    O_WRONLY | O_CREAT | O_EXCL, 0644);
+			CHECK(fd >= 0);
+			CHECK_EQ(pwrite(fd, nb, sizeof(nb), 0),
+				 (ssize_t)sizeof(nb));
+			close(fd);
+		}
+		bh_sum[i] = file_sum(I->fd);
+	}
+}
+
+/* Whatever behind_apply did is undone, and lost+found emptied. */
+static void behind_undo(void)
+{
+	char aside[48];
+	int i, dfd;
+
+	for (i = 0; i < nincs; i++) {
+		if (bh[i] == BH_NONE)
+			continue;
+		bh_aside(&incs[i], aside, sizeof(aside));
+		if (bh[i] == BH_REPLACED)
+			unlinkat(backing_fd, incs[i].name, 0);
+		CHECK_EQ(renameat(backing_fd, aside, backing_fd, incs[i].name),
+			 0);
+		bh[i] = BH_NONE;
+	}
+	dfd = openat(backing_fd, LOST_FOUND_DIR, O_RDONLY | O_DIRECTORY);
+	if (dfd >= 0) {
+		DIR *d = fdopendir(dfd);
+		struct dirent *e;
+
+		while ((e = readdir(d)))
+			if (e->d_name[0] != '.')
+				unlinkat(dfd, e->d_name, 0);
+		closedir(d);
+		unlinkat(backing_fd, LOST_FOUND_DIR, AT_REMOVEDIR);
+	}
+}
+
+/*
+ * A file the cache could not find (by path) lost nothing: its cached pages
+ * in lost+found over the renamed file's bytes are the file as the cache
+ * showed it, and must fit the model like a file read through the cache.
+ */
+static int check_lost_model(const struct crash *cr, int i)
+{
+	static uint8_t lf[IMG], aside[IMG];
+	struct inc *I = &incs[i];
+	size_t g = cr->kill ? cr->k : guarantee(I, cr->k);
+	char prefix[64];
+	int dfd, fd;
+	ssize_t nl = 0, na;
+	uint64_t w;
+	struct dirent *e;
+	DIR *d;
+
+	memset(lf, 0, sizeof(lf));
+	snprintf(prefix, sizeof(prefix), "%s.ino%llu.", I->name,
+		 (unsigned long long)I->ino);
+	dfd = openat(backing_fd, LOST_FOUND_DIR, O_RDONLY | O_DIRECTORY);
+	d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	while (d && (e = readdir(d))) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)))
+			continue;
+		fd = openat(dfd, e->d_name, O_RDONLY);
+		nl = fd < 0 ? 0 : pread(fd, lf, sizeof(lf), 0);
+		if (fd >= 0)
+			close(fd);
+	}
+	if (d)
+		closedir(d);
+	na = pread(I->fd, aside, sizeof(aside), 0);
+	for (w = 0; w < WORDS; w++) {
+		uint64_t got = 0, a = 0;
+
+		if ((ssize_t)(8 * w + 8) <= nl)
+			memcpy(&got, lf + 8 * w, 8);
+		if (!got && (ssize_t)(8 * w + 8) <= na &&
+		    (!nl || (ssize_t)(8 * w + 8) <= nl))
+			memcpy(&a, aside + 8 * w, 8);
+		if (word_ok(i, w, got ? got : a, g, cr->k))
+			continue;
+		/* a cut the crash left unfinished (the record has the new
+		 * size) cannot be finished in a file that cannot be found:
+		 * it keeps its older bytes of its own */
+		if (!got && a && (int)(a >> 56) == i + 1 &&
+		    word_ok(i, w, 0, g, cr->k))
+			continue;
+		fprintf(out,
+			"crash point %zu%s: %s, not found by path: word %llu "
+			"is %016llx (from %s; lost+found %zd bytes, renamed "
+			"file %zd)\n",
+			cr->k, cr->kill ? " (kill)" : "", I->name,
+			(unsigned long long)w,
+			(unsigned long long)(got ? got : a),
+			got ? "lost+found" : "the renamed file", nl, na);
+		if (debug)
+			explain(i, w, g, cr->k);
+		return 1;
+	}
+	return 0;
+}
+
+/* A file replaced behind the cache's back reads, through the cache, as
+ * exactly its own bytes; the one renamed aside is untouched when the cache
+ * could not find it (by path). */
+static int check_behind(const struct crash *cr, struct cache *c, int i)
+{
+	static uint8_t nb[BH_NEW_LEN];
+	struct inc *I = &incs[i];
+	struct cfile *cf;
+	char *data;
+	size_t n = 0;
+	int fd, bad = 0;
+
+	if (bh[i] == BH_REPLACED) {
+		bh_new_bytes(nb);
+		fd = openat(backing_fd, I->name, O_RDWR);
+		if (fd < 0 || cache_file_get(c, fd, &cf)) {
+			fprintf(out, "crash point %zu: new %s cannot be opened\n",
+				cr->k, I->name);
+			return 1;
+		}
+		if (cache_read(c, cf, rbuf, 512 * KiB, 0, &data, &n) ||
+		    n != BH_NEW_LEN || memcmp(data, nb, n)) {
+			fprintf(out,
+				"crash point %zu%s: %s, replaced behind the "
+				"cache's back, reads %zu other bytes\n",
+				cr->k, cr->kill ? " (kill)" : "", I->name, n);
+			bad++;
+		}
+		cache_file_put(c, cf);
+		close(fd);
+	}
+	if (ident_mode == IDENT_PATH && file_sum(I->fd) != bh_sum[i]) {
+		fprintf(out,
+			"crash point %zu%s: %s, renamed behind the cache's "
+			"back, was changed by the cache\n",
+			cr->k, cr->kill ? " (kill)" : "", I->name);
+		bad++;
+	}
+	return bad;
+}
+
+/*
+ * What lost+found holds is the data of files the cache could not find:
+ * every word is zero or a token of such a file (renamed aside by path, or
+ * unlinked by the workload while the crash left its record), at its place.
+ */
+static int check_lost_found(const struct crash *cr)
+{
+	static uint8_t buf[IMG];
+	int dfd = openat(backing_fd, LOST_FOUND_DIR, O_RDONLY | O_DIRECTORY);
+	struct dirent *e;
+	DIR *d;
+	int bad = 0;
+
+	if (dfd < 0)
+		return 0;
+	d = fdopendir(dfd);
+	while ((e = readdir(d))) {
+		ssize_t n, w;
+		int fd;
+
+		if (e->d_name[0] == '.')
+			continue;
+		fd = openat(dfd, e->d_name, O_RDONLY);
+		n = fd < 0 ? -1 : pread(fd, buf, sizeof(buf), 0);
+		if (fd >= 0)
+			close(fd);
+		for (w = 0; w + 8 <= n; w += 8) {
+			uint64_t t;
+			int inc;
+
+			memcpy(&t, buf + w, 8);
+			inc = (int)(t >> 56) - 1;
+			if (!t || (inc >= 0 && inc < nincs &&
+				   (t & 0xffffff) == (uint64_t)w / 8 &&
+				   (incs[inc].unlinked ||
+				    (ident_mode == IDENT_PATH && bh[inc]))))
+				continue;
+			fprintf(out,
+				"crash point %zu%s: %s/%s word %zd holds "
+				"%016llx: not the data of a file the cache "
+				"could not find\n",
+				cr->k, cr->kill ? " (kill)" : "", LOST_FOUND_DIR,
+				e->d_name, w / 8, (unsigned long long)t);
+			bad++;
+			break;
+		}
+	}
+	closedir(d);
+	return bad;
+}
+
 static int check_files(const struct crash *cr, struct cache *c)
 {
 	int i, bad = 0;
@@ -1004,6 +1258,10 @@ static int check_files(const struct crash *cr, struct cache *c)
 
 		if (I->unlinked || I->created >= cr->k)
 			continue;
+		if (bh[i])
+			bad += check_behind(cr, c, i);
+		if (bh[i] && ident_mode == IDENT_PATH)
+			continue; /* not found: its data is in lost+found */
 		if (cache_file_get(c, I->fd, &cf)) {
 			fprintf(out, "crash point %zu: %s cannot be opened\n",
 				cr->k, I->name);
@@ -1151,6 +1409,7 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 			materialize_backing(cr, i, img);
 	if (cr->lose)
 		lose_device(cr, devs);
+	behind_apply(cr);
 	bad += check_records(cr, r);
 	if (debug > 1)
 		dump_slots(r);
@@ -1159,10 +1418,10 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 			const struct meta_hdr *h = r[0].addr;
 			const struct meta_file *mf0 =
 				(const void *)((char *)r[0].addr +
-					       h->files_off + i * 256);
+					       h->files_off + i * META_FILE_SIZE);
 			const struct meta_file *mf1 =
 				(const void *)((char *)r[1].addr +
-					       h->files_off + i * 256);
+					       h->files_off + i * META_FILE_SIZE);
 
 			fprintf(out,
 				"  record %d: seq %llu/%llu ino %llu size "
@@ -1184,6 +1443,10 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 	}
 	bad += check_files(cr, c);
 	cache_close(c, 0); /* destage stops: the mirrors must agree */
+	bad += check_lost_found(cr);
+	for (i = 0; i < nincs && ident_mode == IDENT_PATH; i++)
+		if (bh[i])
+			bad += check_lost_model(cr, i);
 	if (memcmp((char *)r[0].addr + META_HDR_SIZE,
 		   (char *)r[1].addr + META_HDR_SIZE, mlen - META_HDR_SIZE)) {
 		fprintf(out, "crash point %zu: mirrors differ after recovery\n",
@@ -1200,6 +1463,7 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 		}
 	}
 out:
+	behind_undo();
 	if (bad) {
 		check_failures += bad;
 		failed_states++;
@@ -1229,6 +1493,7 @@ static void config(struct cache_config *cfg)
 	cfg->threads = nthreads > 1 ? 3 : 1;
 	cfg->max_files = 64;
 	cfg->dirty_copies = copies;
+	cfg->identity = ident_mode;
 }
 
 static int is_boundary(const struct rec_event *e)
@@ -1494,6 +1759,8 @@ int main(void)
 	blk = env_int("NVC_CRASH_BLK", 0);
 	debug = env_int("NVC_CRASH_DEBUG", 0);
 	hold_inodes = env_int("NVC_CRASH_HOLD_INODES", 0);
+	ident_mode = env_int("NVC_CRASH_IDENT", IDENT_AUTO);
+	behind = env_int("NVC_CRASH_BEHIND", 0);
 	total_ops = env_int("NVC_CRASH_OPS", total_ops);
 	s0 = s1 = env_int("NVC_CRASH_SEED", 12345);
 	if (seeds && sscanf(seeds, "%u-%u", &s0, &s1) < 2)
@@ -1502,8 +1769,9 @@ int main(void)
 	for (s = s0; s <= s1; s++) {
 		fprintf(out,
 			"seed %u (NVC_CRASH_SEED=%u NVC_CRASH_THREADS=%d "
-			"NVC_CRASH_COPIES=%d NVC_CRASH_BLK=%d)\n",
-			s, s, nthreads, copies, blk);
+			"NVC_CRASH_COPIES=%d NVC_CRASH_BLK=%d "
+			"NVC_CRASH_IDENT=%d NVC_CRASH_BEHIND=%d)\n",
+			s, s, nthreads, copies, blk, ident_mode, behind);
 		run_seed(s);
 	}
 	free(rbuf);
