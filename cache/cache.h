@@ -137,6 +137,23 @@ void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino);
 /* The backing file lost a link: drop its data once it has none left. */
 void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino);
 
+/*
+ * Many nodes, one store (coherence.c).  At an open, check f's backing file
+ * against what this node last saw of it: changed elsewhere, its clean data
+ * is dropped (with dirty data it is a conflict, resolved by
+ * backing.on_conflict).  *changed: 0 unchanged, COH_CHANGED the kernel must
+ * drop its page cache and attributes, COH_FRESH the object is new (the
+ * kernel's page cache of the inode is unknown: not to be kept).
+ */
+enum { COH_UNCHANGED, COH_CHANGED, COH_FRESH };
+int cache_file_revalidate(struct cache *c, struct cfile *f, int *changed);
+/* Destage f's dirty data written so far and fsync its backing file:
+ * close-to-open for other nodes (destage.on_close = flush). */
+int cache_file_flush(struct cache *c, struct cfile *f);
+/* The mount changed the metadata of the backing inode open as fd (chmod,
+ * chown, times, xattrs, links, rename): its new ctime is this node's own. */
+void cache_file_meta_changed(struct cache *c, int fd, int times_set);
+
 /* Read up to len bytes at off into the page-aligned buffer buf, which must hold
  * len + 2 * NVC_PAGE bytes; *data points at the first byte, *n is the count. */
 int cache_read(struct cache *c, struct cfile *f, void *buf, size_t len,

@@ -173,7 +173,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	uint64_t *gens = NULL, *eps = NULL, (*snap)[META_MAX_WORDS] = NULL;
 	char *buf = NULL, *skip = NULL;
 	struct batch *b = NULL;
-	int partial = 0;
+	int partial = 0, changing = 0;
 	struct run run = { 0, 0 };
 	struct list *l;
 	struct stat st;
@@ -196,6 +196,9 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		file_late_check(c, f);
 	if (f->fd < 0 || f->ro)
 		return -EBADF;
+	ret = coh_destage_check(c, f); /* changed elsewhere: a conflict */
+	if (ret)
+		return ret;
 	pthread_rwlock_rdlock(&f->rw);
 	pthread_mutex_lock(&c->lock);
 	for (l = f->slots.next; l != &f->slots; l = l->next)
@@ -226,6 +229,10 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	ret = n ? file_bk_busy(c, f, 1) : 0;
 	if (ret)
 		goto out_unpin;
+	if (n) {
+		coh_bk_begin(c, f);
+		changing = 1;
+	}
 	buf = dev_alloc_buf(DESTAGE_BUF);
 	b = calloc(1, sizeof(*b));
 	if (!buf || !b) {
@@ -328,13 +335,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	}
 	BK_HOOK(c, sync, f->ino);
 	file_bk_synced(f, bk_gen);
-	if (!fstat(f->fd, &st)) {
-		pthread_mutex_lock(&c->lock);
-		f->bsize = st.st_size;
-		f->bk_mtime_ns =
-			st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
-		pthread_mutex_unlock(&c->lock);
-	}
+	changing = 0;
+	coh_bk_end(c, f); /* the new look is this node's own */
 
 	for (i = 0; i < n; i++) {
 		struct cslot *s = v[i];
@@ -391,6 +393,8 @@ out_error:
 		"destage retries",
 		(unsigned long long)f->ino, strerror(-ret));
 out_unpin:
+	if (changing)
+		coh_bk_end(c, f);
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < n; i++)
 		slot_unpin_locked(c, f, v[i]);

@@ -29,8 +29,7 @@ static uint64_t file_key(dev_t dev, ino_t ino)
  * new file may get the same inode number, and must get a new object
  * (live_only).  Otherwise a live object is preferred.
  */
-static struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino,
-			       int live_only)
+struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino, int live_only)
 {
 	struct cfile *f, *dead = NULL;
 
@@ -165,16 +164,7 @@ int file_persist_size(struct cache *c, struct cfile *f, uint64_t end)
  */
 int file_note_backing_stat(struct cache *c, struct cfile *f)
 {
-	struct stat st;
-
-	if (fstat(f->fd, &st))
-		return -errno;
-	pthread_mutex_lock(&c->lock);
-	f->bsize = st.st_size;
-	f->bk_mtime_ns = ts_ns(&st.st_mtim);
-	f->bk_ctime_ns = ts_ns(&st.st_ctim);
-	pthread_mutex_unlock(&c->lock);
-	return 0;
+	return coh_note_look(c, f);
 }
 
 int file_note_backing(struct cache *c, struct cfile *f)
@@ -371,8 +361,9 @@ err_free:
 /*
  * A file nobody has open keeps its cached blocks but not its backing
  * descriptor: a cache of many small files would otherwise hold one descriptor
- * per file and run the daemon out of them.  The backing file's look (size,
- * mtime) is recorded first, for the check at the next mount; the descriptor
+ * per file and run the daemon out of them.  Its record is persisted first,
+ * with the look of its backing file (size, mtime, ctime) as this node last
+ * changed it, for the check at the next open or mount; the descriptor
  * comes back with the next open, or by the file's handle for destage.
  */
 static int file_idle(const struct cfile *f)
@@ -383,8 +374,8 @@ static int file_idle(const struct cfile *f)
 
 /*
  * With c->lock held and one reference on f (about to be put): if f is idle,
- * record its backing file's look and take its descriptor away; c->lock is
- * dropped meanwhile.  Returns the descriptor to close, or -1.
+ * persist its record (with the look noted at this node's last change) and
+ * take its descriptor away; c->lock is dropped meanwhile.  Returns the descriptor to close, or -1.
  */
 int file_idle_fd_locked(struct cache *c, struct cfile *f)
 {
@@ -393,7 +384,11 @@ int file_idle_fd_locked(struct cache *c, struct cfile *f)
 	if (!file_idle(f))
 		return -1;
 	pthread_mutex_unlock(&c->lock);
-	ok = !file_note_backing(c, f);
+	/* the look noted at this node's last change, not the backing file's
+	 * now: a change made elsewhere meanwhile is found at the next open */
+	pthread_mutex_lock(&f->rec_lock);
+	ok = !f->rec || !file_persist_record(c, f);
+	pthread_mutex_unlock(&f->rec_lock);
 	pthread_mutex_lock(&c->lock);
 	if (ok && file_idle(f)) {
 		fd = f->fd;
