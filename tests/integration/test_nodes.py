@@ -1,0 +1,141 @@
+"""Many nodes, one store: two mounts (two caches, each with its own devices) over one backing directory.
+Close-to-open after a flush, destage.on_close = flush, and conflicts with both policies."""
+import os
+import re
+
+import pytest
+
+KiB = 1 << 10
+
+
+def two_nodes(make_cache, **keys):
+    """Node 1 and node 2 over node 1's backing directory, both mounted."""
+    extra = {k.replace("__", "."): v for k, v in keys.items()}
+    n1 = make_cache(extra=dict(extra))
+    n2 = make_cache(extra=dict(extra, **{"backing.path": n1.backing}))
+    for n in (n1, n2):
+        n.format()
+        n.mount()
+    return n1, n2
+
+
+def put(node, name, data, offset=None):
+    """Write through a node's mount and close; offset None: the whole file, truncated."""
+    p = node.path(name)
+    if offset is None:
+        with open(p, "wb") as f:
+            f.write(data)
+    else:
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            os.pwrite(fd, data, offset)
+        finally:
+            os.close(fd)
+
+
+def get(node, name):
+    with open(node.path(name), "rb") as f:
+        return f.read()
+
+
+def backing(node, name):
+    with open(os.path.join(node.keys["backing.path"], name), "rb") as f:
+        return f.read()
+
+
+def unmount_all(*nodes):
+    for n in nodes:
+        assert n.unmount() == 0
+
+
+def test_close_to_open_after_flush(make_cache):
+    n1, n2 = two_nodes(make_cache)
+    a, b, c = (os.urandom(256 * KiB) for _ in range(3))
+    put(n1, "f", a)
+    n1.flush()
+    # node 2 caches the old contents: in its cache and in its kernel's page cache
+    assert get(n2, "f") == a
+    assert get(n2, "f") == a
+    put(n1, "f", b)  # same size: only mtime and ctime tell
+    n1.flush()
+    assert get(n2, "f") == b
+    assert n2.stats()["revalidate_drops"] == 1
+    # and back, this time longer
+    put(n2, "f", c + c)
+    n2.flush()
+    assert get(n1, "f") == c + c
+    assert n1.stats()["revalidate_drops"] == 1
+    # unchanged: nothing dropped, nothing counted
+    assert get(n1, "f") == c + c
+    assert n1.stats()["revalidate_drops"] == 1
+    assert n1.stats()["conflicts"] == 0 and n2.stats()["conflicts"] == 0
+    unmount_all(n2, n1)
+
+
+def test_shorter_file_elsewhere(make_cache):
+    n1, n2 = two_nodes(make_cache)
+    a, b = os.urandom(512 * KiB), os.urandom(100 * KiB)
+    put(n1, "f", a)
+    n1.flush()
+    assert get(n2, "f") == a
+    put(n1, "f", b)
+    n1.flush()
+    assert os.stat(n2.path("f")).st_size in (len(a), len(b))  # attributes may be a second old
+    assert get(n2, "f") == b
+    with open(n2.path("f"), "rb") as f:
+        assert os.fstat(f.fileno()).st_size == len(b)
+    unmount_all(n2, n1)
+
+
+def test_on_close_flush(make_cache):
+    n1, n2 = two_nodes(make_cache, destage__on_close="flush")
+    a, b = os.urandom(300 * KiB), os.urandom(300 * KiB)
+    put(n1, "f", a)
+    assert get(n2, "f") == a
+    put(n1, "f", b)  # close waits for the store: no flush asked
+    assert backing(n1, "f") == b
+    assert get(n2, "f") == b
+    assert n1.stats()["dirty_bytes"] == 0
+    unmount_all(n2, n1)
+
+
+def conflict(make_cache, policy):
+    n1, n2 = two_nodes(make_cache, backing__on_conflict=policy)
+    x, y, z = os.urandom(256 * KiB), os.urandom(64 * KiB), os.urandom(320 * KiB)
+    put(n1, "f", x)
+    n1.flush()
+    assert get(n2, "f") == x  # node 2 caches it
+    put(n2, "f", y, offset=0)  # node 2: dirty, not flushed
+    put(n1, "f", z)  # node 1 rewrites it, longer, and flushes
+    n1.flush()
+    n2.flush()  # node 2's destage finds the conflict
+    assert n2.stats()["conflicts"] == 1
+    assert n1.stats()["conflicts"] == 0
+    assert re.search(r"conflict \(destage\): \S+/f was changed elsewhere", n2.log_text())
+    return n1, n2, x, y, z
+
+
+def test_conflict_overwrite(make_cache):
+    n1, n2, x, y, z = conflict(make_cache, "overwrite")
+    want = y + z[len(y):]  # node 2's dirty pages over node 1's file, at its length
+    assert backing(n1, "f") == want
+    assert get(n2, "f") == want
+    assert get(n1, "f") == want
+    n2.flush()
+    assert n2.stats()["conflicts"] == 1  # once
+    unmount_all(n2, n1)
+
+
+def test_conflict_keep_both(make_cache):
+    n1, n2, x, y, z = conflict(make_cache, "keep-both")
+    assert backing(n1, "f") == z  # the file keeps node 1's version
+    copies = [n for n in os.listdir(n1.backing) if n.startswith("f.nvcachefs-conflict-")]
+    assert len(copies) == 1, os.listdir(n1.backing)
+    assert re.fullmatch(r"f\.nvcachefs-conflict-" + re.escape(os.uname().nodename) + r"-\d{8}T\d{6}", copies[0])
+    assert backing(n1, copies[0]) == y + x[len(y):]  # node 2's version: its pages over what it cached
+    assert get(n2, "f") == z
+    assert get(n1, "f") == z
+    n2.flush()
+    assert n2.stats()["conflicts"] == 1
+    assert n2.stats()["dirty_bytes"] == 0
+    unmount_all(n2, n1)
