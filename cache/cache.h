@@ -134,8 +134,17 @@ int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
 		    struct timespec *mtime);
 /* The backing file's times were set: stop showing a cached mtime. */
 void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino);
-/* The backing file lost a link: drop its data once it has none left. */
-void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino);
+/* A name of the backing file was removed through the mount, which had nlink
+ * links before: drop its data once it has none left. */
+void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino,
+			 nlink_t nlink);
+/* A name was renamed through the mount (directories as descriptors): cached
+ * files found by path follow it. */
+void cache_renamed(struct cache *c, int from_dir, const char *from_name,
+		   int to_dir, const char *to_name);
+/* Kernel file handles of the backing store are proven stable: the file
+ * system may hold inodes by handle. */
+int cache_handles_trusted(struct cache *c);
 
 /*
  * Many nodes, one store (coherence.c).  At an open, check f's backing file

@@ -167,6 +167,30 @@ static int batch_flush(struct cache *c, struct cfile *f, char *buf,
 	return ret;
 }
 
+/*
+ * f's backing file cannot be found (ident.c): deleted, renamed or replaced
+ * behind the cache's back.  Its dirty data goes to lost+found; f is never
+ * found again.  On failure it stays dirty and destage retries.
+ */
+static int destage_lost(struct cache *c, struct cfile *f)
+{
+	int ret = 0;
+
+	pthread_rwlock_wrlock(&f->rw);
+	if (f->fd < 0 && !f->unlinked)
+		ret = salvage_lost(c, f);
+	if (!ret) {
+		pthread_mutex_lock(&c->lock);
+		f->unlinked = 1;
+		pthread_cond_broadcast(&c->flush_cond);
+		pthread_mutex_unlock(&c->lock);
+	} else {
+		CNT_ADD(c, destage_errors, 1);
+	}
+	pthread_rwlock_unlock(&f->rw);
+	return ret;
+}
+
 int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 {
 	struct cslot **v = NULL;
@@ -181,7 +205,9 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	int ret = 0;
 
 	if (f->fd < 0) {
-		ret = file_reopen_by_handle(c, f);
+		ret = file_reopen_ident(c, f);
+		if (ret == -ESTALE)
+			return destage_lost(c, f);
 		if (ret) {
 			CNT_ADD(c, destage_errors, 1);
 			log_msg(LOG_ERR,

@@ -244,6 +244,11 @@ struct cache {
 	uint64_t nlimbo; /* freed slots whose free entry could not be persisted:
 			    never reused while mounted */
 	const struct cache_bk_hooks *bk;
+	/* backing-file identity (ident.c) */
+	char *root; /* the backing directory's path ("" for /) */
+	const char *stamp_xattr; /* the stamp's attribute, or NULL */
+	int by_path; /* files are found by path, not by handle */
+	uint64_t rename_seq; /* renames through the mount (atomic) */
 };
 
 #define BK_HOOK(c, fn, ...)                                     \
@@ -391,7 +396,7 @@ void file_late_check(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
 void file_put_locked(struct cache *c, struct cfile *f);
 int file_idle_fd_locked(struct cache *c, struct cfile *f);
-int file_reopen_by_handle(struct cache *c, struct cfile *f);
+int file_reopen_ident(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
 int file_persist_size(struct cache *c, struct cfile *f, uint64_t end);
 int file_note_backing(struct cache *c, struct cfile *f);
@@ -448,6 +453,33 @@ int coh_destage_check(struct cache *c, struct cfile *f);
 void coh_recovery_conflict(struct cache *c, struct cfile *f,
 			   const struct stat *st);
 struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino, int live_only);
+
+/* ident.c: backing-file identity */
+int ident_setup(struct cache *c);
+/* fd's path relative to the backing directory ("" for itself). */
+int ident_rel_path(struct cache *c, int fd, char *out, size_t len);
+/* Give f (f->fd open, rec_lock held) its path and stamp, before its record
+ * is first persisted; an error when files are found by path and it has
+ * none. */
+int ident_note(struct cache *c, struct cfile *f);
+/* 0 if fd is f's backing file, -ESTALE if not. */
+int ident_verify(struct cache *c, struct cfile *f, int fd);
+/* f's backing file opened again and verified: fd, -ESTALE (not found), or
+ * -errno (cannot be opened now). */
+int ident_open(struct cache *c, struct cfile *f, int flags);
+void ident_renamed(struct cache *c, const char *from, const char *to);
+
+/* salvage.c: dirty data that cannot go where it belongs */
+#define LOST_FOUND_DIR ".nvcachefs-lost+found"
+/* Write f's cached pages over srcfd's bytes (-1: holes), at f's size, to a
+ * new file name in dirfd (O_EXCL; -EEXIST if taken), durably; f->rw held for
+ * writing.  *dirty_bytes: how many of them were dirty. */
+int salvage_copy(struct cache *c, struct cfile *f, int srcfd, int dirfd,
+		 const char *name, uint64_t *dirty_bytes);
+/* Forget every slot of f, dirty or not (its data went elsewhere). */
+void salvage_drop(struct cache *c, struct cfile *f);
+/* f cannot be found: its dirty data to lost+found, then forgotten. */
+int salvage_lost(struct cache *c, struct cfile *f);
 
 /* destage.c */
 int destage_start(struct cache *c);

@@ -276,6 +276,33 @@ static struct cfile *file_lookup_locked(struct cache *c, const struct stat *st,
 	return f;
 }
 
+/*
+ * The object f (referenced) is not the backing file it was taken for: its
+ * file cannot be found.  Its dirty data goes to lost+found, and it is never
+ * found again; the reference is dropped.
+ */
+static void file_stale(struct cache *c, struct cfile *f)
+{
+	int fd = -1;
+
+	pthread_rwlock_wrlock(&f->rw);
+	log_msg(LOG_WARNING,
+		"%s: inode %llu is not the file the cache knew as %s",
+		c->root, (unsigned long long)f->ino,
+		f->path ? f->path : "(no path)");
+	if (!salvage_lost(c, f)) {
+		pthread_mutex_lock(&c->lock);
+		f->unlinked = 1;
+		fd = f->fd;
+		f->fd = -1;
+		pthread_mutex_unlock(&c->lock);
+	}
+	pthread_rwlock_unlock(&f->rw);
+	if (fd >= 0)
+		close(fd);
+	cache_file_put(c, f);
+}
+
 int cache_file_get(struct cache *c, int fd, struct cfile **out)
 {
 	struct handle h;
@@ -289,7 +316,11 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
 	h.fh.handle_bytes = META_HANDLE_MAX;
-	if (name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH)) {
+	if (c->by_path) {
+		/* found by path: the handle plays no part */
+		h.fh.handle_bytes = 0;
+		h.fh.handle_type = 0;
+	} else if (name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH)) {
 		ret = errno == EOVERFLOW ? -ENOTSUP : -errno;
 		log_msg(LOG_ERR,
 			"backing file system cannot give file handles (%s): it "
@@ -297,6 +328,7 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 			strerror(-ret));
 		return ret;
 	}
+again:
 	pthread_mutex_lock(&c->lock);
 	f = file_lookup_locked(c, &st, &h);
 	pthread_mutex_unlock(&c->lock);
@@ -344,6 +376,13 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 found:
 	if (f->fd < 0) {
 		ret = file_reopen(c, f, fd);
+		if (!ret && c->by_path)
+			ret = ident_verify(c, f, f->fd);
+		if (ret == -ESTALE) {
+			/* the same inode number, another file */
+			file_stale(c, f);
+			goto again;
+		}
 		if (ret) {
 			cache_file_put(c, f);
 			return ret;
@@ -409,21 +448,16 @@ void cache_file_put(struct cache *c, struct cfile *f)
 		close(fd);
 }
 
-/* A descriptor for the destage of a file nobody has open (f referenced). */
-int file_reopen_by_handle(struct cache *c, struct cfile *f)
+/*
+ * A descriptor for the destage of a file nobody has open (f referenced), by
+ * handle or by path, verified (ident.c); -ESTALE: the file cannot be found.
+ */
+int file_reopen_ident(struct cache *c, struct cfile *f)
 {
-	struct {
-		struct file_handle fh;
-		uint8_t buf[META_HANDLE_MAX];
-	} h;
-	int fd;
+	int fd = ident_open(c, f, O_RDWR);
 
-	h.fh.handle_bytes = f->hbytes;
-	h.fh.handle_type = f->htype;
-	memcpy(h.fh.f_handle, f->handle, f->hbytes);
-	fd = open_by_handle_at(c->backing_fd, &h.fh, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	pthread_mutex_lock(&c->lock);
 	if (f->fd < 0) {
 		f->fd = fd;
@@ -498,36 +532,35 @@ void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* The backing file of f has no link left (checked by its handle). */
-static int file_gone(struct cache *c, struct cfile *f)
+/*
+ * The backing file of an idle f has no link left: by handle, its inode says
+ * so; by path, the name just removed through the mount was its last link
+ * (nlink before the removal).
+ */
+static int file_gone(struct cache *c, struct cfile *f, nlink_t nlink)
 {
-	struct {
-		struct file_handle fh;
-		uint8_t buf[META_HANDLE_MAX];
-	} h;
 	struct stat st;
 	int fd, gone;
 
-	h.fh.handle_bytes = f->hbytes;
-	h.fh.handle_type = f->htype;
-	memcpy(h.fh.f_handle, f->handle, f->hbytes);
-	fd = open_by_handle_at(c->backing_fd, &h.fh, O_PATH | O_CLOEXEC);
+	if (c->by_path)
+		return nlink <= 1;
+	fd = ident_open(c, f, O_PATH);
 	if (fd < 0)
-		return errno == ESTALE || errno == ENOENT;
+		return fd == -ESTALE;
 	gone = !fstat(fd, &st) && st.st_nlink == 0;
 	close(fd);
 	return gone;
 }
 
-void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino)
+void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 {
 	struct cfile *f;
 	struct stat st;
 
 	pthread_mutex_lock(&c->lock);
 	f = file_find(c, dev, ino, 1);
-	if (f && f->fd < 0 && !f->unlinked && file_gone(c, f)) {
-		/* an idle file: its handle tells whether it still exists */
+	if (f && f->fd < 0 && !f->unlinked && file_gone(c, f, nlink)) {
+		/* an idle file */
 		f->unlinked = 1;
 		f->refs++;
 		file_put_locked(c, f);
@@ -550,6 +583,12 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&f->rec_lock);
 	if (f->rec)
 		goto out_unlock;
+	ret = ident_note(c, f);
+	if (ret) {
+		/* cannot be found again after a crash: not cached */
+		ret = ret == -ENOMEM ? ret : -ENOSPC;
+		goto out_unlock;
+	}
 	pthread_mutex_lock(&c->lock);
 	while (!c->nfree_recs) {
 		/* evict clean data of files nobody has open */

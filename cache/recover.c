@@ -98,46 +98,42 @@ void file_check_backing(struct cache *c, struct cfile *f)
 }
 
 /*
- * Open a recovered file by its handle.  Gone (ESTALE, ENOENT): its data is
- * dropped.  Unopenable for another reason (EIO, EPERM, ENOMEM): it keeps
- * everything and waits, findable by inode, for an open through the mount or a
- * later destage to give it a descriptor (bk_missing).
+ * Open a recovered file by handle or by path (ident.c).  Not found (-ESTALE:
+ * deleted, renamed or replaced behind the cache's back, or a handle gone
+ * stale): nothing proves its data unwanted, so its dirty data goes to
+ * lost+found and the file is forgotten.  Unopenable for another reason (EIO,
+ * EPERM, ENOMEM): it keeps everything and waits, findable by inode, for an
+ * open through the mount or a later destage to give it a descriptor
+ * (bk_missing).
  */
 static void recover_file_open(struct cache *c, struct cfile *f)
 {
-	struct {
-		struct file_handle fh;
-		uint8_t buf[META_HANDLE_MAX];
-	} h;
-	struct stat st;
+	int fd = ident_open(c, f, O_RDWR);
 
-	h.fh.handle_bytes = f->hbytes;
-	h.fh.handle_type = f->htype;
-	memcpy(h.fh.f_handle, f->handle, f->hbytes);
-	f->fd = open_by_handle_at(c->backing_fd, &h.fh, O_RDWR | O_CLOEXEC);
-	if (f->fd < 0 && (errno == ESTALE || errno == ENOENT)) {
+	if (fd == -ESTALE) {
 		log_msg(LOG_INFO,
-			"recovery: backing file (inode %llu) is gone; dropping "
-			"its cached data",
+			"recovery: backing file %s (inode %llu) cannot be "
+			"found",
+			f->path ? f->path : "(no path)",
 			(unsigned long long)f->ino);
-		f->unlinked = 1;
-		return;
+		if (!salvage_lost(c, f)) {
+			f->unlinked = 1;
+			return;
+		}
+		fd = -EIO;
 	}
-	if (f->fd < 0) {
+	if (fd < 0) {
 		log_msg(LOG_ERR,
-			"recovery: cannot open backing file (inode %llu): %s; "
-			"its data stays in the cache until it can be opened",
-			(unsigned long long)f->ino, strerror(errno));
+			"recovery: cannot open backing file %s (inode %llu): "
+			"%s; its data stays in the cache until it can be "
+			"opened",
+			f->path ? f->path : "(no path)",
+			(unsigned long long)f->ino, strerror(-fd));
 		f->bk_missing = 1;
 		f->dev = c->backing_dev;
 		return;
 	}
-	if (fstat(f->fd, &st) || st.st_ino != f->ino) {
-		close(f->fd);
-		f->fd = -1;
-		f->unlinked = 1;
-		return;
-	}
+	f->fd = fd;
 	file_check_backing(c, f);
 }
 
@@ -498,6 +494,7 @@ static void cache_free(struct cache *c)
 		pm_unmap(&c->meta.r[0]);
 		pm_unmap(&c->meta.r[1]);
 	}
+	free(c->root);
 	free(c);
 }
 
@@ -733,6 +730,14 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		struct stat st;
 
 		c->backing_dev = fstat(backing_fd, &st) ? 0 : st.st_dev;
+	}
+	ret = ident_setup(c);
+	if (ret) {
+		snprintf(err, errlen,
+			 "backing directory %s: cannot tell how to find its "
+			 "files again: %s",
+			 cfg->backing_path ? cfg->backing_path : "", strerror(-ret));
+		goto err_free;
 	}
 	ret = recover_load(c, err, errlen);
 	if (ret)

@@ -409,7 +409,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		close(other);
 	}
 	if (known && S_ISREG(st.st_mode))
-		cache_file_unlinked(fs->cache, st.st_dev, st.st_ino);
+		cache_file_unlinked(fs->cache, st.st_dev, st.st_ino,
+				    st.st_nlink);
 	fuse_reply_err(req, 0);
 }
 
@@ -430,18 +431,29 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct stat st;
 	int known = !(flags & RENAME_EXCHANGE) && !name_ino(nfd, newname, &st);
 
+	int pfd = fs_inode_of(fs, parent)->fd;
+
 	if (known)
 		fs_inode_pin(fs, &st);
-	if (renameat2(fs_inode_of(fs, parent)->fd, name, nfd, newname, flags)) {
+	if (renameat2(pfd, name, nfd, newname, flags)) {
 		fuse_reply_err(req, errno);
 		return;
 	}
 	if (known && S_ISREG(st.st_mode))
-		cache_file_unlinked(fs->cache, st.st_dev, st.st_ino);
+		cache_file_unlinked(fs->cache, st.st_dev, st.st_ino,
+				    st.st_nlink);
+	if (flags & RENAME_EXCHANGE) {
+		/* both names moved: through a name neither has now */
+		cache_renamed(fs->cache, pfd, name, pfd, ".nvcachefs-xchg");
+		cache_renamed(fs->cache, nfd, newname, pfd, name);
+		cache_renamed(fs->cache, pfd, ".nvcachefs-xchg", nfd, newname);
+	} else {
+		cache_renamed(fs->cache, pfd, name, nfd, newname);
+	}
 	/* a rename moves the ctime of what it moves */
 	name_meta_changed(fs, nfd, newname);
 	if (flags & RENAME_EXCHANGE)
-		name_meta_changed(fs, fs_inode_of(fs, parent)->fd, name);
+		name_meta_changed(fs, pfd, name);
 	fuse_reply_err(req, 0);
 }
 

@@ -348,6 +348,8 @@ int main(int argc, char **argv)
 	ret = cache_open(&cfg, fs.backing_fd, &fs.cache, err, sizeof(err));
 	if (ret)
 		die("%s", err);
+	/* hold inodes by handle only where the cache proved handles stable */
+	fs.by_handle = fs.by_handle && cache_handles_trusted(fs.cache);
 
 	if (add_mount_opts(&args, cfg.backing_path)) {
 		cache_close(fs.cache, 0);

@@ -285,7 +285,7 @@ static void inc_unlink(int i)
 	I->fd = -1;
 	pthread_mutex_unlock(&inc_lock);
 	CHECK_EQ(unlinkat(backing_fd, I->name, 0), 0);
-	cache_file_unlinked(C, I->dev, I->ino);
+	cache_file_unlinked(C, I->dev, I->ino, 1);
 }
 
 static void do_op(unsigned *rs, int nth, char *buf, char *rb)

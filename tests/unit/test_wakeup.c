@@ -92,7 +92,7 @@ static void wait_for_space(int how)
 
 		fstat(fa, &st);
 		CHECK_EQ(unlinkat(e.backing_fd, "a", 0), 0);
-		cache_file_unlinked(e.c, st.st_dev, st.st_ino);
+		cache_file_unlinked(e.c, st.st_dev, st.st_ino, st.st_nlink);
 		cache_file_put(e.c, a); /* the last close drops its data */
 		a = NULL;
 	}

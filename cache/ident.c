@@ -1,0 +1,476 @@
+/* cache: backing-file identity — kernel file handles where proven stable,
+ * else a path and an identity stamp; the probe at mount that decides. */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <syslog.h>
+#include <unistd.h>
+
+/*
+ * How the cache finds a backing file again (after its descriptor was closed,
+ * after a crash) and knows it is the same file.
+ *
+ * A kernel file handle names an inode with its generation, so a deleted and
+ * recreated file never matches, and it follows renames.  But handles are
+ * only as good as the file system behind them: a FUSE file system (GlusterFS,
+ * MooseFS) opens a handle only while its client still caches the inode, and
+ * GlusterFS's client puts a pointer in its handles and reuses it, so a stale
+ * handle can open another file.  Handles are used only where a probe at
+ * mount proves them: never on FUSE, at once on the local file systems that
+ * are known to keep them (ext4, XFS, btrfs, tmpfs), and elsewhere only when
+ * a probe file's handle reopens it after the kernel dropped its inode.
+ *
+ * Everywhere else a file is found by its path relative to the backing
+ * directory, kept in its record and updated by renames through the mount.
+ *
+ * Either way, the file carries an identity stamp: 16 random bytes in an
+ * extended attribute (trusted.nvcachefs.id where the store keeps trusted
+ * attributes, else user.nvcachefs.id), set when the cache first keeps data
+ * of the file and shared by every node that caches it.  Every open by handle
+ * or by path is checked against the record: the stamp when the record has
+ * one, else the inode number.  A file that does not match is not the file:
+ * "not found", never "deleted", and its dirty data goes to lost+found.
+ */
+
+#ifndef FUSE_SUPER_MAGIC
+#define FUSE_SUPER_MAGIC 0x65735546
+#endif
+
+/* local file systems whose handles are stable (fs/magic.h values) */
+static const unsigned long stable_fs[] = {
+	0xEF53, /* ext2/3/4 */
+	0x58465342, /* XFS */
+	0x9123683E, /* btrfs */
+	0x01021994, /* tmpfs */
+};
+
+static const char *const stamp_names[] = { "trusted.nvcachefs.id",
+					   "user.nvcachefs.id" };
+
+struct ident_handle {
+	struct file_handle fh;
+	uint8_t buf[META_HANDLE_MAX];
+};
+
+static int stamp_get(int fd, const char *name, uint8_t out[META_STAMP_LEN])
+{
+	ssize_t n = fgetxattr(fd, name, out, META_STAMP_LEN);
+	char path[64];
+
+	if (n < 0 && errno == EBADF) {
+		/* an O_PATH descriptor */
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = getxattr(path, name, out, META_STAMP_LEN);
+	}
+	if (n < 0)
+		return -errno;
+	return n == META_STAMP_LEN ? 0 : -EINVAL;
+}
+
+static int stamp_new(uint8_t out[META_STAMP_LEN])
+{
+	size_t got = 0;
+
+	while (got < META_STAMP_LEN) {
+		ssize_t n = getrandom(out + got, META_STAMP_LEN - got, 0);
+
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		got += n > 0 ? n : 0;
+	}
+	return 0;
+}
+
+static int stamp_none(const uint8_t s[META_STAMP_LEN])
+{
+	unsigned i;
+
+	for (i = 0; i < META_STAMP_LEN; i++)
+		if (s[i])
+			return 0;
+	return 1;
+}
+
+/* Which attribute namespace the store keeps, tried on the probe file. */
+static const char *probe_stamp(int fd, uint8_t stamp[META_STAMP_LEN])
+{
+	unsigned i;
+
+	if (stamp_new(stamp))
+		return NULL;
+	for (i = 0; i < sizeof(stamp_names) / sizeof(stamp_names[0]); i++) {
+		uint8_t back[META_STAMP_LEN];
+
+		if (fsetxattr(fd, stamp_names[i], stamp, META_STAMP_LEN, 0))
+			continue;
+		if (!stamp_get(fd, stamp_names[i], back) &&
+		    !memcmp(back, stamp, META_STAMP_LEN))
+			return stamp_names[i];
+	}
+	return NULL;
+}
+
+static int fs_is_stable(unsigned long type)
+{
+	unsigned i;
+
+	for (i = 0; i < sizeof(stable_fs) / sizeof(stable_fs[0]); i++)
+		if (type == stable_fs[i])
+			return 1;
+	return 0;
+}
+
+/*
+ * Does the probe file's handle reopen it once the kernel has dropped its
+ * inode?  Unused dentries and inodes are dropped for that (drop_caches 2),
+ * once, at mount, and only on a file system not known either way.  The
+ * probe file is closed.
+ */
+static int probe_handle(struct cache *c, struct ident_handle *h, ino_t ino,
+			unsigned long type, const uint8_t stamp[META_STAMP_LEN])
+{
+	uint8_t back[META_STAMP_LEN];
+	struct stat st;
+	int fd, dc, ok;
+
+	if (!fs_is_stable(type)) {
+		dc = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+		ok = dc >= 0 && write(dc, "2", 1) == 1;
+		if (dc >= 0)
+			close(dc);
+		if (!ok)
+			return 0;
+	}
+	fd = open_by_handle_at(c->backing_fd, &h->fh, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ok = !fstat(fd, &st) && st.st_ino == ino;
+	if (ok && c->stamp_xattr)
+		ok = !stamp_get(fd, c->stamp_xattr, back) &&
+		     !memcmp(back, stamp, META_STAMP_LEN);
+	close(fd);
+	return ok;
+}
+
+/* Where the backing directory is, for paths relative to it. */
+static int ident_root(struct cache *c)
+{
+	char link[64], buf[PATH_MAX];
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", c->backing_fd);
+	n = readlink(link, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return n < 0 ? -errno : -EINVAL;
+	buf[n] = 0;
+	if (n > 1 && buf[n - 1] == '/')
+		buf[--n] = 0;
+	c->root = strdup(n == 1 ? "" : buf);
+	return c->root ? 0 : -ENOMEM;
+}
+
+/* The probe file: which stamp attribute the store keeps, and whether its
+ * handles are stable (*handles). */
+static int ident_probe(struct cache *c, unsigned long type, int *handles)
+{
+	uint8_t stamp[META_STAMP_LEN];
+	struct ident_handle h;
+	struct stat st;
+	char name[64];
+	int fd, mnt, got_handle;
+
+	snprintf(name, sizeof(name), ".nvcachefs-probe.%d", getpid());
+	unlinkat(c->backing_fd, name, 0);
+	fd = openat(c->backing_fd, name,
+		    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	c->stamp_xattr = probe_stamp(fd, stamp);
+	h.fh.handle_bytes = META_HANDLE_MAX;
+	got_handle = !fstat(fd, &st) &&
+		     !name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH);
+	close(fd);
+	*handles = got_handle && type != FUSE_SUPER_MAGIC &&
+		   c->cfg->identity != IDENT_PATH &&
+		   probe_handle(c, &h, st.st_ino, type, stamp);
+	unlinkat(c->backing_fd, name, 0);
+	return 0;
+}
+
+int ident_setup(struct cache *c)
+{
+	struct statfs sfs;
+	int ret, handles = 0;
+
+	ret = ident_root(c);
+	if (ret)
+		return ret;
+	if (fstatfs(c->backing_fd, &sfs))
+		return -errno;
+	ret = ident_probe(c, sfs.f_type, &handles);
+	if (ret)
+		log_msg(LOG_WARNING,
+			"%s: cannot create a probe file (%s): files are found "
+			"by path, without identity stamps",
+			c->root, strerror(-ret));
+	if (c->cfg->identity == IDENT_HANDLE && !handles) {
+		log_msg(LOG_ERR,
+			"backing.identity = handle, but the file handles of %s "
+			"are not stable (file system type %#lx)",
+			c->root, (unsigned long)sfs.f_type);
+		return -ENOTSUP;
+	}
+	c->by_path = !handles;
+	log_msg(LOG_INFO,
+		"backing store %s (type %#lx): files are found by %s, identity "
+		"stamp in %s",
+		c->root, (unsigned long)sfs.f_type,
+		c->by_path ? "path" : "file handle",
+		c->stamp_xattr ? c->stamp_xattr : "no attribute (inode only)");
+	return 0;
+}
+
+int cache_handles_trusted(struct cache *c)
+{
+	return !c->by_path;
+}
+
+/* fd's path relative to the backing directory, or -errno. */
+int ident_rel_path(struct cache *c, int fd, char *out, size_t len)
+{
+	char link[64], buf[PATH_MAX];
+	size_t rl = strlen(c->root);
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, buf, sizeof(buf) - 1);
+	if (n < 0)
+		return -errno;
+	buf[n] = 0;
+	if (n > 10 && !strcmp(buf + n - 10, " (deleted)"))
+		return -ENOENT;
+	if (!strcmp(buf, c->root) || (!rl && !strcmp(buf, "/"))) {
+		out[0] = 0; /* the backing directory itself */
+		return 0;
+	}
+	if (strncmp(buf, c->root, rl) || buf[rl] != '/')
+		return -EXDEV;
+	if ((size_t)n - rl - 1 >= len)
+		return -ENAMETOOLONG;
+	memcpy(out, buf + rl + 1, n - rl);
+	return 0;
+}
+
+/*
+ * The stamp of f's backing file (f->fd open): the one it carries, or a new
+ * one set now.  No attribute where the store keeps none: the inode number is
+ * all there is.
+ */
+static void ident_stamp(struct cache *c, struct cfile *f)
+{
+	uint8_t s[META_STAMP_LEN];
+
+	memset(f->stamp, 0, sizeof(f->stamp));
+	if (!c->stamp_xattr)
+		return;
+	if (!stamp_get(f->fd, c->stamp_xattr, s) && !stamp_none(s)) {
+		memcpy(f->stamp, s, sizeof(s));
+		return;
+	}
+	if (stamp_new(s) ||
+	    fsetxattr(f->fd, c->stamp_xattr, s, sizeof(s), XATTR_CREATE)) {
+		/* another node set it meanwhile: take theirs */
+		if (errno == EEXIST && !stamp_get(f->fd, c->stamp_xattr, s))
+			memcpy(f->stamp, s, sizeof(s));
+		return;
+	}
+	memcpy(f->stamp, s, sizeof(s));
+}
+
+int ident_note(struct cache *c, struct cfile *f)
+{
+	char path[META_PATH_MAX];
+	uint64_t seq;
+	int ret;
+
+	if (f->fd < 0)
+		return -EBADF;
+	ident_stamp(c, f);
+	do {
+		seq = __atomic_load_n(&c->rename_seq, __ATOMIC_ACQUIRE);
+		ret = ident_rel_path(c, f->fd, path, sizeof(path));
+		if (ret && c->by_path) {
+			log_msg(LOG_WARNING,
+				"%s: cannot keep the path of a backing file "
+				"(inode %llu): %s; it is not cached",
+				c->cfg->backing_path, (unsigned long long)f->ino,
+				strerror(-ret));
+			return ret == -ENAMETOOLONG ? ret : -ENOENT;
+		}
+		free(f->path);
+		f->path = ret ? NULL : strdup(path);
+		if (!ret && !f->path)
+			return -ENOMEM;
+	} while (seq != __atomic_load_n(&c->rename_seq, __ATOMIC_ACQUIRE));
+	return 0;
+}
+
+/* Is fd f's backing file?  0, or -ESTALE. */
+int ident_verify(struct cache *c, struct cfile *f, int fd)
+{
+	uint8_t s[META_STAMP_LEN];
+	struct stat st;
+
+	if (fstat(fd, &st))
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -ESTALE;
+	if (!stamp_none(f->stamp))
+		return c->stamp_xattr && !stamp_get(fd, c->stamp_xattr, s) &&
+				       !memcmp(s, f->stamp, sizeof(s))
+			       ? 0
+			       : -ESTALE;
+	return st.st_ino == f->ino ? 0 : -ESTALE;
+}
+
+static int open_by_path(struct cache *c, struct cfile *f, int flags)
+{
+	struct open_how how = {
+		.flags = flags | O_NOFOLLOW | O_CLOEXEC,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+			   RESOLVE_NO_MAGICLINKS,
+	};
+	long fd;
+
+	if (!f->path)
+		return -ESTALE;
+	fd = syscall(SYS_openat2, c->backing_fd, f->path, &how, sizeof(how));
+	return fd < 0 ? -errno : (int)fd;
+}
+
+static int open_by_handle(struct cache *c, struct cfile *f, int flags)
+{
+	struct ident_handle h;
+	int fd;
+
+	if (!f->hbytes)
+		return -ESTALE;
+	h.fh.handle_bytes = f->hbytes;
+	h.fh.handle_type = f->htype;
+	memcpy(h.fh.f_handle, f->handle, f->hbytes);
+	fd = open_by_handle_at(c->backing_fd, &h.fh, flags | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/*
+ * Open f's backing file again, by handle or by path, and check that it is
+ * f's file.  -ESTALE: it cannot be found (gone, renamed or recreated behind
+ * the cache's back); other errors: it may be there but cannot be opened now.
+ */
+int ident_open(struct cache *c, struct cfile *f, int flags)
+{
+	int fd, ret;
+
+	fd = c->by_path ? open_by_path(c, f, flags)
+			: open_by_handle(c, f, flags);
+	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP || fd == -EXDEV ||
+	    fd == -ESTALE)
+		return -ESTALE;
+	if (fd < 0)
+		return fd;
+	ret = ident_verify(c, f, fd);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+/*
+ * A name was renamed through the mount: every file whose path is it, or is
+ * below it, gets the new path, persisted.  rename_seq tells a record being
+ * made meanwhile to look at its path again.
+ */
+void ident_renamed(struct cache *c, const char *from, const char *to)
+{
+	size_t fl = strlen(from), tl = strlen(to), n = 0, i, cap = 0;
+	struct cfile **v = NULL, **nv;
+	uint32_t r;
+
+	__atomic_add_fetch(&c->rename_seq, 1, __ATOMIC_ACQ_REL);
+	pthread_mutex_lock(&c->lock);
+	for (r = 0; r < c->meta.nfiles; r++) {
+		struct cfile *f = c->recs[r];
+
+		if (!f || !f->path || strncmp(f->path, from, fl) ||
+		    (f->path[fl] && f->path[fl] != '/'))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			nv = realloc(v, cap * sizeof(*v));
+			if (!nv)
+				break;
+			v = nv;
+		}
+		f->refs++;
+		v[n++] = f;
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (i = 0; i < n; i++) {
+		struct cfile *f = v[i];
+		char *p;
+
+		pthread_mutex_lock(&f->rec_lock);
+		if (f->path && !strncmp(f->path, from, fl) &&
+		    (!f->path[fl] || f->path[fl] == '/') &&
+		    tl + strlen(f->path + fl) < META_PATH_MAX &&
+		    asprintf(&p, "%s%s", to, f->path + fl) >= 0) {
+			free(f->path);
+			f->path = p;
+			if (f->rec && file_persist_record(c, f))
+				log_msg(LOG_ERR,
+					"cannot persist the new path %s", p);
+		} else if (f->path) {
+			log_msg(LOG_WARNING,
+				"%s renamed to %s: the new path of %s is too "
+				"long to keep; after a crash its dirty data "
+				"would go to %s",
+				from, to, f->path, LOST_FOUND_DIR);
+		}
+		pthread_mutex_unlock(&f->rec_lock);
+	}
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < n; i++)
+		file_put_locked(c, v[i]);
+	pthread_mutex_unlock(&c->lock);
+	free(v);
+}
+
+void cache_renamed(struct cache *c, int from_dir, const char *from_name,
+		   int to_dir, const char *to_name)
+{
+	char a[META_PATH_MAX], b[META_PATH_MAX], *pa = NULL, *pb = NULL;
+
+	if (ident_rel_path(c, from_dir, a, sizeof(a)) ||
+	    ident_rel_path(c, to_dir, b, sizeof(b)))
+		return;
+	if (asprintf(&pa, "%s%s%s", a, a[0] ? "/" : "", from_name) < 0 ||
+	    asprintf(&pb, "%s%s%s", b, b[0] ? "/" : "", to_name) < 0)
+		goto out_free;
+	ident_renamed(c, pa, pb);
+out_free:
+	free(pa);
+	free(pb);
+}

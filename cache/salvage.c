@@ -1,0 +1,257 @@
+/* cache: salvage — a file's cached data written to a new file, when it cannot
+ * go where it belongs (lost+found, a conflict copy). */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+/*
+ * Dirty data is never dropped because its file cannot be found or was
+ * changed by another node: it is written to a new file first, and only once
+ * that file and its directory are durable may the cache forget the data.  A
+ * salvaged copy holds every page the cache has of the file (dirty and
+ * clean), at the cache's size; what the cache does not hold comes from srcfd
+ * (the file's current backing copy, for a conflict) or is a hole.
+ */
+
+#define SALVAGE_BUF (1024 * 1024u)
+
+static int write_all(int fd, const char *buf, size_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t n = pwrite(fd, buf, len, off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		buf += n;
+		len -= n;
+		off += n;
+	}
+	return 0;
+}
+
+/* The bytes of srcfd below size, where the cache holds nothing else. */
+static int salvage_base(int srcfd, int dfd, uint64_t size, char *buf)
+{
+	uint64_t off = 0;
+	int ret;
+
+	while (off < size) {
+		size_t want = size - off < SALVAGE_BUF ? size - off : SALVAGE_BUF;
+		ssize_t n = pread(srcfd, buf, want, off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (!n)
+			break;
+		ret = write_all(dfd, buf, n, off);
+		if (ret)
+			return ret;
+		off += n;
+	}
+	return 0;
+}
+
+/*
+ * The valid pages of one slot (s->rw held), from its device or, for pages
+ * its failed device lost, from its twin.  Pages that no copy gives back are
+ * an error: the caller must not forget data it could not save.
+ */
+static int salvage_slot(struct cache *c, struct cslot *s, int dfd, char *buf,
+			uint64_t size, uint64_t *dirty_bytes)
+{
+	uint32_t p = 0, p0;
+	int ret;
+
+	while (p < c->ppb) {
+		uint64_t off, len;
+
+		if (!bm_test(s->valid, p)) {
+			p++;
+			continue;
+		}
+		for (p0 = p; p < c->ppb && bm_test(s->valid, p); p++)
+			;
+		off = s->blk * c->bs + (uint64_t)p0 * NVC_PAGE;
+		if (off >= size)
+			break;
+		len = (uint64_t)(p - p0) * NVC_PAGE;
+		ret = dev_read(slot_dev(c, slot_idx(c, s)), buf, len,
+			       slot_off(c, slot_idx(c, s)) + p0 * NVC_PAGE);
+		if (ret && twin_read(c, s, buf, p0, p))
+			return ret;
+		if (off + len > size)
+			len = size - off;
+		ret = write_all(dfd, buf, len, off);
+		if (ret)
+			return ret;
+	}
+	for (p = 0; p < c->ppb; p++) {
+		uint64_t off = s->blk * c->bs + (uint64_t)p * NVC_PAGE;
+
+		if (bm_test(s->dirty, p) && off < size)
+			*dirty_bytes += size - off < NVC_PAGE ? size - off
+							      : NVC_PAGE;
+	}
+	return 0;
+}
+
+/* The slots of f, pinned, so that none is evicted while it is copied. */
+static struct cslot **salvage_pin(struct cache *c, struct cfile *f,
+				  uint64_t *n)
+{
+	struct cslot **v;
+	struct list *l;
+
+	pthread_mutex_lock(&c->lock);
+	v = calloc(f->nslots ? f->nslots : 1, sizeof(*v));
+	*n = 0;
+	for (l = f->slots.next; v && l != &f->slots; l = l->next) {
+		struct cslot *s = list_entry(l, struct cslot, flink);
+
+		s->pins++;
+		v[(*n)++] = s;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return v;
+}
+
+int salvage_copy(struct cache *c, struct cfile *f, int srcfd, int dirfd,
+		 const char *name, uint64_t *dirty_bytes)
+{
+	struct cslot **v;
+	uint64_t i, n = 0, size;
+	char *buf;
+	int dfd, ret = 0;
+
+	*dirty_bytes = 0;
+	dfd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+		     0600);
+	if (dfd < 0)
+		return -errno;
+	buf = dev_alloc_buf(SALVAGE_BUF);
+	v = salvage_pin(c, f, &n);
+	if (!buf || !v) {
+		ret = -ENOMEM;
+		goto out_unpin;
+	}
+	pthread_mutex_lock(&c->lock);
+	size = f->size;
+	pthread_mutex_unlock(&c->lock);
+	if (srcfd >= 0)
+		ret = salvage_base(srcfd, dfd, size, buf);
+	for (i = 0; i < n && !ret; i++) {
+		pthread_rwlock_rdlock(&v[i]->rw);
+		ret = salvage_slot(c, v[i], dfd, buf, size, dirty_bytes);
+		pthread_rwlock_unlock(&v[i]->rw);
+	}
+	if (!ret && ftruncate(dfd, size))
+		ret = -errno;
+	if (!ret && (fsync(dfd) || fsync(dirfd)))
+		ret = -errno;
+out_unpin:
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; v && i < n; i++)
+		slot_unpin_locked(c, f, v[i]);
+	pthread_mutex_unlock(&c->lock);
+	free(v);
+	free(buf);
+	close(dfd);
+	if (ret)
+		unlinkat(dirfd, name, 0);
+	return ret;
+}
+
+void salvage_drop(struct cache *c, struct cfile *f)
+{
+	pthread_mutex_lock(&c->lock);
+	while (!list_empty(&f->slots)) {
+		struct cslot *s =
+			list_entry(f->slots.next, struct cslot, flink);
+
+		slot_drop_locked(c, s);
+	}
+	space_freed_locked(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* A name for f's data in lost+found: its last path component (or its inode
+ * number), the time, and a sequence number when that is taken. */
+static void lost_name(struct cfile *f, int k, char *out, size_t len)
+{
+	const char *base = f->path ? strrchr(f->path, '/') : NULL;
+	char when[32];
+	struct tm tm;
+	time_t t = time(NULL);
+
+	base = base ? base + 1 : f->path;
+	gmtime_r(&t, &tm);
+	strftime(when, sizeof(when), "%Y%m%dT%H%M%SZ", &tm);
+	if (base && strlen(base) < 160)
+		snprintf(out, len, "%s.ino%llu.%s%s%.0d", base,
+			 (unsigned long long)f->ino, when, k ? "." : "", k);
+	else
+		snprintf(out, len, "ino%llu.%s%s%.0d",
+			 (unsigned long long)f->ino, when, k ? "." : "", k);
+}
+
+/*
+ * The backing file of f cannot be found (deleted or renamed behind the
+ * cache's back, or a stale identity): its dirty data goes to
+ * .nvcachefs-lost+found/ in the backing directory, and then the cache
+ * forgets the file.  A file with no dirty data is just forgotten.  f->rw held
+ * for writing, or recovery alone.  On failure the data stays in the cache.
+ */
+int salvage_lost(struct cache *c, struct cfile *f)
+{
+	char name[256];
+	uint64_t dirty = 0;
+	int dirfd, k, ret;
+
+	if (!f->ndirty) {
+		salvage_drop(c, f);
+		return 0;
+	}
+	if (mkdirat(c->backing_fd, LOST_FOUND_DIR, 0700) && errno != EEXIST)
+		return -errno;
+	dirfd = openat(c->backing_fd, LOST_FOUND_DIR,
+		       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dirfd < 0)
+		return -errno;
+	for (k = 0, ret = -EEXIST; ret == -EEXIST && k < 1000; k++) {
+		lost_name(f, k, name, sizeof(name));
+		ret = salvage_copy(c, f, -1, dirfd, name, &dirty);
+	}
+	if (!ret && fsync(c->backing_fd))
+		ret = -errno;
+	close(dirfd);
+	if (ret) {
+		log_msg(LOG_ERR,
+			"cannot save the dirty data of %s (inode %llu) in %s: "
+			"%s; it stays in the cache",
+			f->path ? f->path : "a file", (unsigned long long)f->ino,
+			LOST_FOUND_DIR, strerror(-ret));
+		return ret;
+	}
+	log_msg(LOG_WARNING,
+		"backing file %s (inode %llu) cannot be found: its %llu dirty "
+		"bytes are in %s/%s",
+		f->path ? f->path : "(no path)", (unsigned long long)f->ino,
+		(unsigned long long)dirty, LOST_FOUND_DIR, name);
+	CNT_ADD(c, lost_found_files, 1);
+	CNT_ADD(c, lost_found_bytes, dirty);
+	salvage_drop(c, f);
+	return 0;
+}
