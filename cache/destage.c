@@ -255,10 +255,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	ret = n ? file_bk_busy(c, f, 1) : 0;
 	if (ret)
 		goto out_unpin;
-	if (n) {
-		coh_bk_begin(c, f);
-		changing = 1;
-	}
+	coh_bk_begin(c, f); /* ended once the new look is noted */
+	changing = 1;
 	buf = dev_alloc_buf(DESTAGE_BUF);
 	b = calloc(1, sizeof(*b));
 	if (!buf || !b) {
