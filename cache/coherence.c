@@ -220,15 +220,102 @@ static int coh_overwrite(struct cache *c, struct cfile *f,
 	return coh_persist(c, f) ? -EIO : ret;
 }
 
-/* keep-both: this node's version beside the file (salvage.c, to come). */
+/* The directory of the backing file f (opened) and its name in it. */
+static int coh_dir_of(struct cache *c, struct cfile *f, char *name,
+		      size_t len)
+{
+	char rel[PATH_MAX], *slash;
+	int ret = ident_rel_path(c, f->fd, rel, sizeof(rel)), dirfd;
+
+	if (ret)
+		return ret;
+	slash = strrchr(rel, '/');
+	if (strlen(slash ? slash + 1 : rel) >= len)
+		return -ENAMETOOLONG;
+	strcpy(name, slash ? slash + 1 : rel);
+	if (slash)
+		*slash = 0;
+	dirfd = openat(c->backing_fd, slash ? rel : ".",
+		       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return dirfd < 0 ? -errno : dirfd;
+}
+
+/*
+ * The conflict copy's name: <name>.nvcachefs-conflict-<host>-<UTC time>,
+ * then .1, .2 ... when taken; the file's name is cut short rather than the
+ * whole going past NAME_MAX.
+ */
+static void coh_copy_name(char *out, size_t len, const char *name,
+			  const char *host, const struct tm *tm, int k)
+{
+	char tail[NAME_MAX + 1], when[32];
+	int keep;
+
+	strftime(when, sizeof(when), "%Y%m%dT%H%M%S", tm);
+	if (k)
+		snprintf(tail, sizeof(tail), ".nvcachefs-conflict-%s-%s.%d",
+			 host, when, k);
+	else
+		snprintf(tail, sizeof(tail), ".nvcachefs-conflict-%s-%s", host,
+			 when);
+	keep = NAME_MAX - (int)strlen(tail);
+	if (keep < 1)
+		keep = 1;
+	if (snprintf(out, len, "%.*s%s", keep, name, tail) >= (int)len)
+		out[len - 1] = 0;
+}
+
+/*
+ * keep-both: this node's version goes beside the file — its cached pages,
+ * dirty and clean, over the store's bytes where it caches nothing, at its
+ * size, durably, with the file's owner and mode — and is then forgotten:
+ * the file keeps the other node's version, at the store's size.  f->rw held
+ * for writing.
+ */
 static int coh_keep_both(struct cache *c, struct cfile *f,
 			 const struct stat *st, const char *path)
 {
-	(void)c;
-	(void)f;
-	(void)st;
-	(void)path;
-	return -ENOSYS;
+	char name[NAME_MAX + 1], copy[NAME_MAX + 1], host[64];
+	uint64_t dirty;
+	struct tm tm;
+	time_t now = time(NULL);
+	int dirfd, k, ret = -EEXIST;
+
+	dirfd = coh_dir_of(c, f, name, sizeof(name));
+	if (dirfd < 0)
+		return dirfd;
+	if (gethostname(host, sizeof(host)))
+		strcpy(host, "localhost");
+	host[sizeof(host) - 1] = 0;
+	gmtime_r(&now, &tm);
+	for (k = 0; k < 1000 && ret == -EEXIST; k++) {
+		coh_copy_name(copy, sizeof(copy), name, host, &tm, k);
+		ret = salvage_copy(c, f, f->fd, dirfd, copy, &dirty);
+	}
+	if (!ret) {
+		/* the copy is the daemon's until it is the file's owner's */
+		if (fchownat(dirfd, copy, st->st_uid, st->st_gid, 0) ||
+		    fchmodat(dirfd, copy, st->st_mode & 0777, 0))
+			log_msg(LOG_WARNING,
+				"conflict copy %s beside %s keeps the daemon's "
+				"owner or mode: %s",
+				copy, path, strerror(errno));
+		log_msg(LOG_WARNING,
+			"conflict: this node's version of %s (%llu dirty "
+			"bytes) is kept as %s",
+			path, (unsigned long long)dirty, copy);
+	}
+	close(dirfd);
+	if (ret)
+		return ret;
+	salvage_drop(c, f);
+	pthread_mutex_lock(&c->lock);
+	f->size = st->st_size;
+	f->mtime_set = 0;
+	f->wgen++;
+	look_take_locked(f, st);
+	pthread_mutex_unlock(&c->lock);
+	return coh_persist(c, f);
 }
 
 /*

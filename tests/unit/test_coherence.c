@@ -167,6 +167,94 @@ static void test_conflict_overwrite_at_destage(void)
 	conflict_overwrite(0);
 }
 
+/* The one name in the backing directory that starts with prefix, or NULL. */
+static char *find_copy(struct env *e, const char *prefix)
+{
+	char cmd[256], *line = NULL;
+	size_t n = 0;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "ls -1 %s | grep '^%s'", e->dir, prefix);
+	p = popen(cmd, "r");
+	if (getline(&line, &n, p) > 0)
+		line[strcspn(line, "\n")] = 0;
+	else {
+		free(line);
+		line = NULL;
+	}
+	pclose(p);
+	return line;
+}
+
+/*
+ * keep-both, found at the open or at the destage: this node's version — its
+ * cached pages, dirty and clean, over the store's bytes, at its size — goes
+ * beside the file under a conflict name; the file keeps the other node's
+ * version, and this node's cache serves that one, with nothing dirty.
+ */
+static void conflict_keep_both(int at_open)
+{
+	struct env e;
+	char *x = malloc(256 * KiB), *y = malloc(64 * KiB),
+	     *z = malloc(320 * KiB), *want = malloc(256 * KiB), *copy, host[64];
+	struct cfile *f;
+	int fd, cfd, changed;
+
+	env_init(&e, 64, 64 * KiB);
+	e.cfg.on_conflict = CONFLICT_KEEP_BOTH;
+	fill(x, 256 * KiB, 11);
+	fill(y, 64 * KiB, 12);
+	fill(z, 320 * KiB, 13);
+	f = file_open(&e, "f", &fd);
+	open_settled(&e, f);
+	CHECK_EQ(cache_write(e.c, f, x, 256 * KiB, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK_EQ(cache_write(e.c, f, y, 64 * KiB, 0), 0); /* dirty */
+	behind(&e, "f", z, 320 * KiB, 0);
+	if (at_open) {
+		CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+		CHECK_EQ(changed, COH_CHANGED);
+	}
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK_EQ(cnt(&e, STAT_C_conflicts), 1);
+	CHECK(backing_same(fd, z, 320 * KiB));
+	CHECK_EQ(size_of(&e, f, fd), 320 * KiB);
+	CHECK(same(&e, f, z, 320 * KiB, 0));
+	copy = find_copy(&e, "f.nvcachefs-conflict-");
+	CHECK(copy != NULL);
+	if (copy) {
+		gethostname(host, sizeof(host));
+		CHECK(strstr(copy, host) != NULL);
+		memcpy(want, x, 256 * KiB);
+		memcpy(want, y, 64 * KiB);
+		cfd = openat(e.backing_fd, copy, O_RDONLY);
+		CHECK(backing_same(cfd, want, 256 * KiB));
+		close(cfd);
+		free(copy);
+	}
+	CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK_EQ(cnt(&e, STAT_C_conflicts), 1);
+	CHECK(backing_same(fd, z, 320 * KiB));
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(x);
+	free(y);
+	free(z);
+	free(want);
+}
+
+static void test_conflict_keep_both_at_open(void)
+{
+	conflict_keep_both(1);
+}
+
+static void test_conflict_keep_both_at_destage(void)
+{
+	conflict_keep_both(0);
+}
+
 /*
  * The cache's own changes to the backing file — destage, truncate (both
  * ways), writethrough and writearound writes, fallocate, a chmod and times
@@ -287,6 +375,8 @@ int main(void)
 	RUN(test_clean_shrunk_elsewhere);
 	RUN(test_conflict_overwrite_at_open);
 	RUN(test_conflict_overwrite_at_destage);
+	RUN(test_conflict_keep_both_at_open);
+	RUN(test_conflict_keep_both_at_destage);
 	RUN(test_own_changes_are_not_changes);
 	RUN(test_change_while_idle);
 	RUN(test_file_flush);
