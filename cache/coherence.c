@@ -28,6 +28,8 @@
 
 /* ---------------------------------------------------------------- look */
 
+static int coh_persist(struct cache *c, struct cfile *f);
+
 static int look_differs_locked(const struct cfile *f, const struct stat *st)
 {
 	return (uint64_t)st->st_size != f->bsize ||
@@ -99,7 +101,21 @@ void cache_file_meta_changed(struct cache *c, int fd, int times_set)
 	    (times_set || ts_ns(&st.st_mtim) == f->bk_mtime_ns)) {
 		f->bk_mtime_ns = ts_ns(&st.st_mtim);
 		f->bk_ctime_ns = ts_ns(&st.st_ctim);
+	} else {
+		times_set = 0;
 	}
+	if (!times_set) {
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	/* recovery compares the mtime: the record must say it is ours */
+	f->refs++;
+	pthread_mutex_unlock(&c->lock);
+	if (coh_persist(c, f))
+		log_msg(LOG_ERR, "cannot persist the record of inode %llu",
+			(unsigned long long)f->ino);
+	pthread_mutex_lock(&c->lock);
+	file_put_locked(c, f);
 	pthread_mutex_unlock(&c->lock);
 }
 
