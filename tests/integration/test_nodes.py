@@ -139,3 +139,70 @@ def test_conflict_keep_both(make_cache):
     assert n2.stats()["conflicts"] == 1
     assert n2.stats()["dirty_bytes"] == 0
     unmount_all(n2, n1)
+
+
+def test_attributes_at_open(make_cache):
+    """The kernel's attributes of a file changed elsewhere go at the open, even within fuse.attr_timeout."""
+    n1, n2 = two_nodes(make_cache, fuse__attr_timeout="60s")
+    a, b = os.urandom(64 * KiB), os.urandom(200 * KiB)
+    put(n1, "f", a)
+    n1.flush()
+    assert get(n2, "f") == a
+    assert os.stat(n2.path("f")).st_size == len(a)  # cached by node 2's kernel for a minute
+    put(n1, "f", b)
+    n1.flush()
+    fd = os.open(n2.path("f"), os.O_RDONLY)
+    try:
+        assert os.fstat(fd).st_size == len(b)
+        assert os.pread(fd, len(b) + 1, 0) == b
+    finally:
+        os.close(fd)
+    unmount_all(n2, n1)
+
+
+def test_own_changes_through_the_mount(make_cache):
+    """What a node does to a file through its own mount is not a change made elsewhere: no drop, no conflict."""
+    n1, n2 = two_nodes(make_cache)
+    a, b = os.urandom(128 * KiB), os.urandom(64 * KiB)
+    put(n1, "f", a)
+    n1.flush()
+    assert get(n1, "f") == a
+    os.chmod(n1.path("f"), 0o640)
+    os.utime(n1.path("f"), (1000000000, 1000000000))
+    os.setxattr(n1.path("f"), "user.k", b"v")
+    os.link(n1.path("f"), n1.path("g"))
+    os.unlink(n1.path("g"))
+    os.rename(n1.path("f"), n1.path("h"))
+    os.truncate(n1.path("h"), 100 * KiB)
+    assert get(n1, "h") == a[:100 * KiB]
+    put(n1, "h", b, offset=0)  # dirty
+    os.chmod(n1.path("h"), 0o600)
+    os.rename(n1.path("h"), n1.path("f"))
+    n1.flush()
+    want = b + a[len(b):100 * KiB]
+    assert get(n1, "f") == want
+    st = n1.stats()
+    assert (st["revalidate_drops"], st["conflicts"]) == (0, 0)
+    assert get(n2, "f") == want  # and the other node sees it all
+    unmount_all(n2, n1)
+
+
+def test_conflict_found_by_recovery(make_cache):
+    """Node 2 dies with dirty data; node 1 rewrites the file; node 2's recovery finds the conflict."""
+    n1, n2 = two_nodes(make_cache, backing__on_conflict="keep-both")
+    x, y, z = os.urandom(128 * KiB), os.urandom(32 * KiB), os.urandom(96 * KiB)
+    put(n1, "f", x)
+    n1.flush()
+    assert get(n2, "f") == x
+    put(n2, "f", y, offset=0)  # acknowledged: survives the kill
+    n2.kill9()
+    put(n1, "f", z)
+    n1.flush()
+    n2.mount()
+    assert n2.stats()["conflicts"] == 1
+    assert "conflict (recovery)" in n2.log_text()
+    copies = [n for n in os.listdir(n1.backing) if n.startswith("f.nvcachefs-conflict-")]
+    assert len(copies) == 1
+    assert backing(n1, copies[0])[:len(y)] == y
+    assert get(n2, "f") == z
+    unmount_all(n2, n1)
