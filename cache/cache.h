@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "../devices/dev.h"
@@ -132,6 +133,10 @@ int cache_file_readonly(const struct cfile *f);
 /* Size and mtime as the mount must show them, if the cache tracks the file. */
 int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
 		    struct timespec *mtime);
+/* The same for the backing inode whose attributes are st, unless the file has
+ * no dirty data and st shows a change made elsewhere (the store's then). */
+int cache_file_attr_st(struct cache *c, const struct stat *st, uint64_t *size,
+		       struct timespec *mtime);
 /* The backing file's times were set: stop showing a cached mtime. */
 void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino);
 /* A name of the backing file was removed through the mount, which had nlink

@@ -119,6 +119,30 @@ void cache_file_meta_changed(struct cache *c, int fd, int times_set)
 	pthread_mutex_unlock(&c->lock);
 }
 
+int cache_file_attr_st(struct cache *c, const struct stat *st, uint64_t *size,
+		       struct timespec *mtime)
+{
+	struct cfile *f;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&c->lock);
+	f = file_find(c, st->st_dev, st->st_ino, 0);
+	/* clean, and changed elsewhere since: the store's attributes are the
+	 * file's (its next open takes them) */
+	if (f && !f->ndirty && !f->coh.inflight && look_differs_locked(f, st))
+		f = NULL;
+	if (f) {
+		*size = f->size;
+		if (f->mtime_set)
+			*mtime = f->mtime;
+		else
+			mtime->tv_nsec = UTIME_OMIT;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
 /* ------------------------------------------------------------ changes */
 
 /* The backing file's path for the log (or its inode number). */

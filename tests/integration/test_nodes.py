@@ -206,3 +206,17 @@ def test_conflict_found_by_recovery(make_cache):
     assert backing(n1, copies[0])[:len(y)] == y
     assert get(n2, "f") == z
     unmount_all(n2, n1)
+
+
+def test_stat_of_a_closed_file(make_cache):
+    """stat of a file a node has clean data of, changed elsewhere: the store's size once the kernel asks again."""
+    n1, n2 = two_nodes(make_cache, fuse__attr_timeout="0")
+    a, b = os.urandom(64 * KiB), os.urandom(200 * KiB)
+    put(n1, "f", a)
+    n1.flush()
+    assert get(n2, "f") == a  # node 2 holds clean data of it
+    put(n1, "f", b)
+    n1.flush()
+    assert os.stat(n2.path("f")).st_size == len(b)
+    assert get(n2, "f") == b
+    unmount_all(n2, n1)
