@@ -261,8 +261,7 @@ static int coh_overwrite(struct cache *c, struct cfile *f,
 }
 
 /* The directory of the backing file f (opened) and its name in it. */
-static int coh_dir_of(struct cache *c, struct cfile *f, char *name,
-		      size_t len)
+static int coh_dir_of(struct cache *c, struct cfile *f, char *name, size_t len)
 {
 	char rel[PATH_MAX], *slash;
 	int ret = ident_rel_path(c, f->fd, rel, sizeof(rel)), dirfd;

@@ -12,8 +12,8 @@ static uint64_t cnt(struct env *e, enum stat_counter k)
 }
 
 /* What another node does: write the backing file, not through the cache. */
-static void behind(struct env *e, const char *name, const char *buf,
-		   size_t len, uint64_t off)
+static void behind(struct env *e, const char *name, const char *buf, size_t len,
+		   uint64_t off)
 {
 	int fd = openat(e->backing_fd, name, O_WRONLY);
 
@@ -273,12 +273,12 @@ static void test_own_changes_are_not_changes(void)
 	fill(a, 256 * KiB, 7);
 	f = file_open(&e, "f", &fd);
 	open_settled(&e, f);
-#define SETTLED()                                                      \
-	do {                                                           \
-		CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);  \
-		CHECK_EQ(changed, COH_UNCHANGED);                      \
-		CHECK_EQ(cnt(&e, STAT_C_revalidate_drops), 0);         \
-		CHECK_EQ(cnt(&e, STAT_C_conflicts), 0);                \
+#define SETTLED()                                                     \
+	do {                                                          \
+		CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0); \
+		CHECK_EQ(changed, COH_UNCHANGED);                     \
+		CHECK_EQ(cnt(&e, STAT_C_revalidate_drops), 0);        \
+		CHECK_EQ(cnt(&e, STAT_C_conflicts), 0);               \
 	} while (0)
 	CHECK_EQ(cache_write(e.c, f, a, 256 * KiB, 0), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
