@@ -463,7 +463,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
  * kernel drops its own: its attributes now (only them: pages are not
  * invalidated from inside a request, which may hold them), its page cache
  * when the open's reply says not to keep it.  A new cache object does not
- * know what the kernel may hold from before: its pages go too.
+ * know what the kernel may hold from before: its attributes and pages go
+ * too (for a file just created, the kernel knows no inode yet: nothing).
  */
 static int open_revalidate(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 			   struct fuse_file_info *fi)
@@ -473,7 +474,7 @@ static int open_revalidate(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 	if (ret)
 		return ret;
 	fi->keep_cache = changed == COH_UNCHANGED;
-	if (changed == COH_CHANGED && fs->se)
+	if (changed != COH_UNCHANGED && fs->se)
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 	return 0;
 }

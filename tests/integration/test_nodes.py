@@ -220,3 +220,21 @@ def test_stat_of_a_closed_file(make_cache):
     assert os.stat(n2.path("f")).st_size == len(b)
     assert get(n2, "f") == b
     unmount_all(n2, n1)
+
+
+def test_attributes_at_first_open(make_cache):
+    """A file node 2 has only looked at (no cached data, no cache object): its kernel's attributes go at the open."""
+    n1, n2 = two_nodes(make_cache, fuse__attr_timeout="60s")
+    a, b = os.urandom(64 * KiB), os.urandom(200 * KiB)
+    put(n1, "f", a)
+    n1.flush()
+    assert os.stat(n2.path("f")).st_size == len(a)  # cached by node 2's kernel for a minute
+    put(n1, "f", b)
+    n1.flush()
+    fd = os.open(n2.path("f"), os.O_RDONLY)
+    try:
+        assert os.fstat(fd).st_size == len(b)
+        assert os.pread(fd, len(b) + 1, 0) == b
+    finally:
+        os.close(fd)
+    unmount_all(n2, n1)
