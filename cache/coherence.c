@@ -420,8 +420,9 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 	if (fstat(f->fd, &st))
 		return -errno;
 	pthread_mutex_lock(&c->lock);
-	assert(!f->coh.inflight);
-	differs = look_differs_locked(f, &st);
+	/* an own change not under f->rw (the identity stamp) notes the look
+	 * when it is done */
+	differs = look_differs_locked(f, &st) && !f->coh.inflight;
 	ndirty = f->ndirty;
 	pthread_mutex_unlock(&c->lock);
 	if (!differs)
