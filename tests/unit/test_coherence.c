@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "env.h"
 
+#include <pthread.h>
 #include <sys/stat.h>
 
 static uint64_t cnt(struct env *e, enum stat_counter k)
@@ -375,6 +376,58 @@ static void test_times_set_then_crash(void)
 	free(a);
 }
 
+struct writer {
+	struct env *e;
+	struct cfile *f;
+	int k;
+};
+
+/* Writethrough writes that each make the file longer, four threads. */
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	char buf[4096];
+	int i;
+
+	memset(buf, 'a' + w->k, sizeof(buf));
+	for (i = 0; i < 300; i++)
+		CHECK_EQ(cache_write(w->e->c, w->f, buf, sizeof(buf),
+				     ((uint64_t)i * 4 + w->k) * 64 * KiB),
+			 0);
+	return NULL;
+}
+
+/* Own changes side by side (writers under f->rw read-locked) note the look
+ * in the order they happened: the last note is the backing file as it is. */
+static void test_concurrent_own_changes(void)
+{
+	struct writer w[4];
+	pthread_t t[4];
+	struct env e;
+	struct cfile *f;
+	int fd, changed, k, round;
+
+	env_init(&e, 256, 64 * KiB);
+	f = file_open(&e, "f", &fd);
+	open_settled(&e, f);
+	e.cfg.mode = MODE_WRITETHROUGH;
+	for (round = 0; round < 5; round++) {
+		for (k = 0; k < 4; k++) {
+			w[k] = (struct writer){ &e, f, k };
+			pthread_create(&t[k], NULL, writer_main, &w[k]);
+		}
+		for (k = 0; k < 4; k++)
+			pthread_join(t[k], NULL);
+		CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+		CHECK_EQ(changed, COH_UNCHANGED);
+		CHECK_EQ(cnt(&e, STAT_C_revalidate_drops), 0);
+		CHECK_EQ(cache_truncate(e.c, f, 0), 0);
+	}
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+}
+
 /* cache_file_flush: what was written is on the store when it returns. */
 static void test_file_flush(void)
 {
@@ -410,6 +463,7 @@ int main(void)
 	RUN(test_own_changes_are_not_changes);
 	RUN(test_change_while_idle);
 	RUN(test_times_set_then_crash);
+	RUN(test_concurrent_own_changes);
 	RUN(test_file_flush);
 	free(rbuf);
 	return CHECK_DONE();
