@@ -363,16 +363,13 @@ static int coh_keep_both(struct cache *c, struct cfile *f,
  * resolution that fails (keep-both could not write the copy) leaves the data
  * dirty, and the next destage or open tries again.  f->rw held for writing.
  */
-static int coh_conflict(struct cache *c, struct cfile *f, const struct stat *st,
-			const char *when)
+static void coh_conflict_note(struct cache *c, struct cfile *f,
+			      const struct stat *st, const char *when,
+			      const char *path, int keep)
 {
-	int keep = __atomic_load_n(&c->cfg->on_conflict, __ATOMIC_RELAXED) ==
-		   CONFLICT_KEEP_BOTH;
-	char path[PATH_MAX];
 	uint64_t dirty;
-	int counted, ret;
+	int counted;
 
-	coh_path(f, path, sizeof(path));
 	pthread_mutex_lock(&c->lock);
 	counted = f->coh.conflict;
 	f->coh.conflict = 1;
@@ -391,6 +388,18 @@ static int coh_conflict(struct cache *c, struct cfile *f, const struct stat *st,
 			       "keeps the other one"
 			     : "this node's dirty pages overwrite the store's");
 	}
+}
+
+static int coh_conflict(struct cache *c, struct cfile *f, const struct stat *st,
+			const char *when)
+{
+	int keep = __atomic_load_n(&c->cfg->on_conflict, __ATOMIC_RELAXED) ==
+		   CONFLICT_KEEP_BOTH;
+	char path[PATH_MAX];
+	int ret;
+
+	coh_path(f, path, sizeof(path));
+	coh_conflict_note(c, f, st, when, path, keep);
 	ret = keep ? coh_keep_both(c, f, st, path) : coh_overwrite(c, f, st);
 	if (ret) {
 		log_msg(LOG_ERR,
@@ -415,7 +424,7 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 {
 	struct stat st;
 	uint64_t ndirty;
-	int differs, ret;
+	int differs, stale, ret;
 
 	if (fstat(f->fd, &st))
 		return -errno;
@@ -424,7 +433,14 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 	 * when it is done */
 	differs = look_differs_locked(f, &st) && !f->coh.inflight;
 	ndirty = f->ndirty;
+	stale = f->coh.stale;
+	f->coh.stale = 0;
 	pthread_mutex_unlock(&c->lock);
+	if (!differs && stale) {
+		/* a conflict resolved without the lock left clean data */
+		*changed = COH_CHANGED;
+		return coh_drop_clean(c, f);
+	}
 	if (!differs)
 		return 0;
 	*changed = COH_CHANGED;
@@ -456,7 +472,7 @@ int cache_file_revalidate(struct cache *c, struct cfile *f, int *changed)
 	f->coh.opened = 1;
 	kinval = f->coh.kinval;
 	f->coh.kinval = 0;
-	differs = look_differs_locked(f, &st);
+	differs = look_differs_locked(f, &st) || f->coh.stale;
 	pthread_mutex_unlock(&c->lock);
 	if (differs) {
 		/* own changes under way end before the write lock is had */
@@ -471,6 +487,129 @@ int cache_file_revalidate(struct cache *c, struct cfile *f, int *changed)
 	return ret;
 }
 
+/* f->rw for writing, if it comes within COH_LOCK_WAIT_MS: 0, or -errno. */
+#define COH_LOCK_WAIT_MS 200
+static int coh_wrlock_timed(struct cfile *f)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += COH_LOCK_WAIT_MS * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return -pthread_rwlock_timedwrlock(&f->rw, &ts);
+}
+
+/*
+ * The other node's version, as the store holds it now, copied beside the
+ * file under a conflict name (f->fd open; nothing of the cache is read).
+ */
+static int coh_copy_theirs(struct cache *c, struct cfile *f, const char *path)
+{
+	char name[NAME_MAX + 1], copy[NAME_MAX + 1], host[64];
+	time_t now = time(NULL);
+	int dirfd, dfd = -1, k, ret = 0;
+	struct stat st;
+	struct tm tm;
+	char *buf = NULL;
+	off_t off = 0;
+	ssize_t n;
+
+	dirfd = coh_dir_of(c, f, name, sizeof(name));
+	if (dirfd < 0)
+		return dirfd;
+	if (gethostname(host, sizeof(host)))
+		strcpy(host, "localhost");
+	host[sizeof(host) - 1] = 0;
+	gmtime_r(&now, &tm);
+	for (k = 0; k < 1000 && dfd < 0; k++) {
+		coh_copy_name(copy, sizeof(copy), name, host, &tm, k);
+		dfd = openat(dirfd, copy,
+			     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (dfd < 0 && errno != EEXIST) {
+			ret = -errno;
+			goto out_dir;
+		}
+	}
+	buf = malloc(1024 * 1024);
+	if (dfd < 0 || !buf) {
+		ret = dfd < 0 ? -EEXIST : -ENOMEM;
+		goto out_file;
+	}
+	while ((n = pread(f->fd, buf, 1024 * 1024, off)) > 0) {
+		if (pwrite(dfd, buf, n, off) != n) {
+			ret = errno ? -errno : -EIO;
+			goto out_file;
+		}
+		off += n;
+	}
+	if (n < 0 || fstat(f->fd, &st) || fsync(dfd) || fsync(dirfd)) {
+		ret = -errno;
+		goto out_file;
+	}
+	if (fchown(dfd, st.st_uid, st.st_gid) || fchmod(dfd, st.st_mode & 0777))
+		log_msg(LOG_WARNING,
+			"conflict copy %s beside %s keeps the daemon's owner or "
+			"mode: %s",
+			copy, path, strerror(errno));
+	log_msg(LOG_WARNING,
+		"conflict: writes to %s are waiting on this node: the other "
+		"node's version is kept as %s, and this node's goes to the "
+		"file",
+		path, copy);
+out_file:
+	if (dfd >= 0) {
+		close(dfd);
+		if (ret)
+			unlinkat(dirfd, copy, 0);
+	}
+	free(buf);
+out_dir:
+	close(dirfd);
+	return ret;
+}
+
+/*
+ * A change elsewhere found by a destage that could not have the file's lock:
+ * writes to it are under way on this node, maybe waiting for cache space
+ * that only this destage can make.  The destage goes on (overwrite); with
+ * keep-both, the other node's version is copied beside the file first.  The
+ * clean data goes at the next open or destage that has the lock (stale).
+ */
+static int coh_conflict_busy(struct cache *c, struct cfile *f)
+{
+	int keep = __atomic_load_n(&c->cfg->on_conflict, __ATOMIC_RELAXED) ==
+		   CONFLICT_KEEP_BOTH;
+	char path[PATH_MAX];
+	struct stat st;
+	int ret;
+
+	if (fstat(f->fd, &st))
+		return -errno;
+	coh_path(f, path, sizeof(path));
+	coh_conflict_note(c, f, &st, "destage, writes under way", path, keep);
+	ret = keep ? coh_copy_theirs(c, f, path) : 0;
+	if (ret) {
+		log_msg(LOG_ERR,
+			"conflict (destage): %s: cannot copy the other node's "
+			"version: %s; the data stays dirty and it is tried "
+			"again",
+			path, strerror(-ret));
+		return ret;
+	}
+	pthread_mutex_lock(&c->lock);
+	if ((uint64_t)st.st_size > f->size)
+		f->size = st.st_size;
+	look_take_locked(f, &st);
+	f->coh.conflict = 0;
+	f->coh.stale = 1;
+	f->coh.kinval = 1;
+	pthread_mutex_unlock(&c->lock);
+	return coh_persist(c, f);
+}
+
 int coh_destage_check(struct cache *c, struct cfile *f)
 {
 	struct stat st;
@@ -483,7 +622,8 @@ int coh_destage_check(struct cache *c, struct cfile *f)
 	pthread_mutex_unlock(&c->lock);
 	if (!differs)
 		return 0;
-	pthread_rwlock_wrlock(&f->rw);
+	if (coh_wrlock_timed(f))
+		return coh_conflict_busy(c, f);
 	ret = coh_settle(c, f, "destage", &changed);
 	pthread_rwlock_unlock(&f->rw);
 	if (changed != COH_UNCHANGED) {

@@ -154,6 +154,8 @@ struct coh {
 	int conflict; /* a conflict counted and not yet resolved */
 	int kinval; /* handled a change outside an open: the kernel's page
 		       cache goes at the next open */
+	int stale; /* clean data older than a change made elsewhere, to drop
+		      when the file's lock is had */
 };
 
 struct cfile {

@@ -428,6 +428,87 @@ static void test_concurrent_own_changes(void)
 	env_fini(&e);
 }
 
+struct big_writer {
+	struct env *e;
+	struct cfile *f;
+	const char *buf;
+	size_t len;
+	int ret;
+};
+
+static void *big_writer_main(void *arg)
+{
+	struct big_writer *w = arg;
+
+	w->ret = cache_write(w->e->c, w->f, w->buf, w->len, 0);
+	return NULL;
+}
+
+/*
+ * A write larger than the cache waits for space with the file's lock held
+ * for reading, and only the destage of that same file can make the space:
+ * a change made elsewhere must not stop that destage (it waited for the
+ * file's write lock: a deadlock).  Both policies keep both versions there:
+ * keep-both puts the other node's version beside the file.
+ */
+static void conflict_while_writer_waits(int keep)
+{
+	struct big_writer w;
+	struct timespec ts;
+	struct env e;
+	char *a = malloc(4 * MiB), *b = malloc(256 * KiB), *copy;
+	struct cfile *f;
+	pthread_t t;
+	int fd, cfd;
+
+	env_init(&e, 16, 64 * KiB); /* 32 slots: 2 MiB */
+	e.cfg.on_conflict = keep ? CONFLICT_KEEP_BOTH : CONFLICT_OVERWRITE;
+	fill(a, 4 * MiB, 15);
+	fill(b, 256 * KiB, 16);
+	f = file_open(&e, "f", &fd);
+	open_settled(&e, f);
+	CHECK_EQ(cache_write(e.c, f, b, 64 * KiB, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	behind(&e, "f", b, 256 * KiB, 0);
+	w = (struct big_writer){ &e, f, a, 4 * MiB, -1 };
+	pthread_create(&t, NULL, big_writer_main, &w);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 60;
+	if (pthread_timedjoin_np(t, NULL, &ts)) {
+		fprintf(stderr, "%s:%d: the writer is still waiting after 60 "
+				"s: deadlock\n",
+			__FILE__, __LINE__);
+		exit(1);
+	}
+	CHECK_EQ(w.ret, 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK_EQ(cnt(&e, STAT_C_conflicts), 1);
+	CHECK(backing_same(fd, a, 4 * MiB));
+	copy = find_copy(&e, "f.nvcachefs-conflict-");
+	CHECK(!keep == !copy);
+	if (copy) {
+		cfd = openat(e.backing_fd, copy, O_RDONLY);
+		CHECK(backing_same(cfd, b, 256 * KiB));
+		close(cfd);
+		free(copy);
+	}
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(a);
+	free(b);
+}
+
+static void test_conflict_while_writer_waits_overwrite(void)
+{
+	conflict_while_writer_waits(0);
+}
+
+static void test_conflict_while_writer_waits_keep_both(void)
+{
+	conflict_while_writer_waits(1);
+}
+
 /* cache_file_flush: what was written is on the store when it returns. */
 static void test_file_flush(void)
 {
@@ -464,6 +545,8 @@ int main(void)
 	RUN(test_change_while_idle);
 	RUN(test_times_set_then_crash);
 	RUN(test_concurrent_own_changes);
+	RUN(test_conflict_while_writer_waits_overwrite);
+	RUN(test_conflict_while_writer_waits_keep_both);
 	RUN(test_file_flush);
 	free(rbuf);
 	return CHECK_DONE();
