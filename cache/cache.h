@@ -127,6 +127,9 @@ void cache_abandon(struct cache *c);
 
 /* Find or create the cache's object for the backing file that fd refers to. */
 int cache_file_get(struct cache *c, int fd, struct cfile **out);
+/* The same, and the backing file's attributes as it found them. */
+int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
+		      struct stat *st);
 void cache_file_put(struct cache *c, struct cfile *f);
 /* The backing file could only be opened for reading. */
 int cache_file_readonly(const struct cfile *f);
@@ -153,14 +156,16 @@ int cache_handles_trusted(struct cache *c);
 
 /*
  * Many nodes, one store (coherence.c).  At an open, check f's backing file
- * against what this node last saw of it: changed elsewhere, its clean data
+ * (st: its attributes just taken, or NULL) against what this node last saw of
+ * it: changed elsewhere, its clean data
  * is dropped (with dirty data it is a conflict, resolved by
  * backing.on_conflict).  *changed: 0 unchanged, COH_CHANGED the kernel must
  * drop its page cache and attributes, COH_FRESH the object is new (the
  * kernel's page cache of the inode is unknown: not to be kept).
  */
 enum { COH_UNCHANGED, COH_CHANGED, COH_FRESH };
-int cache_file_revalidate(struct cache *c, struct cfile *f, int *changed);
+int cache_file_revalidate(struct cache *c, struct cfile *f,
+			  const struct stat *st, int *changed);
 /* Destage f's dirty data written so far and fsync its backing file:
  * close-to-open for other nodes (destage.on_close = flush). */
 int cache_file_flush(struct cache *c, struct cfile *f);

@@ -459,13 +459,16 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 	return ret;
 }
 
-int cache_file_revalidate(struct cache *c, struct cfile *f, int *changed)
+int cache_file_revalidate(struct cache *c, struct cfile *f,
+			  const struct stat *seen, int *changed)
 {
 	struct stat st;
 	int first, differs, kinval, ret = 0;
 
 	*changed = COH_UNCHANGED;
-	if (fstat(f->fd, &st))
+	if (seen)
+		st = *seen; /* a change since is found by the slow path */
+	else if (fstat(f->fd, &st))
 		return -errno;
 	pthread_mutex_lock(&c->lock);
 	first = !f->coh.opened;

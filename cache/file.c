@@ -305,6 +305,12 @@ static void file_stale(struct cache *c, struct cfile *f)
 
 int cache_file_get(struct cache *c, int fd, struct cfile **out)
 {
+	return cache_file_get_st(c, fd, out, NULL);
+}
+
+int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
+		      struct stat *stp)
+{
 	struct handle h;
 	struct cfile *f, *other;
 	struct stat st;
@@ -313,6 +319,8 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 
 	if (fstat(fd, &st))
 		return -errno;
+	if (stp)
+		*stp = st; /* for the revalidation at open */
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
 	h.fh.handle_bytes = META_HANDLE_MAX;

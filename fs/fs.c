@@ -467,9 +467,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
  * too (for a file just created, the kernel knows no inode yet: nothing).
  */
 static int open_revalidate(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
-			   struct fuse_file_info *fi)
+			   const struct stat *st, struct fuse_file_info *fi)
 {
-	int changed, ret = cache_file_revalidate(fs->cache, cf, &changed);
+	int changed, ret = cache_file_revalidate(fs->cache, cf, st, &changed);
 
 	if (ret)
 		return ret;
@@ -483,16 +483,19 @@ static int open_fh(struct fs *fs, struct fs_inode *in, fuse_ino_t ino,
 		   struct fuse_file_info *fi)
 {
 	struct fs_fh *fh = calloc(1, sizeof(*fh));
-	int ret;
+	struct stat st;
+	int fd, ret;
 
 	if (!fh)
 		return -ENOMEM;
-	ret = inode_cfile(fs, in, &fh->cf);
+	fd = fs_inode_fd(fs, in);
+	ret = fd < 0 ? fd : cache_file_get_st(fs->cache, fd, &fh->cf, &st);
+	fs_inode_fd_put(in, fd);
 	if (ret) {
 		free(fh);
 		return ret;
 	}
-	ret = open_revalidate(fs, ino, fh->cf, fi);
+	ret = open_revalidate(fs, ino, fh->cf, &st, fi);
 	if (ret) {
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);

@@ -40,9 +40,9 @@ static void open_settled(struct env *e, struct cfile *f)
 {
 	int changed;
 
-	CHECK_EQ(cache_file_revalidate(e->c, f, &changed), 0);
+	CHECK_EQ(cache_file_revalidate(e->c, f, NULL, &changed), 0);
 	CHECK_EQ(changed, COH_FRESH);
-	CHECK_EQ(cache_file_revalidate(e->c, f, &changed), 0);
+	CHECK_EQ(cache_file_revalidate(e->c, f, NULL, &changed), 0);
 	CHECK_EQ(changed, COH_UNCHANGED);
 }
 
@@ -64,14 +64,14 @@ static void test_clean_changed_elsewhere(void)
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK(same(&e, f, a, 256 * KiB, 0)); /* cached, clean */
 	behind(&e, "f", b, 320 * KiB, 0);
-	CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+	CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 	CHECK_EQ(changed, COH_CHANGED);
 	CHECK_EQ(cnt(&e, STAT_C_revalidate_drops), 1);
 	CHECK_EQ(cnt(&e, STAT_C_conflicts), 0);
 	CHECK_EQ(size_of(&e, f, fd), 320 * KiB);
 	CHECK(same(&e, f, b, 320 * KiB, 0));
 	/* counted once: the new look is the known one now */
-	CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+	CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 	CHECK_EQ(changed, COH_UNCHANGED);
 	CHECK_EQ(cnt(&e, STAT_C_revalidate_drops), 1);
 	cache_file_put(e.c, f);
@@ -99,7 +99,7 @@ static void test_clean_shrunk_elsewhere(void)
 	bfd = openat(e.backing_fd, "f", O_WRONLY | O_TRUNC);
 	CHECK_EQ(pwrite(bfd, b, 100 * KiB, 0), 100 * KiB);
 	close(bfd);
-	CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+	CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 	CHECK_EQ(changed, COH_CHANGED);
 	CHECK_EQ(size_of(&e, f, fd), 100 * KiB);
 	CHECK(same(&e, f, b, 100 * KiB, 0));
@@ -132,9 +132,9 @@ static void conflict_overwrite(int at_open)
 	CHECK_EQ(cache_write(e.c, f, a, 128 * KiB, 0), 0); /* dirty */
 	behind(&e, "f", b, 320 * KiB, 0);
 	if (at_open) {
-		CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+		CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 		CHECK_EQ(changed, COH_CHANGED);
-		CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+		CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 	}
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK_EQ(cnt(&e, STAT_C_conflicts), 1);
@@ -145,7 +145,7 @@ static void conflict_overwrite(int at_open)
 	CHECK_EQ(size_of(&e, f, fd), 320 * KiB);
 	CHECK(same(&e, f, want, 320 * KiB, 0));
 	/* this node's own destage took the look: no second conflict */
-	CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+	CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 	CHECK_EQ(changed, at_open ? COH_UNCHANGED : COH_CHANGED);
 	CHECK_EQ(cache_write(e.c, f, a, 4 * KiB, 0), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
@@ -213,7 +213,7 @@ static void conflict_keep_both(int at_open)
 	CHECK_EQ(cache_write(e.c, f, y, 64 * KiB, 0), 0); /* dirty */
 	behind(&e, "f", z, 320 * KiB, 0);
 	if (at_open) {
-		CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+		CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 		CHECK_EQ(changed, COH_CHANGED);
 	}
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
@@ -233,7 +233,7 @@ static void conflict_keep_both(int at_open)
 		close(cfd);
 		free(copy);
 	}
-	CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+	CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK_EQ(cnt(&e, STAT_C_conflicts), 1);
 	CHECK(backing_same(fd, z, 320 * KiB));
@@ -276,7 +276,7 @@ static void test_own_changes_are_not_changes(void)
 	open_settled(&e, f);
 #define SETTLED()                                                     \
 	do {                                                          \
-		CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0); \
+		CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0); \
 		CHECK_EQ(changed, COH_UNCHANGED);                     \
 		CHECK_EQ(cnt(&e, STAT_C_revalidate_drops), 0);        \
 		CHECK_EQ(cnt(&e, STAT_C_conflicts), 0);               \
@@ -336,7 +336,7 @@ static void test_change_while_idle(void)
 	close(fd);
 	behind(&e, "f", b, 192 * KiB, 0);
 	f = file_open(&e, "f", &fd);
-	CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+	CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 	CHECK_EQ(changed, COH_CHANGED);
 	CHECK(same(&e, f, b, 192 * KiB, 0));
 	cache_file_put(e.c, f);
@@ -418,7 +418,7 @@ static void test_concurrent_own_changes(void)
 		}
 		for (k = 0; k < 4; k++)
 			pthread_join(t[k], NULL);
-		CHECK_EQ(cache_file_revalidate(e.c, f, &changed), 0);
+		CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 		CHECK_EQ(changed, COH_UNCHANGED);
 		CHECK_EQ(cnt(&e, STAT_C_revalidate_drops), 0);
 		CHECK_EQ(cache_truncate(e.c, f, 0), 0);
