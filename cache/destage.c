@@ -471,7 +471,7 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 	for (l = c->dirty_files.next; l != &c->dirty_files; l = l->next) {
 		struct cfile *f = list_entry(l, struct cfile, dlink);
 
-		if (f->destaging || (f->fd < 0 && !f->hbytes))
+		if (f->destaging || (f->fd < 0 && !f->hbytes && !f->path))
 			continue;
 		if (urgent || (age && now - f->dirty_since >= age))
 			return f;

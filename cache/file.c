@@ -253,24 +253,16 @@ void file_late_check(struct cache *c, struct cfile *f)
 
 /*
  * The known object of (dev, ino), if it is the same file (the handle carries
- * the inode's generation).  Another file with a recycled inode number means
- * the old one is gone: its object is forgotten.  c->lock held.
+ * the inode's generation), referenced.  Another file with a recycled inode
+ * number means the old one is gone behind the cache's back: that object is
+ * returned with *stale set, for file_stale.  c->lock held.
  */
 static struct cfile *file_lookup_locked(struct cache *c, const struct stat *st,
-					const struct handle *h)
+					const struct handle *h, int *stale)
 {
 	struct cfile *f = file_find(c, st->st_dev, st->st_ino, 1);
 
-	if (f && !same_handle(f, h)) {
-		log_msg(LOG_WARNING,
-			"backing inode %llu is another file now; the cached "
-			"data of the old one is dropped",
-			(unsigned long long)st->st_ino);
-		f->unlinked = 1;
-		f->refs++;
-		file_put_locked(c, f);
-		f = NULL;
-	}
+	*stale = f && !same_handle(f, h);
 	if (f)
 		f->refs++;
 	return f;
@@ -315,7 +307,7 @@ int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
 	struct cfile *f, *other;
 	struct stat st;
 	char path[64];
-	int mnt, ret;
+	int mnt, ret, stale;
 
 	if (fstat(fd, &st))
 		return -errno;
@@ -338,8 +330,12 @@ int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
 	}
 again:
 	pthread_mutex_lock(&c->lock);
-	f = file_lookup_locked(c, &st, &h);
+	f = file_lookup_locked(c, &st, &h, &stale);
 	pthread_mutex_unlock(&c->lock);
+	if (stale) {
+		file_stale(c, f);
+		goto again;
+	}
 	if (f)
 		goto found;
 
@@ -369,7 +365,13 @@ again:
 	memcpy(f->handle, h.fh.f_handle, f->hbytes);
 
 	pthread_mutex_lock(&c->lock);
-	other = file_lookup_locked(c, &st, &h);
+	other = file_lookup_locked(c, &st, &h, &stale);
+	if (stale) {
+		pthread_mutex_unlock(&c->lock);
+		file_free(f);
+		file_stale(c, other);
+		goto again;
+	}
 	if (other) {
 		/* another open made it meanwhile */
 		pthread_mutex_unlock(&c->lock);
@@ -440,6 +442,7 @@ int file_idle_fd_locked(struct cache *c, struct cfile *f)
 	if (ok && file_idle(f)) {
 		fd = f->fd;
 		f->fd = -1;
+		f->ro = 0; /* the next descriptor says */
 	}
 	return fd;
 }
@@ -469,6 +472,7 @@ int file_reopen_ident(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	if (f->fd < 0) {
 		f->fd = fd;
+		f->ro = 0;
 		fd = -1;
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -389,8 +389,9 @@ int ident_open(struct cache *c, struct cfile *f, int flags)
 {
 	int fd, ret;
 
-	fd = c->by_path ? open_by_path(c, f, flags)
-			: open_by_handle(c, f, flags);
+	/* a record made while files were found by path has no handle */
+	fd = c->by_path || !f->hbytes ? open_by_path(c, f, flags)
+				      : open_by_handle(c, f, flags);
 	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP || fd == -EXDEV ||
 	    fd == -ESTALE)
 		return -ESTALE;

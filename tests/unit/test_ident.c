@@ -1,0 +1,275 @@
+/* tests: backing-file identity — files found by path or by handle after a
+ * crash and while idle, renamed, deleted or recreated behind the cache, and
+ * dirty data that cannot be placed kept in lost+found (issue 10). */
+#define _GNU_SOURCE
+#include "env.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <sys/xattr.h>
+
+#define DATA (192 * KiB)
+
+static const char *const mode_name[] = { "auto", "handle", "path" };
+
+static void env_mode(struct env *e, int mode)
+{
+	env_format(e, 64, 64 * KiB, NULL);
+	e->cfg.identity = mode;
+	env_open(e);
+}
+
+/* Files in lost+found, and whether one of them holds exactly want. */
+static int lost_found(struct env *e, const char *want, size_t len, int *holds)
+{
+	int dfd = openat(e->backing_fd, ".nvcachefs-lost+found",
+			 O_RDONLY | O_DIRECTORY);
+	struct dirent *d;
+	DIR *dir;
+	int n = 0;
+
+	*holds = 0;
+	if (dfd < 0)
+		return 0;
+	dir = fdopendir(dfd);
+	while ((d = readdir(dir))) {
+		int fd;
+
+		if (d->d_name[0] == '.')
+			continue;
+		n++;
+		fd = openat(dfd, d->d_name, O_RDONLY);
+		if (fd >= 0 && want && backing_same(fd, want, len))
+			*holds = 1;
+		if (fd >= 0)
+			close(fd);
+	}
+	closedir(dir);
+	return n;
+}
+
+static void put_file(int bfd, const char *name, const char *buf, size_t len)
+{
+	int fd = openat(bfd, name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	CHECK(fd >= 0);
+	CHECK_EQ(pwrite(fd, buf, len, 0), (ssize_t)len);
+	close(fd);
+}
+
+static int file_holds(struct env *e, const char *name, const char *want,
+		      size_t len)
+{
+	int fd = openat(e->backing_fd, name, O_RDONLY), ok;
+
+	if (fd < 0)
+		return 0;
+	ok = backing_same(fd, want, len);
+	close(fd);
+	return ok;
+}
+
+/* Dirty data acknowledged, then the daemon dies with it in the cache. */
+static void write_and_crash(struct env *e, const char *name, const char *buf)
+{
+	struct cfile *f;
+	int fd;
+
+	f = file_open(e, name, &fd);
+	CHECK_EQ(cache_write(e->c, f, buf, DATA, 0), 0);
+	CHECK_EQ(cache_fsync(e->c, f), 0);
+	cache_file_put(e->c, f);
+	close(fd);
+	cache_abandon(e->c);
+	e->c = NULL;
+}
+
+/*
+ * Renamed and replaced behind the cache's back while it was down.  By path,
+ * the new file at the old path is not the cached one (its stamp differs):
+ * the dirty data goes to lost+found, and neither file is touched.  By
+ * handle, the data follows the renamed file.
+ */
+static void test_replaced_while_down(int mode)
+{
+	char *buf = malloc(DATA), *other = malloc(DATA);
+	struct env e;
+	int holds;
+
+	fill(buf, DATA, 1);
+	fill(other, DATA, 2);
+	env_mode(&e, mode);
+	write_and_crash(&e, "a", buf);
+	CHECK_EQ(renameat(e.backing_fd, "a", e.backing_fd, "b"), 0);
+	put_file(e.backing_fd, "a", other, DATA);
+	env_open(&e);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(file_holds(&e, "a", other, DATA));
+	if (mode == IDENT_PATH) {
+		CHECK_EQ(lost_found(&e, buf, DATA, &holds), 1);
+		CHECK(holds);
+		CHECK(file_holds(&e, "b", "", 0));
+		CHECK_EQ(cache_counter(e.c, STAT_C_lost_found_files), 1);
+		CHECK_EQ(cache_counter(e.c, STAT_C_lost_found_bytes), DATA);
+	} else {
+		CHECK_EQ(lost_found(&e, NULL, 0, &holds), 0);
+		CHECK(file_holds(&e, "b", buf, DATA));
+	}
+	env_fini(&e);
+	free(buf);
+	free(other);
+}
+
+/* Deleted behind the cache's back while it was down: nothing proves the
+ * data unwanted, so it is kept in lost+found. */
+static void test_deleted_while_down(int mode)
+{
+	char *buf = malloc(DATA);
+	struct env e;
+	int holds;
+
+	fill(buf, DATA, 3);
+	env_mode(&e, mode);
+	write_and_crash(&e, "a", buf);
+	CHECK_EQ(unlinkat(e.backing_fd, "a", 0), 0);
+	env_open(&e);
+	CHECK_EQ(lost_found(&e, buf, DATA, &holds), 1);
+	CHECK(holds);
+	CHECK_EQ(cache_counter(e.c, STAT_C_lost_found_files), 1);
+	env_fini(&e);
+	free(buf);
+}
+
+/* Renamed through the mount (a directory above it): found at the new path
+ * after a crash. */
+static void test_renamed_through_mount(int mode)
+{
+	char *buf = malloc(DATA);
+	struct cfile *f;
+	struct env e;
+	int fd, holds;
+
+	fill(buf, DATA, 4);
+	env_mode(&e, mode);
+	CHECK_EQ(mkdirat(e.backing_fd, "d1", 0755), 0);
+	CHECK_EQ(mkdirat(e.backing_fd, "d2", 0755), 0);
+	f = file_open(&e, "d1/a", &fd);
+	CHECK_EQ(cache_write(e.c, f, buf, DATA, 0), 0);
+	CHECK_EQ(cache_fsync(e.c, f), 0);
+	cache_file_put(e.c, f);
+	close(fd);
+	CHECK_EQ(renameat(e.backing_fd, "d1", e.backing_fd, "d2/moved"), 0);
+	cache_renamed(e.c, e.backing_fd, "d1", e.backing_fd, "d2/moved");
+	cache_abandon(e.c);
+	e.c = NULL;
+	env_open(&e);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(file_holds(&e, "d2/moved/a", buf, DATA));
+	CHECK_EQ(lost_found(&e, NULL, 0, &holds), 0);
+	env_fini(&e);
+	free(buf);
+}
+
+/*
+ * An idle file (no descriptor) is replaced behind the cache's back while it
+ * is mounted; its inode number may go to the new file.  Destage must not
+ * write the old data into the new file, and an open of the new file must
+ * not show it: the old data goes to lost+found.
+ */
+static void test_replaced_while_idle(int mode)
+{
+	char *buf = malloc(DATA), *other = malloc(DATA), *rb = malloc(DATA);
+	struct cfile *f;
+	struct env e;
+	int fd, holds;
+
+	fill(buf, DATA, 5);
+	fill(other, DATA, 6);
+	env_mode(&e, mode);
+	f = file_open(&e, "a", &fd);
+	CHECK_EQ(cache_write(e.c, f, buf, DATA, 0), 0);
+	cache_file_put(e.c, f);
+	close(fd);
+	CHECK_EQ(unlinkat(e.backing_fd, "a", 0), 0);
+	put_file(e.backing_fd, "a", other, DATA); /* often the same inode */
+	f = file_open(&e, "a", &fd);
+	CHECK(same(&e, f, other, DATA, 0));
+	cache_file_put(e.c, f);
+	close(fd);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(file_holds(&e, "a", other, DATA));
+	CHECK_EQ(lost_found(&e, buf, DATA, &holds), 1);
+	CHECK(holds);
+	env_fini(&e);
+	free(buf);
+	free(other);
+	free(rb);
+}
+
+/* Renamed behind the cache's back while idle and mounted: by path, destage
+ * cannot find it and puts the data in lost+found; flush still finishes. */
+static void test_renamed_while_idle(int mode)
+{
+	char *buf = malloc(DATA);
+	struct cfile *f;
+	struct env e;
+	int fd, holds;
+
+	fill(buf, DATA, 7);
+	env_mode(&e, mode);
+	f = file_open(&e, "a", &fd);
+	CHECK_EQ(cache_write(e.c, f, buf, DATA, 0), 0);
+	cache_file_put(e.c, f);
+	close(fd);
+	CHECK_EQ(renameat(e.backing_fd, "a", e.backing_fd, "b"), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	if (mode == IDENT_PATH) {
+		CHECK_EQ(lost_found(&e, buf, DATA, &holds), 1);
+		CHECK(holds);
+		CHECK(file_holds(&e, "b", "", 0));
+	} else {
+		CHECK(file_holds(&e, "b", buf, DATA));
+	}
+	env_fini(&e);
+	free(buf);
+}
+
+/* The stamp is set on first caching, and the probe finds handles stable on
+ * this (local) file system unless told to use paths. */
+static void test_stamp_and_probe(int mode)
+{
+	char stamp[32];
+	struct cfile *f;
+	struct env e;
+	int fd;
+
+	env_mode(&e, mode);
+	CHECK_EQ(cache_handles_trusted(e.c), mode != IDENT_PATH);
+	f = file_open(&e, "a", &fd);
+	CHECK_EQ(cache_write(e.c, f, "x", 1, 0), 0);
+	CHECK(fgetxattr(fd, "trusted.nvcachefs.id", stamp, sizeof(stamp)) ==
+		      16 ||
+	      fgetxattr(fd, "user.nvcachefs.id", stamp, sizeof(stamp)) == 16);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+}
+
+int main(void)
+{
+	static const int modes[] = { IDENT_PATH, IDENT_AUTO };
+	unsigned i;
+
+	rbuf = dev_alloc_buf(MiB + 2 * NVC_PAGE);
+	log_setup(LOG_TO_STDERR);
+	for (i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		fprintf(stderr, "identity %s\n", mode_name[modes[i]]);
+		test_stamp_and_probe(modes[i]);
+		test_replaced_while_down(modes[i]);
+		test_deleted_while_down(modes[i]);
+		test_renamed_through_mount(modes[i]);
+		test_replaced_while_idle(modes[i]);
+		test_renamed_while_idle(modes[i]);
+	}
+	return CHECK_DONE();
+}
