@@ -424,7 +424,8 @@ static int file_idle(const struct cfile *f)
 /*
  * With c->lock held and one reference on f (about to be put): if f is idle,
  * persist its record (with the look noted at this node's last change) and
- * take its descriptor away; c->lock is dropped meanwhile.  Returns the descriptor to close, or -1.
+ * take its descriptor away; c->lock is dropped meanwhile.  Returns the
+ * descriptor to close, or -1.
  */
 int file_idle_fd_locked(struct cache *c, struct cfile *f)
 {
