@@ -238,3 +238,23 @@ def test_attributes_at_first_open(make_cache):
     finally:
         os.close(fd)
     unmount_all(n2, n1)
+
+
+def test_change_seen_only_in_ctime(make_cache):
+    """Node 1 rewrites the file at the same size and puts its mtime back (as rsync -t or cp -p would): only the
+    ctime tells. Node 2's kernel must not keep its page cache of the file (the kernel itself compares only mtime
+    and size)."""
+    n1, n2 = two_nodes(make_cache)
+    a, b = os.urandom(256 * KiB), os.urandom(256 * KiB)
+    put(n1, "f", a)
+    n1.flush()
+    st = os.stat(os.path.join(n1.backing, "f"))
+    assert get(n2, "f") == a
+    assert get(n2, "f") == a  # from node 2's kernel page cache
+    put(n1, "f", b)
+    n1.flush()
+    os.utime(n1.path("f"), ns=(st.st_atime_ns, st.st_mtime_ns))
+    now = os.stat(os.path.join(n1.backing, "f"))
+    assert (now.st_size, now.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert get(n2, "f") == b
+    unmount_all(n2, n1)
