@@ -644,9 +644,10 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 
 /*
  * close(2) waits for FLUSH (RELEASE comes later, unwaited).  With
- * destage.on_close = flush, the file's data written so far is on the store,
- * durably, before close returns, for an open on another node; a failure is
- * close's error, and the data stays dirty and is destaged later.
+ * destage.on_close = flush, the close of a descriptor open for writing
+ * returns once the file's data written so far is on the store, durably, for
+ * an open on another node; a failure is close's error, and the data stays
+ * dirty and is destaged later.  A reader's close does not wait.
  */
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -655,7 +656,8 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int ret = 0;
 
 	if (__atomic_load_n(&fs->cfg->on_close, __ATOMIC_RELAXED) ==
-	    ON_CLOSE_FLUSH)
+		    ON_CLOSE_FLUSH &&
+	    (fh->flags & O_ACCMODE) != O_RDONLY)
 		ret = cache_file_flush(fs->cache, fh->cf);
 	fuse_reply_err(req, -ret);
 }

@@ -1,9 +1,13 @@
 """Many nodes, one store: two mounts (two caches, each with its own devices) over one backing directory.
 Close-to-open after a flush, destage.on_close = flush, and conflicts with both policies."""
+import errno
 import os
 import re
+import subprocess
 
 import pytest
+
+from conftest import sh
 
 KiB = 1 << 10
 
@@ -258,3 +262,39 @@ def test_change_seen_only_in_ctime(make_cache):
     assert (now.st_size, now.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
     assert get(n2, "f") == b
     unmount_all(n2, n1)
+
+
+@pytest.fixture
+def small_store(tmp_path):
+    """A 24 MiB ext4 file system as the shared store, to run out of space."""
+    img = tmp_path / "store.img"
+    with open(img, "wb") as f:
+        f.truncate(24 << 20)
+    sh("mkfs.ext4", "-q", "-F", str(img))
+    mnt = tmp_path / "store"
+    mnt.mkdir()
+    sh("mount", "-o", "loop", str(img), str(mnt))
+    yield str(mnt)
+    subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_on_close_flush_error_goes_to_close(make_cache, small_store):
+    """With on_close = flush, a destage that fails (the store is full) is close's error; the data stays dirty,
+    readable, and goes out once there is room."""
+    n = make_cache(extra={"backing.path": small_store, "destage.on_close": "flush"})
+    n.format()
+    n.mount()
+    big = os.urandom(30 << 20)
+    f = open(n.path("big"), "wb")
+    f.write(big)
+    with pytest.raises(OSError) as e:
+        f.close()
+    assert e.value.errno == errno.ENOSPC
+    assert n.stats()["dirty_bytes"] > 0
+    assert get(n, "big") == big  # a reader's close does not wait for the store
+    os.truncate(n.path("big"), 10 << 20)
+    put(n, "big", big[:10 << 20], offset=0)  # room now: this close takes it all to the store
+    assert n.stats()["dirty_bytes"] == 0
+    with open(os.path.join(small_store, "big"), "rb") as g:
+        assert g.read() == big[:10 << 20]
+    assert n.unmount() == 0
