@@ -266,7 +266,8 @@ def test_change_seen_only_in_ctime(make_cache):
 
 @pytest.fixture
 def small_store(tmp_path):
-    """A 24 MiB ext4 file system as the shared store, to run out of space."""
+    """A 24 MiB ext4 file system as the shared store, to run out of space (set up before the caches, so that it
+    is torn down after them)."""
     img = tmp_path / "store.img"
     with open(img, "wb") as f:
         f.truncate(24 << 20)
@@ -275,10 +276,11 @@ def small_store(tmp_path):
     mnt.mkdir()
     sh("mount", "-o", "loop", str(img), str(mnt))
     yield str(mnt)
-    subprocess.run(["umount", str(mnt)], check=False)
+    if subprocess.run(["umount", str(mnt)], check=False).returncode:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_on_close_flush_error_goes_to_close(make_cache, small_store):
+def test_on_close_flush_error_goes_to_close(small_store, make_cache):
     """With on_close = flush, a destage that fails (the store is full) is close's error; the data stays dirty,
     readable, and goes out once there is room."""
     n = make_cache(extra={"backing.path": small_store, "destage.on_close": "flush"})
