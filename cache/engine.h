@@ -251,6 +251,8 @@ struct cache {
 	const char *stamp_xattr; /* the stamp's attribute, or NULL */
 	int by_path; /* files are found by path, not by handle */
 	uint64_t rename_seq; /* renames through the mount (atomic) */
+	uint8_t store_stamp[META_STAMP_LEN]; /* of the backing directory */
+	int store_foreign; /* not the one the headers name */
 	/* unlinks through the mount: under way, and finished (atomic); a file
 	 * that cannot be found meanwhile may be one of them, not lost */
 	uint64_t unlinking, unlinked_seq;
@@ -473,6 +475,8 @@ int ident_verify(struct cache *c, struct cfile *f, int fd);
  * -errno (cannot be opened now). */
 int ident_open(struct cache *c, struct cfile *f, int flags);
 void ident_renamed(struct cache *c, const char *from, const char *to);
+/* The backing directory is the store the cache knows, or may become it. */
+int ident_store_check(struct cache *c, char *err, size_t errlen);
 
 /* salvage.c: dirty data that cannot go where it belongs */
 /* Write f's cached pages over srcfd's bytes (-1: holes), at f's size, to a

@@ -343,6 +343,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		}
 	}
 	free(twins);
+	twins = NULL;
 	if (maxseq > m->seq)
 		m->seq = maxseq;
 	c->meta_repaired = fixed;
@@ -354,6 +355,9 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			(unsigned long long)fixed,
 			(unsigned long long)bad_total);
 
+	ret = ident_store_check(c, err, errlen);
+	if (ret)
+		goto err_files;
 	for (r = 0; r < m->nfiles; r++) {
 		struct cfile *f = c->recs[r];
 
