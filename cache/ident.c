@@ -209,6 +209,8 @@ static int ident_probe(struct cache *c, unsigned long type, int *handles)
 	return 0;
 }
 
+static void ident_store(struct cache *c);
+
 int ident_setup(struct cache *c)
 {
 	struct statfs sfs;
@@ -233,6 +235,7 @@ int ident_setup(struct cache *c)
 		return -ENOTSUP;
 	}
 	c->by_path = !handles;
+	ident_store(c);
 	log_msg(LOG_INFO,
 		"backing store %s (type %#lx): files are found by %s, identity "
 		"stamp in %s",
@@ -240,6 +243,74 @@ int ident_setup(struct cache *c)
 		c->by_path ? "path" : "file handle",
 		c->stamp_xattr ? c->stamp_xattr : "no attribute (inode only)");
 	return 0;
+}
+
+/*
+ * The store itself carries a stamp too, on the backing directory
+ * (NAMESPACE.nvcachefs.store), and the metadata headers keep the one the
+ * cache was last mounted on.  A cache mounted on another directory (the
+ * store not mounted, and an empty directory in its place; the wrong volume)
+ * would find none of its files: it would take them all for lost.  So a
+ * different stamp is refused while the cache holds dirty data (recover.c),
+ * and adopted when it holds none.
+ */
+static void ident_store(struct cache *c)
+{
+	char name[64];
+	uint8_t s[META_STAMP_LEN], want[META_STAMP_LEN];
+
+	if (!c->stamp_xattr)
+		return;
+	snprintf(name, sizeof(name), "%.*s.nvcachefs.store",
+		 (int)(strchr(c->stamp_xattr, '.') - c->stamp_xattr),
+		 c->stamp_xattr);
+	if (stamp_get(c->backing_fd, name, s) || stamp_none(s)) {
+		if (stamp_new(s) ||
+		    (fsetxattr(c->backing_fd, name, s, sizeof(s),
+			       XATTR_CREATE) &&
+		     (errno != EEXIST ||
+		      stamp_get(c->backing_fd, name, s)))) {
+			log_msg(LOG_WARNING,
+				"%s: cannot stamp the backing directory (%s): "
+				"a different store mounted there would not be "
+				"noticed",
+				c->root, strerror(errno));
+			return;
+		}
+	}
+	memcpy(c->store_stamp, s, sizeof(s));
+	meta_store_stamp(&c->meta, want);
+	c->store_foreign = !stamp_none(want) && memcmp(want, s, sizeof(s));
+}
+
+/* After the map is loaded: a foreign store is adopted, or refused when
+ * dirty data would all be taken for lost. */
+int ident_store_check(struct cache *c, char *err, size_t errlen)
+{
+	uint8_t want[META_STAMP_LEN];
+
+	if (stamp_none(c->store_stamp))
+		return 0;
+	if (c->store_foreign && c->ndirty_slots) {
+		snprintf(err, errlen,
+			 "backing directory %s is not the store this cache "
+			 "holds dirty data for (its identity stamp differs): "
+			 "is the store mounted?  Mount the right one there; "
+			 "`nvcachectl format --force` would discard the "
+			 "data",
+			 c->root);
+		return -EXDEV;
+	}
+	meta_store_stamp(&c->meta, want);
+	if (!memcmp(want, c->store_stamp, sizeof(want)))
+		return 0;
+	if (c->store_foreign)
+		log_msg(LOG_NOTICE,
+			"backing directory %s is another store than the cache "
+			"was last mounted on; nothing is dirty, so it is "
+			"adopted",
+			c->root);
+	return meta_set_store_stamp(&c->meta, c->store_stamp);
 }
 
 int cache_handles_trusted(struct cache *c)
@@ -281,6 +352,7 @@ int ident_rel_path(struct cache *c, int fd, char *out, size_t len)
 static void ident_stamp(struct cache *c, struct cfile *f)
 {
 	uint8_t s[META_STAMP_LEN];
+	int ret, err;
 
 	memset(f->stamp, 0, sizeof(f->stamp));
 	if (!c->stamp_xattr)
@@ -289,10 +361,15 @@ static void ident_stamp(struct cache *c, struct cfile *f)
 		memcpy(f->stamp, s, sizeof(s));
 		return;
 	}
-	if (stamp_new(s) ||
-	    fsetxattr(f->fd, c->stamp_xattr, s, sizeof(s), XATTR_CREATE)) {
+	if (stamp_new(s))
+		return;
+	coh_bk_begin(c, f); /* the new ctime is this node's own */
+	ret = fsetxattr(f->fd, c->stamp_xattr, s, sizeof(s), XATTR_CREATE);
+	err = errno;
+	coh_bk_end(c, f);
+	if (ret) {
 		/* another node set it meanwhile: take theirs */
-		if (errno == EEXIST && !stamp_get(f->fd, c->stamp_xattr, s))
+		if (err == EEXIST && !stamp_get(f->fd, c->stamp_xattr, s))
 			memcpy(f->stamp, s, sizeof(s));
 		return;
 	}

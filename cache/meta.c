@@ -361,6 +361,35 @@ static int hdr_set_failed(struct meta *m, int k, uint32_t failed)
 	return pm_persist(&m->r[k], h, META_HDR_SIZE);
 }
 
+void meta_store_stamp(struct meta *m, uint8_t out[16])
+{
+	int k = m->have[0] ? 0 : 1;
+
+	memset(out, 0, 16);
+	if (m->have[k])
+		memcpy(out, ((const struct meta_hdr *)m->r[k].addr)->store_stamp,
+		       16);
+}
+
+int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16])
+{
+	int k, ret, done = 0;
+
+	for (k = 0; k < 2; k++) {
+		struct meta_hdr *h = m->r[k].addr;
+
+		if (!m->have[k] || m->failed[k])
+			continue;
+		memcpy(h->store_stamp, stamp, 16);
+		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
+		if (ret)
+			return ret;
+		done++;
+	}
+	return done ? 0 : -EIO;
+}
+
 /*
  * The bad mirror becomes a copy of the good one; only then does the good
  * one's header stop calling it stale (a crash in between rebuilds it again).

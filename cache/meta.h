@@ -78,7 +78,10 @@ struct meta_hdr {
 	uint64_t format_time;
 	uint32_t failed; /* bit k: mirror k failed while mounted; stale */
 	uint32_t reserved1;
-	uint8_t reserved[4096 - 112];
+	/* the identity stamp of the backing directory the cache was last
+	 * mounted on (ident.c); all zero: none yet */
+	uint8_t store_stamp[16];
+	uint8_t reserved[4096 - 128];
 	uint64_t csum;
 };
 
@@ -195,6 +198,10 @@ int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f);
 /* One past the highest sequence number of any valid record in either mirror:
  * what recovery must start from before it rewrites anything. */
 uint64_t meta_next_seq(struct meta *m);
+/* The backing directory's stamp as the headers say (zero: none yet), and
+ * setting it in every mirror that takes writes. */
+void meta_store_stamp(struct meta *m, uint8_t out[16]);
+int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16]);
 /* 1 if a file record may hold path (len bytes): see meta.c. */
 int meta_path_ok(const char *path, uint32_t len);
 /* 1 while a mirror still takes writes. */

@@ -85,6 +85,8 @@ void file_check_backing(struct cache *c, struct cfile *f)
 		if (!f->ndirty)
 			f->size = st.st_size;
 		pthread_mutex_unlock(&c->lock);
+		if (f->ndirty)
+			coh_recovery_conflict(c, f, &st);
 	}
 	if (!fstat(f->fd, &st)) {
 		mt = ts_ns(&st.st_mtim);
@@ -341,6 +343,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		}
 	}
 	free(twins);
+	twins = NULL;
 	if (maxseq > m->seq)
 		m->seq = maxseq;
 	c->meta_repaired = fixed;
@@ -352,6 +355,9 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			(unsigned long long)fixed,
 			(unsigned long long)bad_total);
 
+	ret = ident_store_check(c, err, errlen);
+	if (ret)
+		goto err_files;
 	for (r = 0; r < m->nfiles; r++) {
 		struct cfile *f = c->recs[r];
 
@@ -467,6 +473,7 @@ static void cache_free(struct cache *c)
 				n = f->hnext;
 				if (f->fd >= 0)
 					close(f->fd);
+				free(f->path);
 				free(f);
 			}
 		}

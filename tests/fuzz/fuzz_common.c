@@ -286,11 +286,14 @@ static struct fz_live *fz_live(uint32_t bs)
 static void fz_live_records(uint8_t *p, size_t len, const struct fz_live *l,
 			    unsigned live)
 {
-	const struct meta_hdr *h = (const struct meta_hdr *)p;
+	struct meta_hdr *h = (struct meta_hdr *)p;
 	uint32_t i;
 
 	if (meta_hdr_check(p, len, NULL))
 		return;
+	/* the scratch directory is the store the cache knows */
+	memset(h->store_stamp, 0, sizeof(h->store_stamp));
+	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 	for (i = 0; i < h->nfiles; i++) {
 		struct meta_file *f =
 			(struct meta_file *)(p + h->files_off +
@@ -304,6 +307,11 @@ static void fz_live_records(uint8_t *p, size_t len, const struct fz_live *l,
 		f->handle_bytes = l->h.fh.handle_bytes;
 		f->handle_type = l->h.fh.handle_type;
 		memcpy(f->handle, l->h.fh.f_handle, l->h.fh.handle_bytes);
+		/* found by handle or by path, checked by inode number */
+		memset(f->stamp, 0, sizeof(f->stamp));
+		memset(f->path, 0, sizeof(f->path));
+		f->path_len = 1;
+		f->path[0] = 'f';
 		if (live & FZ_LIVE_SAME)
 			f->bk_mtime_ns = 1000000000ull * 1000000000ull;
 		if (good)

@@ -90,3 +90,32 @@ def test_deleted_behind_the_cache_goes_to_lost_found(make_cache):
     assert c.unmount() == 0
     r = c.ctl("check", "-c", c.conf)
     assert LOST in r.stdout and list(got)[0] in r.stdout, r.stdout
+
+
+def test_a_store_not_mounted_is_refused_while_data_is_dirty(make_cache):
+    """The store's mount point without the store (an empty directory): the cache refuses to mount instead of
+    taking every file for lost; on the store again, the data is there."""
+    c = make_cache(extra={"destage.on_unmount": "keep"})
+    c.format()
+    c.mount()
+    data = os.urandom(MiB + 7)
+    with open(c.path("f"), "wb") as f:
+        f.write(data)
+        os.fsync(f.fileno())
+    c.kill9()
+    os.rename(c.backing, c.backing + ".real")     # the store "unmounted"
+    os.mkdir(c.backing)
+    try:
+        p = c.mount(check=False)
+        assert p.wait(timeout=30) != 0
+        assert "is not the store this cache holds dirty data for" in c.log_text()
+        assert os.listdir(c.backing) == []          # nothing was put there
+    finally:
+        os.rmdir(c.backing)
+        os.rename(c.backing + ".real", c.backing)
+    c.mount()
+    c.flush()
+    with open(os.path.join(c.backing, "f"), "rb") as f:
+        assert f.read() == data
+    assert lost_found(c) == {}
+    assert c.unmount() == 0

@@ -255,6 +255,47 @@ static void test_stamp_and_probe(int mode)
 	env_fini(&e);
 }
 
+/*
+ * Mounted on another directory (the store not mounted, an empty directory
+ * in its place): with dirty data the cache refuses, instead of taking every
+ * file for lost; on the right one it mounts and the data is there.  With
+ * nothing dirty, another directory is adopted.
+ */
+static void test_foreign_store(void)
+{
+	char *buf = malloc(DATA), other[64];
+	struct env e;
+	int right, holds;
+
+	fill(buf, DATA, 8);
+	env_mode(&e, IDENT_AUTO);
+	write_and_crash(&e, "a", buf);
+	right = e.backing_fd;
+	strcpy(other, "/tmp/nvc-unit-XXXXXX");
+	CHECK(mkdtemp(other) != NULL);
+	e.backing_fd = open(other, O_RDONLY | O_DIRECTORY);
+	CHECK_EQ(env_try_open(&e), -EXDEV);
+	CHECK(strstr(e.err, "is not the store") != NULL);
+	CHECK_EQ(lost_found(&e, NULL, 0, &holds), 0);
+	close(e.backing_fd);
+	e.backing_fd = right;
+	env_open(&e);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(file_holds(&e, "a", buf, DATA));
+	cache_close(e.c, 1);
+	/* clean now: another directory is adopted, and then is the store */
+	e.backing_fd = open(other, O_RDONLY | O_DIRECTORY);
+	env_open(&e);
+	cache_close(e.c, 1);
+	e.c = NULL;
+	close(e.backing_fd);
+	e.backing_fd = right;
+	CHECK_EQ(env_try_open(&e), 0); /* nothing dirty: adopted back */
+	env_fini(&e);
+	rmdir(other);
+	free(buf);
+}
+
 int main(void)
 {
 	static const int modes[] = { IDENT_PATH, IDENT_AUTO };
@@ -271,5 +312,6 @@ int main(void)
 		test_replaced_while_idle(modes[i]);
 		test_renamed_while_idle(modes[i]);
 	}
+	test_foreign_store();
 	return CHECK_DONE();
 }
