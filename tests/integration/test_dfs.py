@@ -2,6 +2,7 @@
 (wrong file, crash, stale handles, two nodes, conflicts, lost+found), byte for byte."""
 import glob
 import os
+import time
 
 import pytest
 
@@ -168,6 +169,33 @@ def test_two_nodes_close_to_open(store, make_cache):
     write(n2.path("F"), tail, off=len(v2))
     n2.flush()
     assert read(n1.path("F")) == bytes(v2) + tail
+
+
+def test_two_nodes_change_in_the_same_second(store, make_cache):
+    """Node 2 changes F (same size) and flushes within the same second as node 1's flush of F: on a store
+    with whole-second timestamps (MooseFS) size, mtime and ctime are all as node 1 last saw them, yet node 1's
+    next open must read node 2's data. The steps start at the beginning of a second (a wait, not an
+    assertion) and are repeated until they fit in one second."""
+    d1, d2 = store.subdir()
+    n1 = node(make_cache, d1)
+    n2 = node(make_cache, d2)
+    for attempt in range(5):
+        name = f"F{attempt}"
+        v1 = rand(300000)
+        time.sleep(1 - time.time() % 1 + 0.01)
+        t0 = time.time()
+        write(n1.path(name), v1)
+        n1.flush()
+        assert read(n1.path(name)) == v1  # node 1 keeps it cached, clean
+        v2 = bytearray(v1)
+        patch = rand(5000)
+        write(n2.path(name), patch, off=1000)
+        v2[1000:1000 + len(patch)] = patch
+        n2.flush()
+        if int(time.time()) == int(t0):
+            break
+    assert read(os.path.join(d1, name)) == bytes(v2)
+    assert read(n1.path(name)) == bytes(v2), "node 1 serves its stale copy after node 2's flush"
 
 
 def test_two_nodes_on_close_flush(store, make_cache):
