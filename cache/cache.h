@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "../devices/dev.h"
@@ -128,14 +129,25 @@ void cache_abandon(struct cache *c);
 
 /* Find or create the cache's object for the backing file that fd refers to. */
 int cache_file_get(struct cache *c, int fd, struct cfile **out);
+/* The same, and the backing file's attributes as it found them. */
+int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
+		      struct stat *st);
 void cache_file_put(struct cache *c, struct cfile *f);
 /* The backing file could only be opened for reading. */
 int cache_file_readonly(const struct cfile *f);
 /* Size and mtime as the mount must show them, if the cache tracks the file. */
 int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
 		    struct timespec *mtime);
+/* The same for the backing inode whose attributes are st, unless the file has
+ * no dirty data and st shows a change made elsewhere (the store's then). */
+int cache_file_attr_st(struct cache *c, const struct stat *st, uint64_t *size,
+		       struct timespec *mtime);
 /* The backing file's times were set: stop showing a cached mtime. */
 void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino);
+/* A name is about to be removed through the mount (unlink, rename over it);
+ * cache_unlink_end after, whatever came of it. */
+void cache_unlink_begin(struct cache *c);
+void cache_unlink_end(struct cache *c);
 /* A name of the backing file was removed through the mount, which had nlink
  * links before: drop its data once it has none left. */
 void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino,
@@ -147,6 +159,25 @@ void cache_renamed(struct cache *c, int from_dir, const char *from_name,
 /* Kernel file handles of the backing store are proven stable: the file
  * system may hold inodes by handle. */
 int cache_handles_trusted(struct cache *c);
+
+/*
+ * Many nodes, one store (coherence.c).  At an open, check f's backing file
+ * (st: its attributes just taken, or NULL) against what this node last saw of
+ * it: changed elsewhere, its clean data
+ * is dropped (with dirty data it is a conflict, resolved by
+ * backing.on_conflict).  *changed: 0 unchanged, COH_CHANGED the kernel must
+ * drop its page cache and attributes, COH_FRESH the object is new (the
+ * kernel's page cache of the inode is unknown: not to be kept).
+ */
+enum { COH_UNCHANGED, COH_CHANGED, COH_FRESH };
+int cache_file_revalidate(struct cache *c, struct cfile *f,
+			  const struct stat *st, int *changed);
+/* Destage f's dirty data written so far and fsync its backing file:
+ * close-to-open for other nodes (destage.on_close = flush). */
+int cache_file_flush(struct cache *c, struct cfile *f);
+/* The mount changed the metadata of the backing inode open as fd (chmod,
+ * chown, times, xattrs, links, rename): its new ctime is this node's own. */
+void cache_file_meta_changed(struct cache *c, int fd, int times_set);
 
 /* Read up to len bytes at off into the page-aligned buffer buf, which must hold
  * len + 2 * NVC_PAGE bytes; *data points at the first byte, *n is the count. */

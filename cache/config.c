@@ -85,8 +85,8 @@ static const struct cfg_key keys[] = {
 	  unmount_names, "flush: destage all before exit; keep: leave dirty" },
 	{ "destage", "on_close", T_ENUM, OFF(on_close), 0, 1, "none", 1,
 	  on_close_names,
-	  "flush: the last close of a file waits until the store holds its "
-	  "data" },
+	  "flush: close(2) of a writer waits until the store holds the "
+	  "file's data written so far" },
 	{ "fuse", "threads", T_UINT, OFF(fuse_threads), 1, 256, "16", 0, NULL,
 	  "FUSE worker threads at most" },
 	{ "fuse", "read_ahead", T_SIZE, OFF(read_ahead), 0, 64 * MIB, "1M", 0,

@@ -172,10 +172,15 @@ static int batch_flush(struct cache *c, struct cfile *f, char *buf,
  * behind the cache's back.  Its dirty data goes to lost+found; f is never
  * found again.  On failure it stays dirty and destage retries.
  */
-static int destage_lost(struct cache *c, struct cfile *f)
+static int destage_lost(struct cache *c, struct cfile *f, uint64_t useq)
 {
 	int ret = 0;
 
+	/* an unlink through the mount may be what made it vanish: it drops
+	 * the data itself; try again later */
+	if (__atomic_load_n(&c->unlinking, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&c->unlinked_seq, __ATOMIC_ACQUIRE) != useq)
+		return -EAGAIN;
 	pthread_rwlock_wrlock(&f->rw);
 	if (f->fd < 0 && !f->unlinked)
 		ret = salvage_lost(c, f);
@@ -197,7 +202,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	uint64_t *gens = NULL, *eps = NULL, (*snap)[META_MAX_WORDS] = NULL;
 	char *buf = NULL, *skip = NULL;
 	struct batch *b = NULL;
-	int partial = 0;
+	int partial = 0, changing = 0;
 	struct run run = { 0, 0 };
 	struct list *l;
 	struct stat st;
@@ -205,9 +210,12 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	int ret = 0;
 
 	if (f->fd < 0) {
+		uint64_t useq =
+			__atomic_load_n(&c->unlinked_seq, __ATOMIC_ACQUIRE);
+
 		ret = file_reopen_ident(c, f);
 		if (ret == -ESTALE)
-			return destage_lost(c, f);
+			return destage_lost(c, f, useq);
 		if (ret) {
 			CNT_ADD(c, destage_errors, 1);
 			log_msg(LOG_ERR,
@@ -222,6 +230,9 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		file_late_check(c, f);
 	if (f->fd < 0 || f->ro)
 		return -EBADF;
+	ret = coh_destage_check(c, f); /* changed elsewhere: a conflict */
+	if (ret)
+		return ret;
 	pthread_rwlock_rdlock(&f->rw);
 	pthread_mutex_lock(&c->lock);
 	for (l = f->slots.next; l != &f->slots; l = l->next)
@@ -252,6 +263,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	ret = n ? file_bk_busy(c, f, 1) : 0;
 	if (ret)
 		goto out_unpin;
+	coh_bk_begin(c, f); /* ended once the new look is noted */
+	changing = 1;
 	buf = dev_alloc_buf(DESTAGE_BUF);
 	b = calloc(1, sizeof(*b));
 	if (!buf || !b) {
@@ -354,13 +367,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	}
 	BK_HOOK(c, sync, f->ino);
 	file_bk_synced(f, bk_gen);
-	if (!fstat(f->fd, &st)) {
-		pthread_mutex_lock(&c->lock);
-		f->bsize = st.st_size;
-		f->bk_mtime_ns =
-			st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
-		pthread_mutex_unlock(&c->lock);
-	}
+	changing = 0;
+	coh_bk_end(c, f); /* the new look is this node's own */
 
 	for (i = 0; i < n; i++) {
 		struct cslot *s = v[i];
@@ -417,6 +425,8 @@ out_error:
 		"destage retries",
 		(unsigned long long)f->ino, strerror(-ret));
 out_unpin:
+	if (changing)
+		coh_bk_end(c, f);
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < n; i++)
 		slot_unpin_locked(c, f, v[i]);

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -137,6 +138,26 @@ struct cslot {
 	pthread_rwlock_t rw;
 };
 
+/*
+ * What this node knows of its own changes to a backing file (coherence.c).
+ * The look recorded in the cfile (bsize, bk_mtime_ns, bk_ctime_ns) is the
+ * backing file as it was after this node's last change; anything else is a
+ * change made elsewhere.  Changes made under f->rw held for reading may run
+ * side by side: each is counted in inflight from before it touches the
+ * backing file until it is done, and the look is taken only by a note that
+ * saw none under way and none finished after its fstat (gen).  c->lock.
+ */
+struct coh {
+	uint32_t inflight; /* own backing changes under way */
+	uint64_t gen; /* own notes of the look begun */
+	int opened; /* revalidated at an open since the object was made */
+	int conflict; /* a conflict counted and not yet resolved */
+	int kinval; /* handled a change outside an open: the kernel's page
+		       cache goes at the next open */
+	int stale; /* clean data older than a change made elsewhere, to drop
+		      when the file's lock is had */
+};
+
 struct cfile {
 	uint32_t rec; /* record index + 1; 0: none yet */
 	dev_t dev;
@@ -166,6 +187,7 @@ struct cfile {
 	uint8_t handle[META_HANDLE_MAX];
 	uint8_t stamp[META_STAMP_LEN]; /* identity stamp; all zero: none */
 	char *path; /* relative to the backing directory (rec_lock); or NULL */
+	struct coh coh;
 	struct list slots;
 	struct list dlink; /* on c->dirty_files while ndirty > 0 */
 	struct cfile *hnext;
@@ -229,6 +251,9 @@ struct cache {
 	const char *stamp_xattr; /* the stamp's attribute, or NULL */
 	int by_path; /* files are found by path, not by handle */
 	uint64_t rename_seq; /* renames through the mount (atomic) */
+	/* unlinks through the mount: under way, and finished (atomic); a file
+	 * that cannot be found meanwhile may be one of them, not lost */
+	uint64_t unlinking, unlinked_seq;
 };
 
 #define BK_HOOK(c, fn, ...)                                     \
@@ -415,6 +440,24 @@ int backing_sync(struct cache *c, struct cfile *f, int data_only);
 /* engine.c */
 void stats_attach_devs(struct cache *c);
 void stats_note_destaged(struct cache *c, uint64_t bytes);
+
+/* coherence.c: many nodes over one store */
+/* This node is about to change f's backing file (f->rw held), or is done. */
+void coh_bk_begin(struct cache *c, struct cfile *f);
+void coh_bk_done(struct cache *c, struct cfile *f);
+/* Take the backing file's look as this node's own, unless another own change
+ * is under way or noted after this one (whose note then takes it). */
+int coh_note_look(struct cache *c, struct cfile *f);
+/* coh_bk_done, then coh_note_look. */
+int coh_bk_end(struct cache *c, struct cfile *f);
+/* Before destage writes f: a change elsewhere is a conflict, resolved now
+ * (f->rw not held). */
+int coh_destage_check(struct cache *c, struct cfile *f);
+/* Recovery found f's backing file changed behind the cache's back while f
+ * has dirty data (st: its look now). */
+void coh_recovery_conflict(struct cache *c, struct cfile *f,
+			   const struct stat *st);
+struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino, int live_only);
 
 /* ident.c: backing-file identity */
 int ident_setup(struct cache *c);

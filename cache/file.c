@@ -29,8 +29,7 @@ static uint64_t file_key(dev_t dev, ino_t ino)
  * new file may get the same inode number, and must get a new object
  * (live_only).  Otherwise a live object is preferred.
  */
-static struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino,
-			       int live_only)
+struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino, int live_only)
 {
 	struct cfile *f, *dead = NULL;
 
@@ -165,16 +164,7 @@ int file_persist_size(struct cache *c, struct cfile *f, uint64_t end)
  */
 int file_note_backing_stat(struct cache *c, struct cfile *f)
 {
-	struct stat st;
-
-	if (fstat(f->fd, &st))
-		return -errno;
-	pthread_mutex_lock(&c->lock);
-	f->bsize = st.st_size;
-	f->bk_mtime_ns = ts_ns(&st.st_mtim);
-	f->bk_ctime_ns = ts_ns(&st.st_ctim);
-	pthread_mutex_unlock(&c->lock);
-	return 0;
+	return coh_note_look(c, f);
 }
 
 int file_note_backing(struct cache *c, struct cfile *f)
@@ -307,6 +297,12 @@ static void file_stale(struct cache *c, struct cfile *f)
 
 int cache_file_get(struct cache *c, int fd, struct cfile **out)
 {
+	return cache_file_get_st(c, fd, out, NULL);
+}
+
+int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
+		      struct stat *stp)
+{
 	struct handle h;
 	struct cfile *f, *other;
 	struct stat st;
@@ -315,6 +311,8 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 
 	if (fstat(fd, &st))
 		return -errno;
+	if (stp)
+		*stp = st; /* for the revalidation at open */
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
 	h.fh.handle_bytes = META_HANDLE_MAX;
@@ -412,8 +410,9 @@ err_free:
 /*
  * A file nobody has open keeps its cached blocks but not its backing
  * descriptor: a cache of many small files would otherwise hold one descriptor
- * per file and run the daemon out of them.  The backing file's look (size,
- * mtime) is recorded first, for the check at the next mount; the descriptor
+ * per file and run the daemon out of them.  Its record is persisted first,
+ * with the look of its backing file (size, mtime, ctime) as this node last
+ * changed it, for the check at the next open or mount; the descriptor
  * comes back with the next open, or by the file's handle for destage.
  */
 static int file_idle(const struct cfile *f)
@@ -424,8 +423,9 @@ static int file_idle(const struct cfile *f)
 
 /*
  * With c->lock held and one reference on f (about to be put): if f is idle,
- * record its backing file's look and take its descriptor away; c->lock is
- * dropped meanwhile.  Returns the descriptor to close, or -1.
+ * persist its record (with the look noted at this node's last change) and
+ * take its descriptor away; c->lock is dropped meanwhile.  Returns the
+ * descriptor to close, or -1.
  */
 int file_idle_fd_locked(struct cache *c, struct cfile *f)
 {
@@ -434,7 +434,11 @@ int file_idle_fd_locked(struct cache *c, struct cfile *f)
 	if (!file_idle(f))
 		return -1;
 	pthread_mutex_unlock(&c->lock);
-	ok = !file_note_backing(c, f);
+	/* the look noted at this node's last change, not the backing file's
+	 * now: a change made elsewhere meanwhile is found at the next open */
+	pthread_mutex_lock(&f->rec_lock);
+	ok = !f->rec || !file_persist_record(c, f);
+	pthread_mutex_unlock(&f->rec_lock);
 	pthread_mutex_lock(&c->lock);
 	if (ok && file_idle(f)) {
 		fd = f->fd;
@@ -559,6 +563,17 @@ static int file_gone(struct cache *c, struct cfile *f, nlink_t nlink)
 	gone = !fstat(fd, &st) && st.st_nlink == 0;
 	close(fd);
 	return gone;
+}
+
+void cache_unlink_begin(struct cache *c)
+{
+	__atomic_add_fetch(&c->unlinking, 1, __ATOMIC_ACQ_REL);
+}
+
+void cache_unlink_end(struct cache *c)
+{
+	__atomic_add_fetch(&c->unlinked_seq, 1, __ATOMIC_ACQ_REL);
+	__atomic_sub_fetch(&c->unlinking, 1, __ATOMIC_ACQ_REL);
 }
 
 void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)

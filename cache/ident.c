@@ -281,6 +281,7 @@ int ident_rel_path(struct cache *c, int fd, char *out, size_t len)
 static void ident_stamp(struct cache *c, struct cfile *f)
 {
 	uint8_t s[META_STAMP_LEN];
+	int ret, err;
 
 	memset(f->stamp, 0, sizeof(f->stamp));
 	if (!c->stamp_xattr)
@@ -289,10 +290,15 @@ static void ident_stamp(struct cache *c, struct cfile *f)
 		memcpy(f->stamp, s, sizeof(s));
 		return;
 	}
-	if (stamp_new(s) ||
-	    fsetxattr(f->fd, c->stamp_xattr, s, sizeof(s), XATTR_CREATE)) {
+	if (stamp_new(s))
+		return;
+	coh_bk_begin(c, f); /* the new ctime is this node's own */
+	ret = fsetxattr(f->fd, c->stamp_xattr, s, sizeof(s), XATTR_CREATE);
+	err = errno;
+	coh_bk_end(c, f);
+	if (ret) {
 		/* another node set it meanwhile: take theirs */
-		if (errno == EEXIST && !stamp_get(f->fd, c->stamp_xattr, s))
+		if (err == EEXIST && !stamp_get(f->fd, c->stamp_xattr, s))
 			memcpy(f->stamp, s, sizeof(s));
 		return;
 	}

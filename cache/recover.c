@@ -85,6 +85,8 @@ void file_check_backing(struct cache *c, struct cfile *f)
 		if (!f->ndirty)
 			f->size = st.st_size;
 		pthread_mutex_unlock(&c->lock);
+		if (f->ndirty)
+			coh_recovery_conflict(c, f, &st);
 	}
 	if (!fstat(f->fd, &st)) {
 		mt = ts_ns(&st.st_mtim);
@@ -467,6 +469,7 @@ static void cache_free(struct cache *c)
 				n = f->hnext;
 				if (f->fd >= 0)
 					close(f->fd);
+				free(f->path);
 				free(f);
 			}
 		}

@@ -138,7 +138,9 @@ static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
 	pthread_mutex_unlock(&c->lock);
 	if (end > s1)
 		end = s1; /* the last page, but not past the file's end */
+	coh_bk_begin(c, f);
 	ret = backing_write(c, f, buf, end - s0, s0);
+	coh_bk_done(c, f); /* file_note_backing notes the look */
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&c->lock);
@@ -365,7 +367,9 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 	memcpy(buf + (lo - s0), src + (lo - off), hi - lo);
 
 	if (mode != MODE_WRITEBACK) {
+		coh_bk_begin(c, f);
 		ret = backing_write(c, f, src + (lo - off), hi - lo, lo);
+		coh_bk_done(c, f);
 		if (!ret)
 			ret = file_note_backing_stat(c, f);
 		if (ret)

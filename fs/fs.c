@@ -171,6 +171,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		else if (valid & FUSE_SET_ATTR_MTIME)
 			cache_file_times_set(fs->cache, in->dev, in->ino);
 	}
+	if (!ret && (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
+			      FUSE_SET_ATTR_GID | FUSE_SET_ATTR_ATIME |
+			      FUSE_SET_ATTR_MTIME)))
+		cache_file_meta_changed(fs->cache, fd,
+					!!(valid & FUSE_SET_ATTR_MTIME));
 	if (!ret)
 		ret = fs_stat(fs, fd, &st);
 	fs_inode_fd_put(in, fd);
@@ -352,12 +357,26 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 		     AT_SYMLINK_FOLLOW)
 		      ? -errno
 		      : 0;
+	if (!ret)
+		cache_file_meta_changed(fs->cache, fd, 0);
 	fs_inode_fd_put(in, fd);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
 	fs_reply_entry(req, fs_lookup(fs, parent, name, &e), &e);
+}
+
+/* The inode named name in dfd changed through the mount (its ctime moved):
+ * the cache takes the new look as its own. */
+static void name_meta_changed(struct fs *fs, int dfd, const char *name)
+{
+	int fd = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd >= 0) {
+		cache_file_meta_changed(fs->cache, fd, 0);
+		close(fd);
+	}
 }
 
 /* A name is about to go: remember its inode, to drop cached data if it was the
@@ -372,17 +391,29 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct fs *fs = fs_of(req);
 	int pfd = fs_inode_of(fs, parent)->fd;
 	struct stat st;
-	int known = !name_ino(pfd, name, &st);
+	int known = !name_ino(pfd, name, &st), other = -1;
 
 	if (known)
 		fs_inode_pin(fs, &st);
+	/* the file's other links stay, with a new ctime */
+	if (known && S_ISREG(st.st_mode) && st.st_nlink > 1)
+		other = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	cache_unlink_begin(fs->cache);
 	if (unlinkat(pfd, name, 0)) {
+		cache_unlink_end(fs->cache);
+		if (other >= 0)
+			close(other);
 		fuse_reply_err(req, errno);
 		return;
+	}
+	if (other >= 0) {
+		cache_file_meta_changed(fs->cache, other, 0);
+		close(other);
 	}
 	if (known && S_ISREG(st.st_mode))
 		cache_file_unlinked(fs->cache, st.st_dev, st.st_ino,
 				    st.st_nlink);
+	cache_unlink_end(fs->cache);
 	fuse_reply_err(req, 0);
 }
 
@@ -407,7 +438,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 	if (known)
 		fs_inode_pin(fs, &st);
+	cache_unlink_begin(fs->cache);
 	if (renameat2(pfd, name, nfd, newname, flags)) {
+		cache_unlink_end(fs->cache);
 		fuse_reply_err(req, errno);
 		return;
 	}
@@ -422,19 +455,55 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	} else {
 		cache_renamed(fs->cache, pfd, name, nfd, newname);
 	}
+	/* a rename moves the ctime of what it moves */
+	name_meta_changed(fs, nfd, newname);
+	if (flags & RENAME_EXCHANGE)
+		name_meta_changed(fs, pfd, name);
+	cache_unlink_end(fs->cache);
 	fuse_reply_err(req, 0);
 }
 
-static int open_fh(struct fs *fs, struct fs_inode *in,
+/*
+ * Close-to-open: the file is checked against the store before the open
+ * returns.  Changed elsewhere, the cache dropped its clean data, and the
+ * kernel drops its own: its attributes now (only them: pages are not
+ * invalidated from inside a request, which may hold them), its page cache
+ * when the open's reply says not to keep it.  A new cache object does not
+ * know what the kernel may hold from before: its attributes and pages go
+ * too (for a file just created, the kernel knows no inode yet: nothing).
+ */
+static int open_revalidate(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
+			   const struct stat *st, struct fuse_file_info *fi)
+{
+	int changed, ret = cache_file_revalidate(fs->cache, cf, st, &changed);
+
+	if (ret)
+		return ret;
+	fi->keep_cache = changed == COH_UNCHANGED;
+	if (changed != COH_UNCHANGED && fs->se)
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+	return 0;
+}
+
+static int open_fh(struct fs *fs, struct fs_inode *in, fuse_ino_t ino,
 		   struct fuse_file_info *fi)
 {
 	struct fs_fh *fh = calloc(1, sizeof(*fh));
-	int ret;
+	struct stat st;
+	int fd, ret;
 
 	if (!fh)
 		return -ENOMEM;
-	ret = inode_cfile(fs, in, &fh->cf);
+	fd = fs_inode_fd(fs, in);
+	ret = fd < 0 ? fd : cache_file_get_st(fs->cache, fd, &fh->cf, &st);
+	fs_inode_fd_put(in, fd);
 	if (ret) {
+		free(fh);
+		return ret;
+	}
+	ret = open_revalidate(fs, ino, fh->cf, &st, fi);
+	if (ret) {
+		cache_file_put(fs->cache, fh->cf);
 		free(fh);
 		return ret;
 	}
@@ -454,15 +523,13 @@ static int open_fh(struct fs *fs, struct fs_inode *in,
 	}
 	fh->flags = fi->flags;
 	fi->fh = (uintptr_t)fh;
-	/* the mount owns the data, so the kernel may keep its page cache */
-	fi->keep_cache = 1;
 	return 0;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
-	int ret = open_fh(fs, fs_inode_of(fs, ino), fi);
+	int ret = open_fh(fs, fs_inode_of(fs, ino), ino, fi);
 
 	if (ret)
 		fuse_reply_err(req, -ret);
@@ -528,7 +595,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_err(req, S_ISDIR(e.attr.st_mode) ? EISDIR : EINVAL);
 		return;
 	}
-	ret = open_fh(fs, fs_inode_of(fs, e.ino), fi);
+	ret = open_fh(fs, fs_inode_of(fs, e.ino), e.ino, fi);
 	if (ret) {
 		fs_inode_forget(fs, fs_inode_of(fs, e.ino), 1);
 		fuse_reply_err(req, -ret);
@@ -581,9 +648,24 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		fuse_reply_write(req, size);
 }
 
+/*
+ * close(2) waits for FLUSH (RELEASE comes later, unwaited).  With
+ * destage.on_close = flush, the close of a descriptor open for writing
+ * returns once the file's data written so far is on the store, durably, for
+ * an open on another node; a failure is close's error, and the data stays
+ * dirty and is destaged later.  A reader's close does not wait.
+ */
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	fuse_reply_err(req, 0);
+	struct fs *fs = fs_of(req);
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	int ret = 0;
+
+	if (__atomic_load_n(&fs->cfg->on_close, __ATOMIC_RELAXED) ==
+		    ON_CLOSE_FLUSH &&
+	    (fh->flags & O_ACCMODE) != O_RDONLY)
+		ret = cache_file_flush(fs->cache, fh->cf);
+	fuse_reply_err(req, -ret);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino,

@@ -213,7 +213,7 @@ int fs_stat(struct fs *fs, int fd, struct stat *st)
 	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 		return -errno;
 	if (S_ISREG(st->st_mode) &&
-	    !cache_file_attr(fs->cache, st->st_dev, st->st_ino, &size, &mt)) {
+	    !cache_file_attr_st(fs->cache, st, &size, &mt)) {
 		st->st_size = size;
 		if (mt.tv_nsec != UTIME_OMIT)
 			st->st_mtim = mt;

@@ -362,6 +362,7 @@ int main(int argc, char **argv)
 		cache_close(fs.cache, 0);
 		die("bad FUSE options (see --help)");
 	}
+	fs.se = se; /* for invalidations of the kernel's caches */
 	if (fuse_set_signal_handlers(se)) {
 		cache_close(fs.cache, 0);
 		die("cannot set signal handlers");

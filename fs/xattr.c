@@ -75,6 +75,8 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	}
 	fs_proc_path(fd, path, sizeof(path));
 	ret = setxattr(path, name, value, size, flags) ? errno : 0;
+	if (!ret)
+		cache_file_meta_changed(fs_of(req)->cache, fd, 0);
 	fs_inode_fd_put(in, fd);
 	fuse_reply_err(req, ret);
 }
@@ -139,6 +141,8 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	}
 	fs_proc_path(fd, path, sizeof(path));
 	ret = xattr_ours(name) ? EPERM : removexattr(path, name) ? errno : 0;
+	if (!ret)
+		cache_file_meta_changed(fs_of(req)->cache, fd, 0);
 	fs_inode_fd_put(in, fd);
 	fuse_reply_err(req, ret);
 }

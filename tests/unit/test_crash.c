@@ -288,8 +288,10 @@ static void inc_unlink(int i)
 		close(I->fd);
 	I->fd = -1;
 	pthread_mutex_unlock(&inc_lock);
+	cache_unlink_begin(C);
 	CHECK_EQ(unlinkat(backing_fd, I->name, 0), 0);
 	cache_file_unlinked(C, I->dev, I->ino, 1);
+	cache_unlink_end(C);
 }
 
 static void do_op(unsigned *rs, int nth, char *buf, char *rb)

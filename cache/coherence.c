@@ -1,0 +1,698 @@
+/* cache: many nodes over one store — the backing file's look as this node
+ * last left it, revalidation at open, flush at close, conflicts. */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+/*
+ * Close-to-open, as NFS gives it.  Every change this node makes to a backing
+ * file (destage, writethrough and writearound writes, truncate, fallocate,
+ * and through the mount chmod, chown, times, xattrs, links, renames) ends by
+ * noting the file's look: size, mtime, ctime.  A look that differs from the
+ * noted one was made elsewhere.  An open compares; so does destage before it
+ * writes, and recovery.  Changed elsewhere: with no dirty data the clean
+ * cached data goes and the store's size is taken; with dirty data it is a
+ * conflict, counted once and resolved by backing.on_conflict.
+ */
+
+/* ---------------------------------------------------------------- look */
+
+static int coh_persist(struct cache *c, struct cfile *f);
+
+static int look_differs_locked(const struct cfile *f, const struct stat *st)
+{
+	return (uint64_t)st->st_size != f->bsize ||
+	       ts_ns(&st->st_mtim) != f->bk_mtime_ns ||
+	       ts_ns(&st->st_ctim) != f->bk_ctime_ns;
+}
+
+static void look_take_locked(struct cfile *f, const struct stat *st)
+{
+	f->bsize = st->st_size;
+	f->bk_mtime_ns = ts_ns(&st->st_mtim);
+	f->bk_ctime_ns = ts_ns(&st->st_ctim);
+}
+
+void coh_bk_begin(struct cache *c, struct cfile *f)
+{
+	pthread_mutex_lock(&c->lock);
+	f->coh.inflight++;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void coh_bk_done(struct cache *c, struct cfile *f)
+{
+	pthread_mutex_lock(&c->lock);
+	assert(f->coh.inflight > 0);
+	f->coh.inflight--;
+	pthread_mutex_unlock(&c->lock);
+}
+
+int coh_note_look(struct cache *c, struct cfile *f)
+{
+	struct stat st;
+	uint64_t gen;
+	int busy;
+
+	pthread_mutex_lock(&c->lock);
+	gen = ++f->coh.gen;
+	busy = f->coh.inflight;
+	pthread_mutex_unlock(&c->lock);
+	if (busy)
+		return 0; /* the change under way notes the look when done */
+	if (fstat(f->fd, &st))
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	if (f->coh.gen == gen && !f->coh.inflight)
+		look_take_locked(f, &st);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+int coh_bk_end(struct cache *c, struct cfile *f)
+{
+	coh_bk_done(c, f);
+	return coh_note_look(c, f);
+}
+
+void cache_file_meta_changed(struct cache *c, int fd, int times_set)
+{
+	struct cfile *f;
+	struct stat st;
+
+	if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) ||
+	    !S_ISREG(st.st_mode))
+		return;
+	pthread_mutex_lock(&c->lock);
+	f = file_find(c, st.st_dev, st.st_ino, 1);
+	/* the data as this node left it: the new ctime (and times) are ours */
+	if (f && !f->coh.inflight && (uint64_t)st.st_size == f->bsize &&
+	    (times_set || ts_ns(&st.st_mtim) == f->bk_mtime_ns)) {
+		f->bk_mtime_ns = ts_ns(&st.st_mtim);
+		f->bk_ctime_ns = ts_ns(&st.st_ctim);
+	} else {
+		times_set = 0;
+	}
+	if (!times_set) {
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	/* recovery compares the mtime: the record must say it is ours */
+	f->refs++;
+	pthread_mutex_unlock(&c->lock);
+	if (coh_persist(c, f))
+		log_msg(LOG_ERR, "cannot persist the record of inode %llu",
+			(unsigned long long)f->ino);
+	pthread_mutex_lock(&c->lock);
+	file_put_locked(c, f);
+	pthread_mutex_unlock(&c->lock);
+}
+
+int cache_file_attr_st(struct cache *c, const struct stat *st, uint64_t *size,
+		       struct timespec *mtime)
+{
+	struct cfile *f;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&c->lock);
+	f = file_find(c, st->st_dev, st->st_ino, 0);
+	/* clean, and changed elsewhere since: the store's attributes are the
+	 * file's (its next open takes them) */
+	if (f && !f->ndirty && !f->coh.inflight && look_differs_locked(f, st))
+		f = NULL;
+	if (f) {
+		*size = f->size;
+		if (f->mtime_set)
+			*mtime = f->mtime;
+		else
+			mtime->tv_nsec = UTIME_OMIT;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+/* ------------------------------------------------------------ changes */
+
+/* The backing file's path for the log (or its inode number). */
+static void coh_path(const struct cfile *f, char *buf, size_t len)
+{
+	char proc[64];
+	ssize_t n = -1;
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", f->fd);
+	if (f->fd >= 0)
+		n = readlink(proc, buf, len - 1);
+	if (n < 0)
+		snprintf(buf, len, "backing inode %llu",
+			 (unsigned long long)f->ino);
+	else
+		buf[n] = 0;
+}
+
+static int coh_persist(struct cache *c, struct cfile *f)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&f->rec_lock);
+	if (f->rec)
+		ret = file_persist_record(c, f);
+	pthread_mutex_unlock(&f->rec_lock);
+	return ret;
+}
+
+/*
+ * Forget every clean page of f: clean slots go, dirty ones keep only their
+ * dirty pages (their entries persisted, so that a crash does not bring the
+ * forgotten pages back).  f->rw held for writing: nobody else pins f's slots.
+ */
+static int coh_drop_clean(struct cache *c, struct cfile *f)
+{
+	struct cslot **keep = NULL;
+	uint64_t n = 0, i;
+	struct list *l;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (f->ndirty)
+		keep = calloc(f->ndirty, sizeof(*keep));
+	for (l = f->slots.next; l != &f->slots;) {
+		struct cslot *s = list_entry(l, struct cslot, flink);
+		uint32_t p, gone = 0;
+
+		l = l->next;
+		if (s->pins)
+			continue;
+		if (s->state != SLOT_DIRTY) {
+			slot_drop_locked(c, s);
+			continue;
+		}
+		for (p = 0; p < c->ppb; p++) {
+			if (bm_test(s->valid, p) && !bm_test(s->dirty, p)) {
+				page_forget_locked(c, s, p);
+				gone = 1;
+			}
+		}
+		if (!gone)
+			continue;
+		if (!keep || n == f->ndirty) {
+			ret = -ENOMEM;
+			continue;
+		}
+		s->pins++;
+		keep[n++] = s;
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (i = 0; i < n; i++) {
+		pthread_rwlock_wrlock(&keep[i]->rw);
+		if (slot_persist(c, keep[i]))
+			ret = -EIO;
+		pthread_rwlock_unlock(&keep[i]->rw);
+	}
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < n; i++)
+		slot_unpin_locked(c, f, keep[i]);
+	pthread_mutex_unlock(&c->lock);
+	free(keep);
+	return ret;
+}
+
+/* Dirty bytes of f (c->lock held). */
+static uint64_t dirty_bytes_locked(struct cache *c, struct cfile *f)
+{
+	uint64_t n = 0;
+	struct list *l;
+
+	(void)c;
+	for (l = f->slots.next; l != &f->slots; l = l->next)
+		n += bm_count(list_entry(l, struct cslot, flink)->dirty);
+	return n * NVC_PAGE;
+}
+
+/*
+ * overwrite: this node's dirty pages go to the store as usual, over what the
+ * other node wrote; its clean data (the store's old bytes) goes; a file the
+ * other node made longer stays that long.  The new look is taken, so that
+ * the conflict is counted once.
+ */
+static int coh_overwrite(struct cache *c, struct cfile *f,
+			 const struct stat *st)
+{
+	int ret = coh_drop_clean(c, f);
+
+	pthread_mutex_lock(&c->lock);
+	if ((uint64_t)st->st_size > f->size)
+		f->size = st->st_size;
+	f->wgen++;
+	look_take_locked(f, st);
+	pthread_mutex_unlock(&c->lock);
+	return coh_persist(c, f) ? -EIO : ret;
+}
+
+/* The directory of the backing file f (opened) and its name in it. */
+static int coh_dir_of(struct cache *c, struct cfile *f, char *name, size_t len)
+{
+	char rel[PATH_MAX], *slash;
+	int ret = ident_rel_path(c, f->fd, rel, sizeof(rel)), dirfd;
+
+	if (ret)
+		return ret;
+	slash = strrchr(rel, '/');
+	if (strlen(slash ? slash + 1 : rel) >= len)
+		return -ENAMETOOLONG;
+	strcpy(name, slash ? slash + 1 : rel);
+	if (slash)
+		*slash = 0;
+	dirfd = openat(c->backing_fd, slash ? rel : ".",
+		       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return dirfd < 0 ? -errno : dirfd;
+}
+
+/*
+ * The conflict copy's name: <name>.nvcachefs-conflict-<host>-<UTC time>,
+ * then .1, .2 ... when taken; the file's name is cut short rather than the
+ * whole going past NAME_MAX.
+ */
+static void coh_copy_name(char *out, size_t len, const char *name,
+			  const char *host, const struct tm *tm, int k)
+{
+	char tail[NAME_MAX + 1], when[32];
+	int keep;
+
+	strftime(when, sizeof(when), "%Y%m%dT%H%M%S", tm);
+	if (k)
+		snprintf(tail, sizeof(tail), ".nvcachefs-conflict-%s-%s.%d",
+			 host, when, k);
+	else
+		snprintf(tail, sizeof(tail), ".nvcachefs-conflict-%s-%s", host,
+			 when);
+	keep = NAME_MAX - (int)strlen(tail);
+	if (keep < 1)
+		keep = 1;
+	if (snprintf(out, len, "%.*s%s", keep, name, tail) >= (int)len)
+		out[len - 1] = 0;
+}
+
+/*
+ * keep-both: this node's version goes beside the file — its cached pages,
+ * dirty and clean, over the store's bytes where it caches nothing, at its
+ * size, durably, with the file's owner and mode — and is then forgotten:
+ * the file keeps the other node's version, at the store's size.  f->rw held
+ * for writing.
+ */
+static int coh_keep_both(struct cache *c, struct cfile *f,
+			 const struct stat *st, const char *path)
+{
+	char name[NAME_MAX + 1], copy[NAME_MAX + 1], host[64];
+	uint64_t dirty;
+	struct tm tm;
+	time_t now = time(NULL);
+	int dirfd, k, ret = -EEXIST;
+
+	dirfd = coh_dir_of(c, f, name, sizeof(name));
+	if (dirfd < 0)
+		return dirfd;
+	if (gethostname(host, sizeof(host)))
+		strcpy(host, "localhost");
+	host[sizeof(host) - 1] = 0;
+	gmtime_r(&now, &tm);
+	for (k = 0; k < 1000 && ret == -EEXIST; k++) {
+		coh_copy_name(copy, sizeof(copy), name, host, &tm, k);
+		ret = salvage_copy(c, f, f->fd, dirfd, copy, &dirty);
+	}
+	if (!ret) {
+		/* the copy is the daemon's until it is the file's owner's */
+		if (fchownat(dirfd, copy, st->st_uid, st->st_gid, 0) ||
+		    fchmodat(dirfd, copy, st->st_mode & 0777, 0))
+			log_msg(LOG_WARNING,
+				"conflict copy %s beside %s keeps the daemon's "
+				"owner or mode: %s",
+				copy, path, strerror(errno));
+		log_msg(LOG_WARNING,
+			"conflict: this node's version of %s (%llu dirty "
+			"bytes) is kept as %s",
+			path, (unsigned long long)dirty, copy);
+	}
+	close(dirfd);
+	if (ret)
+		return ret;
+	salvage_drop(c, f);
+	pthread_mutex_lock(&c->lock);
+	f->size = st->st_size;
+	f->mtime_set = 0;
+	f->wgen++;
+	look_take_locked(f, st);
+	pthread_mutex_unlock(&c->lock);
+	return coh_persist(c, f);
+}
+
+/*
+ * f has dirty data and its backing file was changed elsewhere (st: its look
+ * now).  Counted and logged once, resolved by backing.on_conflict; a
+ * resolution that fails (keep-both could not write the copy) leaves the data
+ * dirty, and the next destage or open tries again.  f->rw held for writing.
+ */
+static void coh_conflict_note(struct cache *c, struct cfile *f,
+			      const struct stat *st, const char *when,
+			      const char *path, int keep)
+{
+	uint64_t dirty;
+	int counted;
+
+	pthread_mutex_lock(&c->lock);
+	counted = f->coh.conflict;
+	f->coh.conflict = 1;
+	dirty = dirty_bytes_locked(c, f);
+	pthread_mutex_unlock(&c->lock);
+	if (!counted) {
+		CNT_ADD(c, conflicts, 1);
+		log_msg(LOG_WARNING,
+			"conflict (%s): %s was changed elsewhere (now %llu "
+			"bytes) while this node holds %llu dirty bytes of it "
+			"(size %llu); backing.on_conflict = %s: %s",
+			when, path, (unsigned long long)st->st_size,
+			(unsigned long long)dirty, (unsigned long long)f->size,
+			keep ? "keep-both" : "overwrite",
+			keep ? "this node's version goes beside it, the file "
+			       "keeps the other one"
+			     : "this node's dirty pages overwrite the store's");
+	}
+}
+
+static int coh_conflict(struct cache *c, struct cfile *f, const struct stat *st,
+			const char *when)
+{
+	int keep = __atomic_load_n(&c->cfg->on_conflict, __ATOMIC_RELAXED) ==
+		   CONFLICT_KEEP_BOTH;
+	char path[PATH_MAX];
+	int ret;
+
+	coh_path(f, path, sizeof(path));
+	coh_conflict_note(c, f, st, when, path, keep);
+	ret = keep ? coh_keep_both(c, f, st, path) : coh_overwrite(c, f, st);
+	if (ret) {
+		log_msg(LOG_ERR,
+			"conflict (%s): %s: cannot resolve it: %s; the data "
+			"stays dirty and it is tried again",
+			when, path, strerror(-ret));
+		return ret;
+	}
+	pthread_mutex_lock(&c->lock);
+	f->coh.conflict = 0;
+	f->coh.kinval = 1;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+/*
+ * f->rw held for writing: if the backing file's look is not the one this
+ * node left, it was changed elsewhere.  *changed says whether it was.
+ */
+static int coh_settle(struct cache *c, struct cfile *f, const char *when,
+		      int *changed)
+{
+	struct stat st;
+	uint64_t ndirty;
+	int differs, stale, ret;
+
+	if (fstat(f->fd, &st))
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	/* an own change not under f->rw (the identity stamp) notes the look
+	 * when it is done */
+	differs = look_differs_locked(f, &st) && !f->coh.inflight;
+	ndirty = f->ndirty;
+	stale = f->coh.stale;
+	f->coh.stale = 0;
+	pthread_mutex_unlock(&c->lock);
+	if (!differs && stale) {
+		/* a conflict resolved without the lock left clean data */
+		*changed = COH_CHANGED;
+		return coh_drop_clean(c, f);
+	}
+	if (!differs)
+		return 0;
+	*changed = COH_CHANGED;
+	if (ndirty)
+		return coh_conflict(c, f, &st, when);
+	ret = coh_drop_clean(c, f);
+	pthread_mutex_lock(&c->lock);
+	f->size = st.st_size;
+	f->mtime_set = 0;
+	f->wgen++;
+	look_take_locked(f, &st);
+	pthread_mutex_unlock(&c->lock);
+	CNT_ADD(c, revalidate_drops, 1);
+	if (!ret)
+		ret = coh_persist(c, f);
+	return ret;
+}
+
+int cache_file_revalidate(struct cache *c, struct cfile *f,
+			  const struct stat *seen, int *changed)
+{
+	struct stat st;
+	int first, differs, kinval, ret = 0;
+
+	*changed = COH_UNCHANGED;
+	if (seen)
+		st = *seen; /* a change since is found by the slow path */
+	else if (fstat(f->fd, &st))
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	first = !f->coh.opened;
+	f->coh.opened = 1;
+	kinval = f->coh.kinval;
+	f->coh.kinval = 0;
+	differs = look_differs_locked(f, &st) || f->coh.stale;
+	pthread_mutex_unlock(&c->lock);
+	if (differs) {
+		/* own changes under way end before the write lock is had */
+		pthread_rwlock_wrlock(&f->rw);
+		ret = coh_settle(c, f, "open", changed);
+		pthread_rwlock_unlock(&f->rw);
+	}
+	if (*changed == COH_UNCHANGED && kinval)
+		*changed = COH_CHANGED;
+	if (*changed == COH_UNCHANGED && first)
+		*changed = COH_FRESH;
+	return ret;
+}
+
+/* f->rw for writing, if it comes within COH_LOCK_WAIT_MS: 0, or -errno. */
+#define COH_LOCK_WAIT_MS 200
+static int coh_wrlock_timed(struct cfile *f)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += COH_LOCK_WAIT_MS * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return -pthread_rwlock_timedwrlock(&f->rw, &ts);
+}
+
+/*
+ * The other node's version, as the store holds it now, copied beside the
+ * file under a conflict name (f->fd open; nothing of the cache is read).
+ */
+static int coh_copy_theirs(struct cache *c, struct cfile *f, const char *path)
+{
+	char name[NAME_MAX + 1], copy[NAME_MAX + 1], host[64];
+	time_t now = time(NULL);
+	int dirfd, dfd = -1, k, ret = 0;
+	struct stat st;
+	struct tm tm;
+	char *buf = NULL;
+	off_t off = 0;
+	ssize_t n;
+
+	dirfd = coh_dir_of(c, f, name, sizeof(name));
+	if (dirfd < 0)
+		return dirfd;
+	if (gethostname(host, sizeof(host)))
+		strcpy(host, "localhost");
+	host[sizeof(host) - 1] = 0;
+	gmtime_r(&now, &tm);
+	for (k = 0; k < 1000 && dfd < 0; k++) {
+		coh_copy_name(copy, sizeof(copy), name, host, &tm, k);
+		dfd = openat(dirfd, copy,
+			     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (dfd < 0 && errno != EEXIST) {
+			ret = -errno;
+			goto out_dir;
+		}
+	}
+	buf = malloc(1024 * 1024);
+	if (dfd < 0 || !buf) {
+		ret = dfd < 0 ? -EEXIST : -ENOMEM;
+		goto out_file;
+	}
+	while ((n = pread(f->fd, buf, 1024 * 1024, off)) > 0) {
+		if (pwrite(dfd, buf, n, off) != n) {
+			ret = errno ? -errno : -EIO;
+			goto out_file;
+		}
+		off += n;
+	}
+	if (n < 0 || fstat(f->fd, &st) || fsync(dfd) || fsync(dirfd)) {
+		ret = -errno;
+		goto out_file;
+	}
+	if (fchown(dfd, st.st_uid, st.st_gid) || fchmod(dfd, st.st_mode & 0777))
+		log_msg(LOG_WARNING,
+			"conflict copy %s beside %s keeps the daemon's owner or "
+			"mode: %s",
+			copy, path, strerror(errno));
+	log_msg(LOG_WARNING,
+		"conflict: writes to %s are waiting on this node: the other "
+		"node's version is kept as %s, and this node's goes to the "
+		"file",
+		path, copy);
+out_file:
+	if (dfd >= 0) {
+		close(dfd);
+		if (ret)
+			unlinkat(dirfd, copy, 0);
+	}
+	free(buf);
+out_dir:
+	close(dirfd);
+	return ret;
+}
+
+/*
+ * A change elsewhere found by a destage that could not have the file's lock:
+ * writes to it are under way on this node, maybe waiting for cache space
+ * that only this destage can make.  The destage goes on (overwrite); with
+ * keep-both, the other node's version is copied beside the file first.  The
+ * clean data goes at the next open or destage that has the lock (stale).
+ */
+static int coh_conflict_busy(struct cache *c, struct cfile *f)
+{
+	int keep = __atomic_load_n(&c->cfg->on_conflict, __ATOMIC_RELAXED) ==
+		   CONFLICT_KEEP_BOTH;
+	char path[PATH_MAX];
+	struct stat st;
+	int ret;
+
+	if (fstat(f->fd, &st))
+		return -errno;
+	coh_path(f, path, sizeof(path));
+	coh_conflict_note(c, f, &st, "destage, writes under way", path, keep);
+	ret = keep ? coh_copy_theirs(c, f, path) : 0;
+	if (ret) {
+		log_msg(LOG_ERR,
+			"conflict (destage): %s: cannot copy the other node's "
+			"version: %s; the data stays dirty and it is tried "
+			"again",
+			path, strerror(-ret));
+		return ret;
+	}
+	pthread_mutex_lock(&c->lock);
+	if ((uint64_t)st.st_size > f->size)
+		f->size = st.st_size;
+	look_take_locked(f, &st);
+	f->coh.conflict = 0;
+	f->coh.stale = 1;
+	f->coh.kinval = 1;
+	pthread_mutex_unlock(&c->lock);
+	return coh_persist(c, f);
+}
+
+int coh_destage_check(struct cache *c, struct cfile *f)
+{
+	struct stat st;
+	int differs, changed = COH_UNCHANGED, ret;
+
+	if (fstat(f->fd, &st))
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	differs = look_differs_locked(f, &st);
+	pthread_mutex_unlock(&c->lock);
+	if (!differs)
+		return 0;
+	if (coh_wrlock_timed(f))
+		return coh_conflict_busy(c, f);
+	ret = coh_settle(c, f, "destage", &changed);
+	pthread_rwlock_unlock(&f->rw);
+	if (changed != COH_UNCHANGED) {
+		pthread_mutex_lock(&c->lock);
+		f->coh.kinval = 1;
+		pthread_mutex_unlock(&c->lock);
+	}
+	return ret;
+}
+
+void coh_recovery_conflict(struct cache *c, struct cfile *f,
+			   const struct stat *st)
+{
+	coh_conflict(c, f, st, "recovery");
+}
+
+/* ------------------------------------------------------------- on close */
+
+/* f has dirty data written before epoch (c->lock held). */
+static int file_owed_locked(struct cache *c, struct cfile *f, uint64_t epoch)
+{
+	struct list *l;
+
+	(void)c;
+	for (l = f->slots.next; l != &f->slots; l = l->next) {
+		struct cslot *s = list_entry(l, struct cslot, flink);
+
+		if (s->state == SLOT_DIRTY && s->dirty_epoch < epoch)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * What was written before the call goes to the store, durably; data written
+ * meanwhile by others need not (it would never end under a steady writer).
+ * The file is destaged by one thread at a time: this one waits for the
+ * destager's pass on it to end, and the destager skips it meanwhile.
+ */
+int cache_file_flush(struct cache *c, struct cfile *f)
+{
+	uint64_t epoch;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	epoch = ++c->epoch;
+	while (!ret && file_owed_locked(c, f, epoch)) {
+		if (c->stopping) {
+			ret = -EIO;
+			break;
+		}
+		if (f->destaging) {
+			pthread_cond_wait(&c->flush_cond, &c->lock);
+			continue;
+		}
+		f->destaging = 1;
+		c->active++;
+		pthread_mutex_unlock(&c->lock);
+		ret = destage_file(c, f, UINT64_MAX);
+		pthread_mutex_lock(&c->lock);
+		c->active--;
+		f->destaging = 0;
+		pthread_cond_broadcast(&c->flush_cond);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!ret)
+		ret = file_bk_sync(c, f);
+	return ret;
+}
