@@ -9,7 +9,8 @@ cd "$here"
 PKGS="gcc meson ninja-build pkg-config libfuse3-dev fuse3 liburing-dev libpmem-dev
 libinih-dev libblkid-dev libjson-c-dev libxxhash-dev python3-pytest fio strace
 util-linux e2fsprogs valgrind gdb prometheus rclone mergerfs bindfs bonnie++ python3-matplotlib
-clang libclang-rt-dev"
+clang libclang-rt-dev iproute2 glusterfs-server glusterfs-client moosefs-master moosefs-chunkserver
+moosefs-client mpich libmpich-dev"
 
 install() {
 	if [ "$(id -u)" != 0 ]; then
@@ -18,8 +19,23 @@ install() {
 	fi
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
+	# The GlusterFS and MooseFS servers are test fixtures that the tests start themselves: their packages
+	# must not start glusterd or mfsmaster as services. policy-rc.d (exit 101: "action forbidden") stops
+	# invoke-rc.d from starting any; one the machine already has is left alone.
+	local policy=""
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		policy=/usr/sbin/policy-rc.d
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod 755 "$policy"
+		# shellcheck disable=SC2064 # expanded now: policy is local to this function
+		trap "rm -f $policy" EXIT
+	fi
 	# shellcheck disable=SC2086
 	apt-get install -y -qq --no-install-recommends $PKGS >/dev/null
+	if [ -n "$policy" ]; then
+		rm -f "$policy"
+		trap - EXIT
+	fi
 	modprobe fuse 2>/dev/null || true
 	modprobe loop 2>/dev/null || true
 }

@@ -7,6 +7,8 @@ import uuid
 
 import pytest
 
+from dfs import CTL_TIMEOUT
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("NVC_BUILD", os.path.join(ROOT, "build"))
 DAEMON = os.path.join(BUILD, "fs", "nvcachefs")
@@ -35,7 +37,8 @@ class Cache:
             os.makedirs(self.tmp, mode=0o755)
             os.chmod(self.tmp, 0o755)
         self.public = public
-        self.backing = os.path.join(self.tmp, "backing")
+        # a backing.path in extra (a directory on a distributed store, say) replaces the local one
+        self.backing = (extra or {}).get("backing.path", os.path.join(self.tmp, "backing"))
         self.mnt = os.path.join(self.tmp, "mnt")
         os.makedirs(self.backing, exist_ok=True)
         os.makedirs(self.mnt, exist_ok=True)
@@ -43,6 +46,7 @@ class Cache:
         self.meta = [f"/dev/shm/{self.tag}-meta{i}" for i in range(2)]
         self.proc = None
         self.log = os.path.join(self.tmp, "daemon.log")
+        self.ctl_timeout = None  # seconds nvcachectl may take (None: no limit)
         for i in range(ndevs):
             img = f"/dev/shm/{self.tag}-dimm{i}.img"
             with open(img, "wb") as f:
@@ -113,7 +117,11 @@ class Cache:
             time.sleep(0.05)
 
     def ctl(self, *args, check=True):
-        r = sh(CTL, *args, check=False)
+        try:
+            r = sh(CTL, *args, check=False, timeout=self.ctl_timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"nvcachectl {' '.join(args)}: no answer in {self.ctl_timeout} s\n"
+                                 + self.log_text()[-4000:])
         if check:
             assert r.returncode == 0, r.stderr
         return r
@@ -205,9 +213,60 @@ def make_cache(tmp_path):
         c.cleanup()
 
 
+def _start_store(kind):
+    import shutil
+    from dfs import STORES
+    need = {"gluster": ["glusterd", "glusterfs"], "moosefs": ["mfsmaster", "mfschunkserver", "mfsmount"]}[kind]
+    missing = [b for b in need if not shutil.which(b)]
+    if missing:
+        pytest.skip(f"{kind}: {', '.join(missing)} not installed (tools/quickstart.sh installs them)")
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # pytest dies on SIGTERM without running finalizers: the store's servers, mounts and namespaces
+        # would stay; as an interrupt, the finalizers run
+        signal.signal(signal.SIGTERM, _sigterm)
+    return STORES[kind]().start()
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+@pytest.fixture(scope="module")
+def gluster_store():
+    """A two-host GlusterFS volume with two client mounts (dfs.py), once per test module."""
+    s = _start_store("gluster")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def moosefs_store():
+    """A MooseFS cluster with two client mounts (dfs.py), once per test module."""
+    s = _start_store("moosefs")
+    yield s
+    s.stop()
+
+
+DFS_KINDS = ["gluster", "moosefs"]
+
+
+@pytest.fixture(params=DFS_KINDS)
+def store(request):
+    """Each distributed store in turn (each started once per module)."""
+    return request.getfixturevalue(request.param + "_store")
+
+
 @pytest.fixture
-def cache(make_cache):
-    c = make_cache()
+def cache(make_cache, request):
+    """A formatted, mounted cache. Parametrized indirectly with "gluster" or "moosefs", its backing
+    directory is a fresh directory on that store's client mount 1 instead of a local one."""
+    kind = getattr(request, "param", "local")
+    extra = None
+    if kind != "local":
+        extra = {"backing.path": request.getfixturevalue(kind + "_store").subdir()[0]}
+    c = make_cache(extra=extra)
+    if kind != "local":
+        c.ctl_timeout = CTL_TIMEOUT
     c.format()
     c.mount()
     yield c

@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from dfs import CTL_TIMEOUT, drop_caches
+
 MiB = 1 << 20
 
 
@@ -73,15 +75,24 @@ def writer(mnt, model, wid, stop, seed):
                 pass
 
 
-@pytest.mark.parametrize("copies", ["1", "2"])
-def test_kill9_rounds(make_cache, copies):
-    c = make_cache(dev_size=64 * MiB, extra={"destage.idle_after": "50ms", "destage.high_watermark": "30",
-                                              "destage.low_watermark": "10", "cache.dirty_copies": copies})
+# over a local backing directory, and over GlusterFS and MooseFS (dfs.py) with the kernel's caches dropped
+# before each mount, so that the daemon finds its files on a store that has forgotten their handles
+@pytest.mark.parametrize("copies,store", [("1", "local"), ("2", "local"), ("1", "gluster"), ("1", "moosefs")])
+def test_kill9_rounds(make_cache, request, copies, store):
+    extra = {"destage.idle_after": "50ms", "destage.high_watermark": "30", "destage.low_watermark": "10",
+             "cache.dirty_copies": copies}
+    if store != "local":
+        extra["backing.path"] = request.getfixturevalue(store + "_store").subdir()[0]
+    c = make_cache(dev_size=64 * MiB, extra=extra)
+    if store != "local":
+        c.ctl_timeout = CTL_TIMEOUT
     c.format()
     rounds = int(os.environ.get("NVC_KILL_ROUNDS", "6"))
     model = Model()
     rng = random.Random(7)
     for r in range(rounds):
+        if store != "local":
+            drop_caches()
         c.mount()
         for n in list(model.data):
             with open(c.path(n), "rb") as f:
