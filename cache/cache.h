@@ -132,6 +132,10 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out);
 /* The same, and the backing file's attributes as it found them. */
 int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
 		      struct stat *st);
+/* The same for a file this daemon has just created (O_EXCL): st as the create
+ * left it, rwfd open for reading and writing (taken, or closed). */
+int cache_file_get_new(struct cache *c, int fd, int rwfd,
+		       const struct stat *st, struct cfile **out);
 void cache_file_put(struct cache *c, struct cfile *f);
 /* The backing file could only be opened for reading. */
 int cache_file_readonly(const struct cfile *f);

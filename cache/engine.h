@@ -164,6 +164,8 @@ struct cfile {
 	ino_t ino;
 	int fd;
 	int ro;
+	int created; /* made by this daemon (O_EXCL) when the object was: it
+			carries no identity stamp yet */
 	uint64_t size; /* as the mount shows it */
 	uint64_t psize; /* the size the persisted record says (atomic) */
 	uint64_t bsize; /* of the backing file, as far as we know */

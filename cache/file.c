@@ -300,21 +300,61 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out)
 	return cache_file_get_st(c, fd, out, NULL);
 }
 
+/* A descriptor for a new object's backing file, from fd (O_PATH): read and
+ * write if it can be had, else read only (f->ro). */
+static int file_open_rw(struct cfile *f, int fd)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	f->fd = open(path, O_RDWR | O_CLOEXEC);
+	if (f->fd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM ||
+			  errno == ETXTBSY)) {
+		f->fd = open(path, O_RDONLY | O_CLOEXEC);
+		f->ro = 1;
+	}
+	return f->fd < 0 ? -errno : 0;
+}
+
+static int file_get(struct cache *c, int fd, int rwfd, const struct stat *stp,
+		    struct cfile **out);
+
 int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
 		      struct stat *stp)
 {
-	struct handle h;
-	struct cfile *f, *other;
 	struct stat st;
-	char path[64];
-	int mnt, ret, stale;
 
 	if (fstat(fd, &st))
 		return -errno;
 	if (stp)
 		*stp = st; /* for the revalidation at open */
-	if (!S_ISREG(st.st_mode))
-		return -EINVAL;
+	return file_get(c, fd, -1, &st, out);
+}
+
+int cache_file_get_new(struct cache *c, int fd, int rwfd, const struct stat *st,
+		       struct cfile **out)
+{
+	return file_get(c, fd, rwfd, st, out);
+}
+
+/*
+ * cache_file_get with the backing file's attributes *stp; rwfd, if not -1, is
+ * a descriptor of a file this daemon has just created, open for reading and
+ * writing, which a new object takes (it is closed otherwise): no open of the
+ * backing file, and no look for an identity stamp it cannot have yet.
+ */
+static int file_get(struct cache *c, int fd, int rwfd, const struct stat *stp,
+		    struct cfile **out)
+{
+	struct handle h;
+	struct cfile *f, *other;
+	struct stat st = *stp;
+	int mnt, ret, stale;
+
+	if (!S_ISREG(st.st_mode)) {
+		ret = -EINVAL;
+		goto err_close;
+	}
 	h.fh.handle_bytes = META_HANDLE_MAX;
 	if (c->by_path) {
 		/* found by path: the handle plays no part */
@@ -326,7 +366,7 @@ int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
 			"backing file system cannot give file handles (%s): it "
 			"cannot be cached",
 			strerror(-ret));
-		return ret;
+		goto err_close;
 	}
 again:
 	pthread_mutex_lock(&c->lock);
@@ -340,8 +380,10 @@ again:
 		goto found;
 
 	f = file_new();
-	if (!f)
-		return -ENOMEM;
+	if (!f) {
+		ret = -ENOMEM;
+		goto err_close;
+	}
 	f->dev = st.st_dev;
 	f->ino = st.st_ino;
 	f->size = f->bsize = st.st_size;
@@ -349,16 +391,14 @@ again:
 	f->bk_ctime_ns = ts_ns(&st.st_ctim);
 	f->refs = 1;
 	f->bk_wgen = 1; /* its existence: not known to be durable yet */
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	f->fd = open(path, O_RDWR | O_CLOEXEC);
-	if (f->fd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM ||
-			  errno == ETXTBSY)) {
-		f->fd = open(path, O_RDONLY | O_CLOEXEC);
-		f->ro = 1;
-	}
-	if (f->fd < 0) {
-		ret = -errno;
-		goto err_free;
+	if (rwfd >= 0) {
+		f->fd = rwfd; /* the object owns it now */
+		f->created = 1;
+		rwfd = -1;
+	} else {
+		ret = file_open_rw(f, fd);
+		if (ret)
+			goto err_free;
 	}
 	f->hbytes = h.fh.handle_bytes;
 	f->htype = h.fh.handle_type;
@@ -384,6 +424,10 @@ again:
 	*out = f;
 	return 0;
 found:
+	if (rwfd >= 0) {
+		close(rwfd);
+		rwfd = -1;
+	}
 	if (f->fd < 0) {
 		ret = file_reopen(c, f, fd);
 		if (!ret && c->by_path)
@@ -404,6 +448,9 @@ found:
 	return 0;
 err_free:
 	file_free(f);
+err_close:
+	if (rwfd >= 0)
+		close(rwfd);
 	return ret;
 }
 

@@ -357,7 +357,8 @@ static void ident_stamp(struct cache *c, struct cfile *f)
 	memset(f->stamp, 0, sizeof(f->stamp));
 	if (!c->stamp_xattr)
 		return;
-	if (!stamp_get(f->fd, c->stamp_xattr, s) && !stamp_none(s)) {
+	if (!f->created && !stamp_get(f->fd, c->stamp_xattr, s) &&
+	    !stamp_none(s)) {
 		memcpy(f->stamp, s, sizeof(s));
 		return;
 	}

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <syslog.h>
@@ -239,9 +240,14 @@ static int new_node_open(int pfd, const char *name, mode_t mode,
 	return fd;
 }
 
-/* Give the new node fd to the request's caller, with the mode asked for; a
- * set-group-ID directory gives its group. */
-static int new_node_own(fuse_req_t req, int pfd, int fd, const struct stat *st,
+/*
+ * Give the new node fd (attributes *st) to the request's caller, with the mode
+ * asked for; a set-group-ID directory gives its group.  A node that is the
+ * caller's already (the caller is the daemon's user) is left as it is: on a
+ * distributed store each change is a round trip to the servers.  *st is
+ * brought up to date when the node changes.
+ */
+static int new_node_own(fuse_req_t req, int pfd, int fd, struct stat *st,
 			mode_t mode)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
@@ -249,18 +255,24 @@ static int new_node_own(fuse_req_t req, int pfd, int fd, const struct stat *st,
 	gid_t gid = ctx->gid;
 	char path[64];
 
+	if (st->st_uid == ctx->uid && st->st_gid == ctx->gid &&
+	    (S_ISLNK(st->st_mode) || !(mode & 07000)))
+		return 0;
 	if (!fstatat(pfd, "", &pst, AT_EMPTY_PATH) && (pst.st_mode & S_ISGID))
 		gid = (gid_t)-1;
 	if (fchownat(fd, "", ctx->uid, gid, AT_EMPTY_PATH))
 		return -errno;
-	if (S_ISLNK(st->st_mode) || !(mode & 07000))
-		return 0;
-	/* the mode the node was made with, plus the bits asked for; a new
-	 * directory keeps the set-group-ID bit its parent gave it */
-	mode = (st->st_mode & 0777) | (mode & 07000) |
-	       (S_ISDIR(st->st_mode) ? st->st_mode & S_ISGID : 0);
-	fs_proc_path(fd, path, sizeof(path));
-	return chmod(path, mode) ? -errno : 0;
+	if (!S_ISLNK(st->st_mode) && (mode & 07000)) {
+		/* the mode the node was made with, plus the bits asked for; a
+		 * new directory keeps the set-group-ID bit its parent gave it */
+		mode = (st->st_mode & 0777) | (mode & 07000) |
+		       (S_ISDIR(st->st_mode) ? st->st_mode & S_ISGID : 0);
+		fs_proc_path(fd, path, sizeof(path));
+		if (chmod(path, mode))
+			return -errno;
+	}
+	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) ? -errno
+									: 0;
 }
 
 /* Remove a new node that could not be given away, if name is still it. */
@@ -485,23 +497,20 @@ static int open_revalidate(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 	return 0;
 }
 
-static int open_fh(struct fs *fs, struct fs_inode *in, fuse_ino_t ino,
-		   struct fuse_file_info *fi)
+/* The open of ino, whose cache object is cf (referenced; the handle takes
+ * it) and whose backing file looked like *st. */
+static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
+		      const struct stat *st, struct fuse_file_info *fi)
 {
 	struct fs_fh *fh = calloc(1, sizeof(*fh));
-	struct stat st;
-	int fd, ret;
+	int ret;
 
-	if (!fh)
+	if (!fh) {
+		cache_file_put(fs->cache, cf);
 		return -ENOMEM;
-	fd = fs_inode_fd(fs, in);
-	ret = fd < 0 ? fd : cache_file_get_st(fs->cache, fd, &fh->cf, &st);
-	fs_inode_fd_put(in, fd);
-	if (ret) {
-		free(fh);
-		return ret;
 	}
-	ret = open_revalidate(fs, ino, fh->cf, &st, fi);
+	fh->cf = cf;
+	ret = open_revalidate(fs, ino, fh->cf, st, fi);
 	if (ret) {
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);
@@ -526,6 +535,19 @@ static int open_fh(struct fs *fs, struct fs_inode *in, fuse_ino_t ino,
 	return 0;
 }
 
+static int open_fh(struct fs *fs, struct fs_inode *in, fuse_ino_t ino,
+		   struct fuse_file_info *fi)
+{
+	struct cfile *cf;
+	struct stat st;
+	int fd, ret;
+
+	fd = fs_inode_fd(fs, in);
+	ret = fd < 0 ? fd : cache_file_get_st(fs->cache, fd, &cf, &st);
+	fs_inode_fd_put(in, fd);
+	return ret ? ret : open_fh_cf(fs, ino, cf, &st, fi);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
@@ -538,30 +560,66 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 }
 
 /*
- * An existing name is opened as it is; a new file is given to its caller
- * through the descriptor that made it, then held as O_PATH like the others.
+ * The attributes of a file just created through fd, as the create's reply
+ * left them with the backing file system: a FUSE or NFS client has them
+ * already, and asking its servers again costs a round trip.
+ */
+static int created_stat(int fd, struct stat *st)
+{
+	struct statx x;
+
+	if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_BASIC_STATS,
+		  &x))
+		return -errno;
+	if ((x.stx_mask & STATX_BASIC_STATS) != STATX_BASIC_STATS)
+		return fstat(fd, st) ? -errno : 0;
+	memset(st, 0, sizeof(*st));
+	st->st_dev = makedev(x.stx_dev_major, x.stx_dev_minor);
+	st->st_ino = x.stx_ino;
+	st->st_mode = x.stx_mode;
+	st->st_nlink = x.stx_nlink;
+	st->st_uid = x.stx_uid;
+	st->st_gid = x.stx_gid;
+	st->st_rdev = makedev(x.stx_rdev_major, x.stx_rdev_minor);
+	st->st_size = x.stx_size;
+	st->st_blksize = x.stx_blksize;
+	st->st_blocks = x.stx_blocks;
+	st->st_atim.tv_sec = x.stx_atime.tv_sec;
+	st->st_atim.tv_nsec = x.stx_atime.tv_nsec;
+	st->st_mtim.tv_sec = x.stx_mtime.tv_sec;
+	st->st_mtim.tv_nsec = x.stx_mtime.tv_nsec;
+	st->st_ctim.tv_sec = x.stx_ctime.tv_sec;
+	st->st_ctim.tv_nsec = x.stx_ctime.tv_nsec;
+	return 0;
+}
+
+/*
+ * An existing name is opened as it is (*rwfd = -1).  A new file is made open
+ * for reading and writing: that descriptor goes to the cache (*rwfd, with
+ * the file's attributes in *st), and an O_PATH one to the inode table.
  */
 static int create_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
-			mode_t mode, int excl, struct fuse_entry_param *e)
+			mode_t mode, int excl, struct fuse_entry_param *e,
+			int *rwfd, struct stat *st)
 {
 	struct fs *fs = fs_of(req);
 	int pfd = fs_inode_of(fs, parent)->fd, fd, pathfd, ret;
 	char path[64];
-	struct stat st;
 
+	*rwfd = -1;
 	fd = openat(pfd, name,
-		    O_CREAT | O_EXCL | O_RDONLY | O_NOFOLLOW | O_CLOEXEC,
+		    O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC,
 		    mode & 0777);
 	if (fd < 0 && errno == EEXIST && !excl)
 		return fs_lookup(fs, parent, name, e);
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st)) {
-		ret = -errno;
+	ret = created_stat(fd, st);
+	if (ret) {
 		close(fd);
 		return ret;
 	}
-	ret = new_node_own(req, pfd, fd, &st, S_IFREG | mode);
+	ret = new_node_own(req, pfd, fd, st, S_IFREG | mode);
 	if (ret)
 		goto err_drop;
 	fs_proc_path(fd, path, sizeof(path));
@@ -570,12 +628,36 @@ static int create_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
 		ret = -errno;
 		goto err_drop;
 	}
-	close(fd);
-	return fs_entry_of_fd(fs, pathfd, e);
+	ret = fs_entry_of_fd_st(fs, pathfd, st, e);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	*rwfd = fd;
+	return 0;
 err_drop:
-	new_node_drop(pfd, name, &st);
+	new_node_drop(pfd, name, st);
 	close(fd);
 	return ret;
+}
+
+/* The open of a file create_entry made: its descriptor rwfd goes to the
+ * cache's new object (which takes it, or closes it). */
+static int open_fh_new(struct fs *fs, fuse_ino_t ino, int rwfd,
+		       const struct stat *st, struct fuse_file_info *fi)
+{
+	struct fs_inode *in = fs_inode_of(fs, ino);
+	struct cfile *cf;
+	int fd, ret;
+
+	fd = fs_inode_fd(fs, in);
+	if (fd < 0) {
+		close(rwfd);
+		return fd;
+	}
+	ret = cache_file_get_new(fs->cache, fd, rwfd, st, &cf);
+	fs_inode_fd_put(in, fd);
+	return ret ? ret : open_fh_cf(fs, ino, cf, st, fi);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -583,9 +665,11 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
 	struct fs *fs = fs_of(req);
 	struct fuse_entry_param e;
-	int ret;
+	struct stat st;
+	int ret, rwfd;
 
-	ret = create_entry(req, parent, name, mode, fi->flags & O_EXCL, &e);
+	ret = create_entry(req, parent, name, mode, fi->flags & O_EXCL, &e,
+			   &rwfd, &st);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -595,7 +679,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_err(req, S_ISDIR(e.attr.st_mode) ? EISDIR : EINVAL);
 		return;
 	}
-	ret = open_fh(fs, fs_inode_of(fs, e.ino), e.ino, fi);
+	ret = rwfd < 0 ? open_fh(fs, fs_inode_of(fs, e.ino), e.ino, fi)
+		       : open_fh_new(fs, e.ino, rwfd, &st, fi);
 	if (ret) {
 		fs_inode_forget(fs, fs_inode_of(fs, e.ino), 1);
 		fuse_reply_err(req, -ret);

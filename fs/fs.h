@@ -60,7 +60,10 @@ void fs_inode_fd_put(struct fs_inode *in, int fd);
 void fs_inode_pin(struct fs *fs, const struct stat *st);
 void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n);
 int fs_stat(struct fs *fs, int fd, struct stat *st);
+void fs_stat_cached(struct fs *fs, struct stat *st);
 int fs_entry_of_fd(struct fs *fs, int fd, struct fuse_entry_param *e);
+int fs_entry_of_fd_st(struct fs *fs, int fd, const struct stat *st,
+		      struct fuse_entry_param *e);
 int fs_lookup(struct fs *fs, fuse_ino_t parent, const char *name,
 	      struct fuse_entry_param *e);
 void fs_reply_entry(fuse_req_t req, int ret, struct fuse_entry_param *e);

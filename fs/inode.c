@@ -207,34 +207,49 @@ void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
 /* Attributes as the mount must show them: cached size and mtime win. */
 int fs_stat(struct fs *fs, int fd, struct stat *st)
 {
+	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	fs_stat_cached(fs, st);
+	return 0;
+}
+
+/* The backing file's attributes st as the mount must show them. */
+void fs_stat_cached(struct fs *fs, struct stat *st)
+{
 	uint64_t size;
 	struct timespec mt;
 
-	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
-		return -errno;
 	if (S_ISREG(st->st_mode) &&
 	    !cache_file_attr_st(fs->cache, st, &size, &mt)) {
 		st->st_size = size;
 		if (mt.tv_nsec != UTIME_OMIT)
 			st->st_mtim = mt;
 	}
-	return 0;
 }
 
 /* The entry for a node the daemon holds as fd (which the inode then owns). */
 int fs_entry_of_fd(struct fs *fs, int fd, struct fuse_entry_param *e)
 {
+	struct stat st;
+
+	if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		close(fd);
+		return -errno;
+	}
+	return fs_entry_of_fd_st(fs, fd, &st, e);
+}
+
+/* The same for a node whose backing attributes are known: *st. */
+int fs_entry_of_fd_st(struct fs *fs, int fd, const struct stat *st,
+		      struct fuse_entry_param *e)
+{
 	struct fs_inode *in;
-	int ret;
 
 	memset(e, 0, sizeof(*e));
 	e->attr_timeout = fs->timeout;
 	e->entry_timeout = fs->timeout;
-	ret = fs_stat(fs, fd, &e->attr);
-	if (ret) {
-		close(fd);
-		return ret;
-	}
+	e->attr = *st;
+	fs_stat_cached(fs, &e->attr);
 	in = fs_inode_get(fs, fd, &e->attr);
 	if (!in)
 		return -ENOMEM;

@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "env.h"
 
+#include <sys/xattr.h>
+
 static void test_write_read_unaligned(void)
 {
 	struct env e;
@@ -480,6 +482,79 @@ static void test_two_copies_survive_a_device(void)
 	free(src);
 }
 
+/* Is fd a descriptor of this process? */
+static int fd_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+/*
+ * A file the daemon has just created (cache_file_get_new, issue 10): the
+ * object takes the create's descriptor and opens nothing of its own; when
+ * another open made the object first, the descriptor is closed.  Either way
+ * the data reaches the backing file, which carries an identity stamp.
+ */
+static void test_created_file_takes_its_descriptor(void)
+{
+	static const int modes[] = { IDENT_HANDLE, IDENT_PATH };
+	char buf[8192], path[64], stamp[64];
+	struct cfile *f, *g, *h;
+	struct stat st;
+	struct env e;
+	int m, fd, pfd, fd2, pfd2, rw2;
+
+	fill(buf, sizeof(buf), 7);
+	for (m = 0; m < 2; m++) {
+		env_format(&e, 64, 64 * KiB, NULL);
+		e.cfg.identity = modes[m];
+		env_open(&e);
+		fd = openat(e.backing_fd, "new",
+			    O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		CHECK(fd >= 0 && !fstat(fd, &st));
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		pfd = open(path, O_PATH | O_CLOEXEC);
+		CHECK(pfd >= 0);
+		CHECK_EQ(cache_file_get_new(e.c, pfd, fd, &st, &f), 0);
+		CHECK(fd_open(fd)); /* the object's now */
+		CHECK_EQ(cache_write(e.c, f, buf, sizeof(buf), 0), 0);
+		CHECK_EQ(cache_fsync(e.c, f), 0);
+
+		/* another open of the same file made the object first */
+		fd2 = openat(e.backing_fd, "other",
+			     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		CHECK(fd2 >= 0 && !fstat(fd2, &st));
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd2);
+		pfd2 = open(path, O_PATH | O_CLOEXEC);
+		rw2 = open(path, O_RDWR | O_CLOEXEC);
+		CHECK(pfd2 >= 0 && rw2 >= 0);
+		CHECK_EQ(cache_file_get(e.c, pfd2, &g), 0);
+		CHECK_EQ(cache_file_get_new(e.c, pfd2, rw2, &st, &h), 0);
+		CHECK(h == g);
+		CHECK(!fd_open(rw2)); /* closed: the object had one */
+		CHECK_EQ(cache_write(e.c, h, buf, 4096, 0), 0);
+		cache_file_put(e.c, h);
+		cache_file_put(e.c, g);
+		cache_file_put(e.c, f);
+		CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+		CHECK(backing_same(fd2, buf, 4096));
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", pfd);
+		{
+			int r = open(path, O_RDONLY | O_CLOEXEC);
+
+			CHECK(r >= 0 && backing_same(r, buf, sizeof(buf)));
+			CHECK(fgetxattr(r, "trusted.nvcachefs.id", stamp,
+					sizeof(stamp)) > 0 ||
+			      fgetxattr(r, "user.nvcachefs.id", stamp,
+					sizeof(stamp)) > 0);
+			close(r);
+		}
+		close(pfd);
+		close(pfd2);
+		close(fd2);
+		env_fini(&e);
+	}
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -497,6 +572,7 @@ int main(void)
 	RUN(test_recovery_of_entry_without_pages);
 	RUN(test_flush_drains_while_reporting);
 	RUN(test_two_copies_survive_a_device);
+	RUN(test_created_file_takes_its_descriptor);
 	free(rbuf);
 	return CHECK_DONE();
 }

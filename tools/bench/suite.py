@@ -127,22 +127,27 @@ class Bench:
                 self.targets[peer] = None
                 self.notes.append(f"{peer} could not run: {e}")
 
-    def conf(self, name, devs, sub, extra=""):
-        os.makedirs(os.path.join(self.backing, sub), exist_ok=True)
+    def conf(self, name, devs, sub, extra="", backing=None):
+        """A configuration; the backing directory is sub in the local backing dir, or backing."""
+        backing = backing or os.path.join(self.backing, sub)
+        os.makedirs(backing, exist_ok=True)
         path = os.path.join(self.dir, name + ".conf")
         with open(path, "w") as f:
             f.write(f"[cache]\ndevices = {', '.join(devs)}\n"
                     f"metadata = /dev/shm/{self.tag}-{name}-m0, /dev/shm/{self.tag}-{name}-m1\n"
-                    f"[backing]\npath = {os.path.join(self.backing, sub)}\n{extra}")
+                    f"[backing]\npath = {backing}\n{extra}")
         return path
 
-    def mount_nvc(self, name, devs, sub, extra=""):
-        conf = self.conf(name, devs, sub, extra)
-        sh(CTL, "format", "-c", conf, "--force")
+    def mount_nvc(self, name, devs, sub, extra="", backing=None, build=None):
+        """Format and mount a cache; build: another build directory's daemon and nvcachectl."""
+        daemon, ctl = (os.path.join(build, "fs", "nvcachefs"), os.path.join(build, "tools", "nvcachectl")) \
+            if build else (DAEMON, CTL)
+        conf = self.conf(name, devs, sub, extra, backing)
+        sh(ctl, "format", "-c", conf, "--force")
         mnt = os.path.join(self.dir, name)
         os.makedirs(mnt, exist_ok=True)
         t0 = time.time()
-        p = subprocess.Popen([DAEMON, "-f", "-c", conf, mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen([daemon, "-f", "-c", conf, mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(p)
         self.mounts.append(mnt)
         wait_mounted(mnt, p)
@@ -703,11 +708,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="short runs and a small working set: under 5 minutes")
     ap.add_argument("--out", help="results folder (default results/DATE-quick|full)")
+    ap.add_argument("--dfs", metavar="STORES", help="instead: nvcachefs over distributed stores (gluster,moosefs) "
+                    "against each store alone, the FUSE floor and the raw DIMM; an MPI-IO checkpoint on two nodes; "
+                    "metadata rates (tools/bench/dfsbench.py)")
+    ap.add_argument("--before", metavar="BUILD", help="with --dfs: also measure the creates of this build "
+                    "directory's daemon")
+    ap.add_argument("--no-mpi", action="store_true", help="with --dfs: the checkpoint by plain processes")
     a = ap.parse_args()
     if os.geteuid():
         sys.exit("suite.py: run as root (loop devices, mounts)")
-    out = a.out or os.path.join(ROOT, "results", time.strftime("%Y%m%d-%H%M%S") + ("-quick" if a.quick else "-full"))
-    b = Bench(a.quick, out)
+    kind = "-quick" if a.quick else "-full"
+    out = a.out or os.path.join(ROOT, "results", time.strftime("%Y%m%d-%H%M%S") + ("-dfs" if a.dfs else "") + kind)
+    if a.dfs:
+        from dfsbench import DfsBench
+        kinds = a.dfs.split(",")
+        if any(k not in ("gluster", "moosefs") for k in kinds):
+            sys.exit("suite.py: --dfs takes gluster, moosefs or both")
+        b = DfsBench(a.quick, out, kinds, before=a.before and os.path.abspath(a.before), mpi=not a.no_mpi)
+    else:
+        b = Bench(a.quick, out)
     # a kill still tears down the mounts and loop devices
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("suite.py: terminated"))
     started = time.time()
