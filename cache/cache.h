@@ -51,6 +51,7 @@ struct cache_config {
 	int on_close;
 	uint64_t fuse_threads;
 	uint64_t attr_timeout_ms;
+	uint64_t negative_timeout_ms;
 	uint64_t read_ahead;
 	int stats_latency;
 	char *stats_readers;

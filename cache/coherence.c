@@ -39,9 +39,31 @@ static int look_differs_locked(const struct cfile *f, const struct stat *st)
 
 static void look_take_locked(struct cfile *f, const struct stat *st)
 {
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
 	f->bsize = st->st_size;
 	f->bk_mtime_ns = ts_ns(&st->st_mtim);
 	f->bk_ctime_ns = ts_ns(&st->st_ctim);
+	f->coh.look_ns = ts_ns(&now);
+}
+
+/*
+ * A store that keeps whole seconds (MooseFS) cannot show a same-size change
+ * made elsewhere in the same second as the file's last change: the look
+ * would not differ.  A look taken before that second ended proves nothing
+ * (the node's and the store's clocks are taken to be in step), so an open
+ * treats it as changed: the clean data goes, and the look is taken again.
+ * After a crash the time a look was taken is not known (0): unsettled too.
+ */
+static int look_unsettled_locked(const struct cache *c, const struct cfile *f,
+				 const struct stat *st)
+{
+	uint64_t last = st->st_ctim.tv_sec > st->st_mtim.tv_sec
+				? st->st_ctim.tv_sec
+				: st->st_mtim.tv_sec;
+
+	return c->coarse_times && f->coh.look_ns < (last + 1) * 1000000000ull;
 }
 
 void coh_bk_begin(struct cache *c, struct cfile *f)
@@ -424,7 +446,7 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 {
 	struct stat st;
 	uint64_t ndirty;
-	int differs, stale, ret;
+	int differs, stale, unsettled, ret;
 
 	if (fstat(f->fd, &st))
 		return -errno;
@@ -435,11 +457,19 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 	ndirty = f->ndirty;
 	stale = f->coh.stale;
 	f->coh.stale = 0;
+	unsettled = !f->coh.inflight && look_unsettled_locked(c, f, &st);
 	pthread_mutex_unlock(&c->lock);
-	if (!differs && stale) {
-		/* a conflict resolved without the lock left clean data */
+	if (!differs && (stale || unsettled)) {
+		/* a conflict resolved without the lock left clean data, or a
+		 * change elsewhere could hide in the same second */
 		*changed = COH_CHANGED;
-		return coh_drop_clean(c, f);
+		ret = coh_drop_clean(c, f);
+		if (unsettled) {
+			pthread_mutex_lock(&c->lock);
+			look_take_locked(f, &st);
+			pthread_mutex_unlock(&c->lock);
+		}
+		return ret;
 	}
 	if (!differs)
 		return 0;
@@ -475,7 +505,8 @@ int cache_file_revalidate(struct cache *c, struct cfile *f,
 	f->coh.opened = 1;
 	kinval = f->coh.kinval;
 	f->coh.kinval = 0;
-	differs = look_differs_locked(f, &st) || f->coh.stale;
+	differs = look_differs_locked(f, &st) || f->coh.stale ||
+		  look_unsettled_locked(c, f, &st);
 	pthread_mutex_unlock(&c->lock);
 	if (differs) {
 		/* own changes under way end before the write lock is had */

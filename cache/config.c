@@ -93,6 +93,11 @@ static const struct cfg_key keys[] = {
 	  NULL, "kernel read-ahead of the mount (its bdi read_ahead_kb)" },
 	{ "fuse", "attr_timeout", T_TIME, OFF(attr_timeout_ms), 0, 3600000,
 	  "1s", 0, NULL, "how long the kernel may cache attributes" },
+	{ "fuse", "negative_timeout", T_TIME, OFF(negative_timeout_ms), 0,
+	  3600000, "0", 0, NULL,
+	  "how long the kernel may remember that a name does not exist (0: "
+	  "ask the store each time, so a file made on another node is seen "
+	  "at once)" },
 	{ "stats", "latency", T_ENUM, OFF(stats_latency), 0, 1, "on", 0,
 	  onoff_names,
 	  "time every request for the latency histograms (off: counters "

@@ -154,6 +154,7 @@ struct coh {
 	int conflict; /* a conflict counted and not yet resolved */
 	int kinval; /* handled a change outside an open: the kernel's page
 		       cache goes at the next open */
+	uint64_t look_ns; /* when the look was taken (CLOCK_REALTIME) */
 	int stale; /* clean data older than a change made elsewhere, to drop
 		      when the file's lock is had */
 };
@@ -255,6 +256,7 @@ struct cache {
 	uint64_t rename_seq; /* renames through the mount (atomic) */
 	uint8_t store_stamp[META_STAMP_LEN]; /* of the backing directory */
 	int store_foreign; /* not the one the headers name */
+	int coarse_times; /* the store keeps whole seconds (coherence.c) */
 	/* unlinks through the mount: under way, and finished (atomic); a file
 	 * that cannot be found meanwhile may be one of them, not lost */
 	uint64_t unlinking, unlinked_seq;

@@ -199,8 +199,16 @@ static int ident_probe(struct cache *c, unsigned long type, int *handles)
 		return -errno;
 	c->stamp_xattr = probe_stamp(fd, stamp);
 	h.fh.handle_bytes = META_HANDLE_MAX;
-	got_handle = !fstat(fd, &st) &&
-		     !name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH);
+	if (fstat(fd, &st)) {
+		int err = -errno;
+
+		close(fd);
+		unlinkat(c->backing_fd, name, 0);
+		return err;
+	}
+	got_handle = !name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH);
+	/* whole seconds (MooseFS): see coherence.c, look_unsettled_locked */
+	c->coarse_times = !st.st_mtim.tv_nsec && !st.st_ctim.tv_nsec;
 	close(fd);
 	*handles = got_handle && type != FUSE_SUPER_MAGIC &&
 		   c->cfg->identity != IDENT_PATH &&
@@ -238,10 +246,11 @@ int ident_setup(struct cache *c)
 	ident_store(c);
 	log_msg(LOG_INFO,
 		"backing store %s (type %#lx): files are found by %s, identity "
-		"stamp in %s",
+		"stamp in %s%s",
 		c->root, (unsigned long)sfs.f_type,
 		c->by_path ? "path" : "file handle",
-		c->stamp_xattr ? c->stamp_xattr : "no attribute (inode only)");
+		c->stamp_xattr ? c->stamp_xattr : "no attribute (inode only)",
+		c->coarse_times ? "; times in whole seconds" : "");
 	return 0;
 }
 

@@ -54,9 +54,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int ret = fs_lookup(fs_of(req), parent, name, &e);
 
 	if (ret == -ENOENT) {
-		/* negative entry: the mount owns the backing directory */
+		/* a negative entry, kept as long as fuse.negative_timeout
+		 * says: other nodes may make the name meanwhile */
 		e.ino = 0;
-		e.entry_timeout = fs_of(req)->timeout;
+		e.entry_timeout = fs_of(req)->neg_timeout;
 		fuse_reply_entry(req, &e);
 		return;
 	}

@@ -39,6 +39,7 @@ struct fs {
 	struct fs_inode **itab;
 	size_t imask;
 	double timeout;
+	double neg_timeout; /* of a name that does not exist */
 	struct fuse_session *se; /* to invalidate what the kernel caches */
 	int by_handle; /* open_by_handle_at works here */
 	const char *mountpoint;

@@ -324,6 +324,7 @@ int main(int argc, char **argv)
 	fs.noverrides = nov;
 	fs.mountpoint = mnt;
 	fs.timeout = cfg.attr_timeout_ms / 1000.0;
+	fs.neg_timeout = cfg.negative_timeout_ms / 1000.0;
 
 	fs.backing_fd =
 		open(cfg.backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
