@@ -300,3 +300,15 @@ def test_on_close_flush_error_goes_to_close(small_store, make_cache):
     with open(os.path.join(small_store, "big"), "rb") as g:
         assert g.read() == big[:10 << 20]
     assert n.unmount() == 0
+
+
+def test_a_name_made_on_another_node_is_seen_at_once(make_cache):
+    """Node 2 looks a name up before node 1 makes it (MPI-IO's ranks stat a shared file before rank 0
+    creates it): node 2's next open finds it at once, not after fuse.attr_timeout (10 s here)."""
+    n1, n2 = two_nodes(make_cache, fuse__attr_timeout="10s")
+    data = os.urandom(64 * KiB)
+    assert not os.path.exists(n2.path("g"))
+    put(n1, "g", data)
+    n1.flush()
+    assert get(n2, "g") == data
+    unmount_all(n1, n2)
