@@ -187,6 +187,7 @@ static int destage_lost(struct cache *c, struct cfile *f, uint64_t useq)
 	if (!ret) {
 		pthread_mutex_lock(&c->lock);
 		f->unlinked = 1;
+		f->lost = 0;
 		pthread_cond_broadcast(&c->flush_cond);
 		pthread_mutex_unlock(&c->lock);
 	} else {

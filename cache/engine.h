@@ -178,6 +178,8 @@ struct cfile {
 	uint64_t dirty_since;
 	int destaging;
 	int unlinked;
+	int lost; /* not found, its dirty data not yet saved (salvage.c):
+		     never found by inode again, kept until destage saves it */
 	uint64_t bk_wgen; /* backing changes that need the file's fsync */
 	uint64_t bk_synced; /* bk_wgen as the last completed fsync found it */
 	int bk_missing; /* the backing file could not be opened at mount; it is

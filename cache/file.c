@@ -34,7 +34,7 @@ struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino, int live_only)
 	struct cfile *f, *dead = NULL;
 
 	for (f = c->fhash[file_key(dev, ino) & c->fmask]; f; f = f->hnext) {
-		if (f->dev != dev || f->ino != ino)
+		if (f->dev != dev || f->ino != ino || f->lost)
 			continue;
 		if (!f->unlinked)
 			return f;
@@ -275,20 +275,24 @@ static struct cfile *file_lookup_locked(struct cache *c, const struct stat *st,
  */
 static void file_stale(struct cache *c, struct cfile *f)
 {
-	int fd = -1;
+	int fd, saved;
 
 	pthread_rwlock_wrlock(&f->rw);
 	log_msg(LOG_WARNING,
 		"%s: inode %llu is not the file the cache knew as %s",
 		c->root, (unsigned long long)f->ino,
 		f->path ? f->path : "(no path)");
-	if (!salvage_lost(c, f)) {
-		pthread_mutex_lock(&c->lock);
+	saved = !salvage_lost(c, f);
+	/* either way it is never found by inode again; unsaved, it keeps
+	 * its data for destage to save (destage_lost) */
+	pthread_mutex_lock(&c->lock);
+	if (saved)
 		f->unlinked = 1;
-		fd = f->fd;
-		f->fd = -1;
-		pthread_mutex_unlock(&c->lock);
-	}
+	else
+		f->lost = 1;
+	fd = f->fd;
+	f->fd = -1;
+	pthread_mutex_unlock(&c->lock);
 	pthread_rwlock_unlock(&f->rw);
 	if (fd >= 0)
 		close(fd);

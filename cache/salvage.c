@@ -65,6 +65,30 @@ static int salvage_base(int srcfd, int dfd, uint64_t size, char *buf)
 }
 
 /*
+ * Pages [p0, p1) of s, whose device failed, from its twin: the twin holds
+ * the dirty pages; a clean page is the old file's and is not saved (zeros).
+ */
+static int salvage_twin(struct cache *c, struct cslot *s, char *buf,
+			uint32_t p0, uint32_t p1)
+{
+	uint32_t p;
+	int ret;
+
+	for (p = p0; p < p1; p++) {
+		char *at = buf + (uint64_t)(p - p0) * NVC_PAGE;
+
+		if (!bm_test(s->dirty, p)) {
+			memset(at, 0, NVC_PAGE);
+			continue;
+		}
+		ret = twin_read(c, s, at, p, p + 1);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/*
  * The valid pages of one slot (s->rw held), from its device or, for pages
  * its failed device lost, from its twin.  Pages that no copy gives back are
  * an error: the caller must not forget data it could not save.
@@ -90,7 +114,9 @@ static int salvage_slot(struct cache *c, struct cslot *s, int dfd, char *buf,
 		len = (uint64_t)(p - p0) * NVC_PAGE;
 		ret = dev_read(slot_dev(c, slot_idx(c, s)), buf, len,
 			       slot_off(c, slot_idx(c, s)) + p0 * NVC_PAGE);
-		if (ret && twin_read(c, s, buf, p0, p))
+		if (ret)
+			ret = salvage_twin(c, s, buf, p0, p);
+		if (ret)
 			return ret;
 		if (off + len > size)
 			len = size - off;

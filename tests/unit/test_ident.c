@@ -5,6 +5,7 @@
 #include "env.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/xattr.h>
 
@@ -296,6 +297,87 @@ static void test_foreign_store(void)
 	free(buf);
 }
 
+struct get_arg {
+	struct env *e;
+	const char *name;
+	int fd;
+	struct cfile *f;
+	int ret;
+};
+
+static void *get_thread(void *arg)
+{
+	struct get_arg *g = arg;
+
+	g->fd = openat(g->e->backing_fd, g->name, O_RDWR);
+	g->ret = cache_file_get(g->e->c, g->fd, &g->f);
+	return NULL;
+}
+
+/*
+ * An idle file replaced behind the cache's back (its inode number taken by
+ * the new file) whose dirty data cannot be saved now (lost+found cannot be
+ * made: a file has its name).  The open of the new file must not wait for
+ * that (it looped for ever), must read the new bytes, and the old data stays
+ * in the cache until destage can save it.
+ */
+static void test_replaced_unsaved(int mode)
+{
+	char *buf = malloc(DATA), *other = malloc(DATA);
+	struct get_arg g = { 0 };
+	struct timespec ts;
+	struct stat st;
+	struct cfile *f;
+	struct env e;
+	pthread_t th;
+	ino_t old;
+	int fd, holds;
+
+	fill(buf, DATA, 9);
+	fill(other, DATA, 10);
+	env_mode(&e, mode);
+	f = file_open(&e, "a", &fd);
+	CHECK_EQ(cache_write(e.c, f, buf, DATA, 0), 0);
+	fstat(fd, &st);
+	old = st.st_ino;
+	cache_file_put(e.c, f);
+	close(fd);
+	CHECK_EQ(unlinkat(e.backing_fd, "a", 0), 0);
+	put_file(e.backing_fd, "a", other, DATA);
+	CHECK_EQ(fstatat(e.backing_fd, "a", &st, 0), 0);
+	if (st.st_ino != old) {
+		fprintf(stderr, "inode number not reused: case not run\n");
+		env_fini(&e);
+		free(buf);
+		free(other);
+		return;
+	}
+	put_file(e.backing_fd, ".nvcachefs-lost+found", "x", 1);
+	g.e = &e;
+	g.name = "a";
+	pthread_create(&th, NULL, get_thread, &g);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 20;
+	if (pthread_timedjoin_np(th, NULL, &ts)) {
+		fprintf(stderr, "%s: the open of the new file still waits after "
+				"20 s\n", mode_name[mode]);
+		exit(1);
+	}
+	CHECK_EQ(g.ret, 0);
+	CHECK(same(&e, g.f, other, DATA, 0));
+	cache_file_put(e.c, g.f);
+	close(g.fd);
+	/* lost+found can be made again: destage saves the old data */
+	CHECK_EQ(unlinkat(e.backing_fd, ".nvcachefs-lost+found", 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(file_holds(&e, "a", other, DATA));
+	CHECK_EQ(lost_found(&e, buf, DATA, &holds), 1);
+	CHECK(holds);
+	env_fini(&e);
+	free(buf);
+	free(other);
+}
+
 int main(void)
 {
 	static const int modes[] = { IDENT_PATH, IDENT_AUTO };
@@ -311,6 +393,7 @@ int main(void)
 		test_renamed_through_mount(modes[i]);
 		test_replaced_while_idle(modes[i]);
 		test_renamed_while_idle(modes[i]);
+		test_replaced_unsaved(modes[i]);
 	}
 	test_foreign_store();
 	return CHECK_DONE();
