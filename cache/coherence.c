@@ -301,6 +301,15 @@ static int coh_dir_of(struct cache *c, struct cfile *f, char *name, size_t len)
 	return dirfd < 0 ? -errno : dirfd;
 }
 
+/* This node's name and the time, for a conflict copy's name. */
+static void coh_host_time(char *host, size_t len, time_t now, struct tm *tm)
+{
+	if (gethostname(host, len))
+		snprintf(host, len, "localhost");
+	host[len - 1] = 0;
+	gmtime_r(&now, tm);
+}
+
 /*
  * The conflict copy's name: <name>.nvcachefs-conflict-<host>-<UTC time>,
  * then .1, .2 ... when taken; the file's name is cut short rather than the
@@ -345,10 +354,7 @@ static int coh_keep_both(struct cache *c, struct cfile *f,
 	dirfd = coh_dir_of(c, f, name, sizeof(name));
 	if (dirfd < 0)
 		return dirfd;
-	if (gethostname(host, sizeof(host)))
-		strcpy(host, "localhost");
-	host[sizeof(host) - 1] = 0;
-	gmtime_r(&now, &tm);
+	coh_host_time(host, sizeof(host), now, &tm);
 	for (k = 0; k < 1000 && ret == -EEXIST; k++) {
 		coh_copy_name(copy, sizeof(copy), name, host, &tm, k);
 		ret = salvage_copy(c, f, f->fd, dirfd, copy, &dirty);
@@ -554,10 +560,7 @@ static int coh_copy_theirs(struct cache *c, struct cfile *f, const char *path)
 	dirfd = coh_dir_of(c, f, name, sizeof(name));
 	if (dirfd < 0)
 		return dirfd;
-	if (gethostname(host, sizeof(host)))
-		strcpy(host, "localhost");
-	host[sizeof(host) - 1] = 0;
-	gmtime_r(&now, &tm);
+	coh_host_time(host, sizeof(host), now, &tm);
 	for (k = 0; k < 1000 && dfd < 0; k++) {
 		coh_copy_name(copy, sizeof(copy), name, host, &tm, k);
 		dfd = openat(dirfd, copy,
