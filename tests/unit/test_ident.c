@@ -70,17 +70,27 @@ static int file_holds(struct env *e, const char *name, const char *want,
 	return ok;
 }
 
-/* Dirty data acknowledged, then the daemon dies with it in the cache. */
-static void write_and_crash(struct env *e, const char *name, const char *buf)
+/* Dirty data acknowledged (and fsynced), the file closed: idle, no
+ * descriptor.  Returns its inode number. */
+static ino_t write_idle(struct env *e, const char *name, const char *buf)
 {
 	struct cfile *f;
+	struct stat st;
 	int fd;
 
 	f = file_open(e, name, &fd);
 	CHECK_EQ(cache_write(e->c, f, buf, DATA, 0), 0);
 	CHECK_EQ(cache_fsync(e->c, f), 0);
+	CHECK_EQ(fstat(fd, &st), 0);
 	cache_file_put(e->c, f);
 	close(fd);
+	return st.st_ino;
+}
+
+/* Dirty data acknowledged, then the daemon dies with it in the cache. */
+static void write_and_crash(struct env *e, const char *name, const char *buf)
+{
+	write_idle(e, name, buf);
 	cache_abandon(e->c);
 	e->c = NULL;
 }
@@ -146,19 +156,14 @@ static void test_deleted_while_down(int mode)
 static void test_renamed_through_mount(int mode)
 {
 	char *buf = malloc(DATA);
-	struct cfile *f;
 	struct env e;
-	int fd, holds;
+	int holds;
 
 	fill(buf, DATA, 4);
 	env_mode(&e, mode);
 	CHECK_EQ(mkdirat(e.backing_fd, "d1", 0755), 0);
 	CHECK_EQ(mkdirat(e.backing_fd, "d2", 0755), 0);
-	f = file_open(&e, "d1/a", &fd);
-	CHECK_EQ(cache_write(e.c, f, buf, DATA, 0), 0);
-	CHECK_EQ(cache_fsync(e.c, f), 0);
-	cache_file_put(e.c, f);
-	close(fd);
+	write_idle(&e, "d1/a", buf);
 	CHECK_EQ(renameat(e.backing_fd, "d1", e.backing_fd, "d2/moved"), 0);
 	cache_renamed(e.c, e.backing_fd, "d1", e.backing_fd, "d2/moved");
 	cache_abandon(e.c);
@@ -179,7 +184,7 @@ static void test_renamed_through_mount(int mode)
  */
 static void test_replaced_while_idle(int mode)
 {
-	char *buf = malloc(DATA), *other = malloc(DATA), *rb = malloc(DATA);
+	char *buf = malloc(DATA), *other = malloc(DATA);
 	struct cfile *f;
 	struct env e;
 	int fd, holds;
@@ -187,10 +192,7 @@ static void test_replaced_while_idle(int mode)
 	fill(buf, DATA, 5);
 	fill(other, DATA, 6);
 	env_mode(&e, mode);
-	f = file_open(&e, "a", &fd);
-	CHECK_EQ(cache_write(e.c, f, buf, DATA, 0), 0);
-	cache_file_put(e.c, f);
-	close(fd);
+	write_idle(&e, "a", buf);
 	CHECK_EQ(unlinkat(e.backing_fd, "a", 0), 0);
 	put_file(e.backing_fd, "a", other, DATA); /* often the same inode */
 	f = file_open(&e, "a", &fd);
@@ -204,7 +206,6 @@ static void test_replaced_while_idle(int mode)
 	env_fini(&e);
 	free(buf);
 	free(other);
-	free(rb);
 }
 
 /* Renamed behind the cache's back while idle and mounted: by path, destage
@@ -212,16 +213,12 @@ static void test_replaced_while_idle(int mode)
 static void test_renamed_while_idle(int mode)
 {
 	char *buf = malloc(DATA);
-	struct cfile *f;
 	struct env e;
-	int fd, holds;
+	int holds;
 
 	fill(buf, DATA, 7);
 	env_mode(&e, mode);
-	f = file_open(&e, "a", &fd);
-	CHECK_EQ(cache_write(e.c, f, buf, DATA, 0), 0);
-	cache_file_put(e.c, f);
-	close(fd);
+	write_idle(&e, "a", buf);
 	CHECK_EQ(renameat(e.backing_fd, "a", e.backing_fd, "b"), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	if (mode == IDENT_PATH) {
@@ -327,21 +324,15 @@ static void test_replaced_unsaved(int mode)
 	struct get_arg g = { 0 };
 	struct timespec ts;
 	struct stat st;
-	struct cfile *f;
 	struct env e;
 	pthread_t th;
 	ino_t old;
-	int fd, holds;
+	int holds;
 
 	fill(buf, DATA, 9);
 	fill(other, DATA, 10);
 	env_mode(&e, mode);
-	f = file_open(&e, "a", &fd);
-	CHECK_EQ(cache_write(e.c, f, buf, DATA, 0), 0);
-	fstat(fd, &st);
-	old = st.st_ino;
-	cache_file_put(e.c, f);
-	close(fd);
+	old = write_idle(&e, "a", buf);
 	CHECK_EQ(unlinkat(e.backing_fd, "a", 0), 0);
 	put_file(e.backing_fd, "a", other, DATA);
 	CHECK_EQ(fstatat(e.backing_fd, "a", &st, 0), 0);
