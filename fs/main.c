@@ -2,6 +2,7 @@
  * loop, orderly exit. */
 #define _GNU_SOURCE
 #include "fs.h"
+#include "loop.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -248,7 +249,6 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct cache_config cfg;
 	struct fuse_session *se;
-	struct fuse_loop_config *lc;
 	struct fs fs;
 	char err[CFG_ERRLEN], mnt[PATH_MAX];
 	const char *config = NULL, *mountpoint;
@@ -392,12 +392,7 @@ int main(int argc, char **argv)
 
 	if (!pthread_create(&ra_thread, NULL, readahead_main, &fs))
 		pthread_detach(ra_thread);
-	lc = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_max_threads(lc, cfg.fuse_threads);
-	fuse_loop_cfg_set_idle_threads(
-		lc, cfg.fuse_threads / 2 > 1 ? cfg.fuse_threads / 2 : 1);
-	ret = fuse_session_loop_mt(se, lc);
-	fuse_loop_cfg_destroy(lc);
+	ret = fsloop_run(se, cfg.fuse_threads);
 
 	fuse_session_unmount(se);
 	flush = cfg.on_unmount == UNMOUNT_FLUSH;
