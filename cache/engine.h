@@ -384,6 +384,28 @@ struct span {
 	int miss;
 };
 
+/*
+ * One write segment in two halves around its device I/O (write.c): see
+ * wseg_begin().  sp/nsp/off/end/mode/buf are the caller's; the rest is
+ * filled in.
+ */
+struct wseg {
+	struct span *sp;
+	int nsp;
+	uint64_t off, end; /* the bytes of the request in this segment */
+	int mode;
+	char *buf; /* IO_BUF_BYTES, aligned */
+	uint64_t s0, s1, lo, hi;
+	struct dev_io ios[2 * SEG_MAX_BLOCKS];
+	unsigned nio;
+	int prep_err; /* the I/O could not be prepared: goes around */
+	int locked;
+};
+int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
+	       const char *src, int nowait);
+int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err);
+void wseg_unlock(struct wseg *w);
+
 /* map.c: the block map, allocation and eviction */
 struct cslot *slot_find(struct cache *c, uint32_t rec, uint64_t blk);
 void slot_hash_add(struct cache *c, struct cslot *s);

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -329,73 +330,113 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
  * Write one segment: blocks [b0, b1) of the request, their slots pinned.
  * Data goes to the devices first; only then are the map entries that find it
  * persisted (on both mirrors, a twin before its slot) and the write
- * acknowledged.
+ * acknowledged.  The segment is taken in two halves around its device I/O,
+ * so that the asynchronous pipeline (aio.c) can run the I/O without a
+ * thread waiting for it: wseg_begin() locks the slots, marks the intent and
+ * prepares the I/O; wseg_end() commits and persists what the I/O did and
+ * unlocks.  Both run on the same thread (the slots' locks are the thread's).
+ *
+ * nowait: the caller must not block, so the slots' locks are only tried, and
+ * a segment that would need a device or backing read first (a partial page,
+ * writethrough) is refused; -EAGAIN then means "take the synchronous path",
+ * with nothing done.
  */
-static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
-			 int nsp, const char *src, uint64_t off, uint64_t end,
-			 int mode)
+int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
+	       const char *src, int nowait)
 {
-	struct dev_io ios[2 * SEG_MAX_BLOCKS];
-	char *buf = io_buf();
-	uint64_t s0 = (sp[0].blk * c->bs) + sp[0].p0 * NVC_PAGE;
-	uint64_t lo = off > s0 ? off : s0;
-	uint64_t s1 = sp[nsp - 1].blk * c->bs + sp[nsp - 1].p1 * NVC_PAGE;
-	uint64_t hi = end < s1 ? end : s1;
-	int i, ret, size_changed = 0, head;
-	struct span *last = &sp[nsp - 1];
-	unsigned nio;
+	struct span *sp = w->sp, *last = &w->sp[w->nsp - 1];
+	int i, ret, head, nsp = w->nsp;
+	char *buf = w->buf;
 
-	if (!buf)
-		return -ENOMEM;
-	for (i = 0; i < nsp; i++)
-		pthread_rwlock_wrlock(&sp[i].s->rw);
+	w->s0 = (sp[0].blk * c->bs) + sp[0].p0 * NVC_PAGE;
+	w->lo = w->off > w->s0 ? w->off : w->s0;
+	w->s1 = last->blk * c->bs + last->p1 * NVC_PAGE;
+	w->hi = w->end < w->s1 ? w->end : w->s1;
+	head = w->lo % NVC_PAGE != 0;
+	if (nowait && (head || w->hi % NVC_PAGE || w->mode != MODE_WRITEBACK))
+		return -EAGAIN;
+	for (i = 0; i < nsp; i++) {
+		if (!nowait) {
+			pthread_rwlock_wrlock(&sp[i].s->rw);
+			continue;
+		}
+		if (pthread_rwlock_trywrlock(&sp[i].s->rw)) {
+			while (i-- > 0)
+				pthread_rwlock_unlock(&sp[i].s->rw);
+			return -EAGAIN;
+		}
+	}
+	w->locked = 1;
 	ret = seg_mark_intent(c, f, sp, nsp);
 	if (ret)
-		goto out_unlock;
+		return ret;
 
 	/* partial first and last pages keep their old bytes */
-	head = lo % NVC_PAGE != 0;
 	if (head)
-		ret = page_prefill(c, f, sp[0].s, sp[0].p0, buf, s0,
+		ret = page_prefill(c, f, sp[0].s, sp[0].p0, buf, w->s0,
 				   bm_test(sp[0].valid, sp[0].p0));
-	if (!ret && hi % NVC_PAGE && !(head && s1 - NVC_PAGE == s0))
+	if (!ret && w->hi % NVC_PAGE && !(head && w->s1 - NVC_PAGE == w->s0))
 		ret = page_prefill(c, f, last->s, last->p1 - 1,
-				   buf + (s1 - NVC_PAGE - s0), s1 - NVC_PAGE,
+				   buf + (w->s1 - NVC_PAGE - w->s0),
+				   w->s1 - NVC_PAGE,
 				   bm_test(last->valid, last->p1 - 1));
 	if (ret)
-		goto out_unlock;
-	memcpy(buf + (lo - s0), src + (lo - off), hi - lo);
+		return ret;
+	memcpy(buf + (w->lo - w->s0), src + (w->lo - w->off), w->hi - w->lo);
 
-	if (mode != MODE_WRITEBACK) {
+	if (w->mode != MODE_WRITEBACK) {
 		coh_bk_begin(c, f);
-		ret = backing_write(c, f, src + (lo - off), hi - lo, lo);
+		ret = backing_write(c, f, src + (w->lo - w->off), w->hi - w->lo,
+				    w->lo);
 		coh_bk_done(c, f);
 		if (!ret)
 			ret = file_note_backing_stat(c, f);
 		if (ret)
-			goto out_unlock;
+			return ret;
 	}
-	ret = seg_prepare_ios(c, sp, nsp, buf, s0, ios, &nio);
-	if (!ret) {
-		ret = dev_io_run(ios, nio);
-		if (ret)
-			note_dev_error(c, ios, nio);
-	}
+	/* a second copy that cannot be seeded sends the write around */
+	w->prep_err = seg_prepare_ios(c, sp, nsp, buf, w->s0, w->ios, &w->nio);
+	return 0;
+}
+
+/* wseg_begin() failed: only the slots' locks are undone. */
+void wseg_unlock(struct wseg *w)
+{
+	int i;
+
+	if (!w->locked)
+		return;
+	for (i = w->nsp - 1; i >= 0; i--)
+		pthread_rwlock_unlock(&w->sp[i].s->rw);
+	w->locked = 0;
+}
+
+/*
+ * err: why the device I/O did not happen or failed (0: it succeeded; the
+ * caller has charged a device error to its device).  Unlocks.
+ */
+int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err)
+{
+	struct span *sp = w->sp;
+	int i, ret = err, nsp = w->nsp, size_changed = 0;
+
+	assert(w->locked);
 	if (ret) {
-		ret = write_fallback(c, f, sp, nsp, buf, s0, s1, hi);
+		ret = write_fallback(c, f, sp, nsp, w->buf, w->s0, w->s1,
+				     w->hi);
 		goto out_unlock;
 	}
 
 	pthread_mutex_lock(&c->lock);
-	seg_commit_locked(c, f, sp, nsp, ios, mode);
-	if (hi > f->size) {
-		f->size = hi;
+	seg_commit_locked(c, f, sp, nsp, w->ios, w->mode);
+	if (w->hi > f->size) {
+		f->size = w->hi;
 		size_changed = 1;
 	}
-	if (mode != MODE_WRITEBACK)
+	if (w->mode != MODE_WRITEBACK)
 		size_changed = 1; /* the backing file's look, for recovery */
 	clock_gettime(CLOCK_REALTIME, &f->mtime);
-	f->mtime_set = mode == MODE_WRITEBACK;
+	f->mtime_set = w->mode == MODE_WRITEBACK;
 	pthread_mutex_unlock(&c->lock);
 
 	/* the twin first: a slot's dirty pages are always in its twin */
@@ -411,11 +452,34 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 		pthread_mutex_unlock(&f->rec_lock);
 	}
 	if (!ret)
-		ret = file_persist_size(c, f, hi);
+		ret = file_persist_size(c, f, w->hi);
 out_unlock:
-	for (i = nsp - 1; i >= 0; i--)
-		pthread_rwlock_unlock(&sp[i].s->rw);
+	wseg_unlock(w);
 	return ret;
+}
+
+static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
+			 int nsp, const char *src, uint64_t off, uint64_t end,
+			 int mode)
+{
+	struct wseg w = { .sp = sp, .nsp = nsp, .off = off, .end = end,
+			  .mode = mode, .buf = io_buf() };
+	int ret;
+
+	if (!w.buf)
+		return -ENOMEM;
+	ret = wseg_begin(c, f, &w, src, 0);
+	if (ret) {
+		wseg_unlock(&w);
+		return ret;
+	}
+	ret = w.prep_err;
+	if (!ret) {
+		ret = dev_io_run(w.ios, w.nio);
+		if (ret)
+			note_dev_error(c, w.ios, w.nio);
+	}
+	return wseg_end(c, f, &w, ret);
 }
 
 static int write_around(struct cache *c, struct cfile *f, const char *src,

@@ -2,6 +2,7 @@
  * tests. */
 #define _GNU_SOURCE
 #include "dev.h"
+#include "dev_int.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -17,8 +18,6 @@
 #include <time.h>
 #include <unistd.h>
 
-enum dev_kind { DEV_KIND_URING, DEV_KIND_MEM };
-
 struct rec_log {
 	pthread_mutex_t lock;
 	struct rec_event *ev;
@@ -29,19 +28,6 @@ struct rec_log {
 static __thread int rec_thread;
 static int rec_threads;
 
-struct dev {
-	enum dev_kind kind;
-	struct rec_log *rec;
-	int rec_id;
-	int fd;
-	uint64_t size;
-	char *path;
-	unsigned char *mem;
-	struct dev_faults faults;
-	dev_observe_fn obs;
-	void *obs_arg;
-	int obs_timing;
-};
 
 #define RING_DEPTH 128
 
@@ -228,7 +214,7 @@ struct dev_faults *dev_faults(struct dev *d)
 	return &d->faults;
 }
 
-static int io_check(const struct dev_io *io)
+int dev_io_check(const struct dev_io *io)
 {
 	if (io->off + io->len > io->dev->size || io->off + io->len < io->off)
 		return -EINVAL;
@@ -368,7 +354,7 @@ int pm_rec_create_blk(struct rec_log *l, int target, size_t len,
 	return ret;
 }
 
-static void io_mem(struct dev_io *io)
+void dev_io_mem(struct dev_io *io)
 {
 	if (io->op == DEV_FLUSH) {
 		if (io->dev->rec)
@@ -390,7 +376,7 @@ static void io_mem(struct dev_io *io)
 }
 
 /* Finish a short transfer synchronously; rare, but allowed by the kernel. */
-static int io_finish(struct dev_io *io, uint32_t done)
+int dev_io_finish(struct dev_io *io, uint32_t done)
 {
 	while (done < io->len) {
 		ssize_t n;
@@ -430,7 +416,7 @@ void dev_set_poll(uint64_t ns)
 	max_spinners = cpus > 2 ? cpus / 2 : 1;
 }
 
-static uint64_t mono_ns(void)
+uint64_t dev_mono_ns(void)
 {
 	struct timespec ts;
 
@@ -493,11 +479,11 @@ static int ring_wait(struct io_uring *ring, struct io_uring_cqe **cqe,
 
 static int poll_cqe(struct io_uring *ring, struct io_uring_cqe **cqe)
 {
-	uint64_t until = mono_ns() + poll_ns;
+	uint64_t until = dev_mono_ns() + poll_ns;
 	unsigned spins = 0;
 
 	while (io_uring_peek_cqe(ring, cqe)) {
-		if ((++spins & 63) == 0 && mono_ns() > until)
+		if ((++spins & 63) == 0 && dev_mono_ns() > until)
 			return ring_wait(ring, cqe, 1);
 		__builtin_ia32_pause();
 	}
@@ -511,13 +497,13 @@ void dev_set_observer(struct dev *d, dev_observe_fn fn, void *arg, int timing)
 	d->obs_timing = timing;
 }
 
-static void observe(const struct dev_io *io, uint64_t t0)
+void dev_observe(const struct dev_io *io, uint64_t t0)
 {
 	struct dev *d = io->dev;
 
 	if (d->obs)
 		d->obs(d->obs_arg, io->op, io->len, io->res,
-		       d->obs_timing && t0 ? mono_ns() - t0 : 0);
+		       d->obs_timing && t0 ? dev_mono_ns() - t0 : 0);
 }
 
 /*
@@ -553,8 +539,8 @@ static void batch_complete(struct batch *b, struct io_uring_cqe *cqe)
 	b->inflight--;
 	if (!c)
 		return; /* a given-up request's NOP */
-	c->res = res < 0 ? res : io_finish(c, res);
-	observe(c, b->t0);
+	c->res = res < 0 ? res : dev_io_finish(c, res);
+	dev_observe(c, b->t0);
 }
 
 /*
@@ -631,7 +617,7 @@ static void batch_abandon(struct batch *b, int err)
 		io_uring_sqe_set_data(sqe, NULL);
 		if (io) {
 			io->res = err;
-			observe(io, b->t0);
+			dev_observe(io, b->t0);
 		}
 	}
 	b->err = err;
@@ -712,16 +698,16 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 
 	for (i = 0; i < n && !b.t0; i++)
 		if (ios[i].dev->obs_timing)
-			b.t0 = mono_ns();
+			b.t0 = dev_mono_ns();
 	for (i = 0; i < n; i++) {
 		struct dev_io *io = &ios[i];
 
-		io->res = io_check(io);
+		io->res = dev_io_check(io);
 		if (!io->res && io->dev->kind == DEV_KIND_MEM)
-			io_mem(io);
+			dev_io_mem(io);
 		else if (!io->res && !(io->res = batch_queue(&b, io)))
 			continue; /* observed when it completes */
-		observe(io, b.t0);
+		dev_observe(io, b.t0);
 	}
 	if (b.ring)
 		batch_finish(&b);

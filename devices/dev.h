@@ -41,6 +41,31 @@ struct dev_io {
 	int res; /* 0 or -errno, filled in by dev_io_run */
 };
 
+/*
+ * Asynchronous I/O on a ring owned by one thread (aring.c): each queued
+ * request completes once, through its callback, run by dev_aring_run() on
+ * the owning thread.
+ */
+struct dev_aring;
+struct dev_acb {
+	void (*done)(struct dev_acb *cb);
+	struct dev_io *io; /* the device I/O, or NULL (dev_aring_readable) */
+	int res; /* 0 or -errno */
+	uint64_t t0;
+};
+
+int dev_aring_new(unsigned depth, struct dev_aring **out);
+/* Only with nothing in flight. */
+void dev_aring_free(struct dev_aring *r);
+/* Queue a device I/O; -errno: nothing queued (io->res says why). */
+int dev_aring_io(struct dev_aring *r, struct dev_io *io, struct dev_acb *cb);
+/* Queue a wait until fd is readable (one waiter woken per event). */
+int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb);
+/* Submit, wait (if asked) and run the callbacks of what completed. */
+int dev_aring_run(struct dev_aring *r, int wait, uint64_t spin_ns);
+/* Requests queued or in flight. */
+unsigned dev_aring_inflight(const struct dev_aring *r);
+
 /* Fault hooks, so that tests can make a device fail (issue 3 builds on it). */
 struct dev_faults {
 	int fail_reads; /* -errno returned by every read, 0 for none */

@@ -1,0 +1,237 @@
+/* devices: an asynchronous io_uring owned by one thread, whose completions call back. */
+#define _GNU_SOURCE
+#include <assert.h>
+#include <errno.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+
+#include "dev.h"
+#include "dev_int.h"
+
+/*
+ * dev_io_run() waits for its batch; a server that must not park a thread per
+ * request uses a dev_aring instead: device I/O and "this descriptor is
+ * readable" are queued with a callback (struct dev_acb), and dev_aring_run()
+ * submits whatever is queued, waits until something completes and runs the
+ * callbacks.  The ring belongs to one thread: only it queues, runs and frees
+ * (asserted), so no lock is taken.  Callbacks run on that thread, from
+ * dev_aring_run(), and may queue more.
+ *
+ * Every queued request completes exactly once, through its callback, with 0
+ * or -errno in res (a device I/O's res is also in its dev_io): a request the
+ * kernel refused to take is completed with the error by dev_aring_run(), so
+ * a caller that queued successfully never completes by itself.  A queue call
+ * that fails has queued nothing.  The ring is freed only when nothing is in
+ * flight, so the kernel never writes into memory that is gone.
+ */
+struct dev_aring {
+	struct io_uring ring;
+	unsigned inflight; /* taken by the kernel, not yet completed */
+	pthread_t owner;
+};
+
+int dev_aring_new(unsigned depth, struct dev_aring **out)
+{
+	struct dev_aring *r = calloc(1, sizeof(*r));
+	int ret;
+
+	if (!r)
+		return -ENOMEM;
+	ret = io_uring_queue_init(depth, &r->ring, 0);
+	if (ret < 0) {
+		free(r);
+		return ret;
+	}
+	r->owner = pthread_self();
+	*out = r;
+	return 0;
+}
+
+void dev_aring_free(struct dev_aring *r)
+{
+	if (!r)
+		return;
+	assert(!r->inflight && !io_uring_sq_ready(&r->ring));
+	io_uring_queue_exit(&r->ring);
+	free(r);
+}
+
+unsigned dev_aring_inflight(const struct dev_aring *r)
+{
+	return r->inflight + io_uring_sq_ready(&r->ring);
+}
+
+static struct io_uring_sqe *aring_sqe(struct dev_aring *r)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+	int ret;
+
+	assert(pthread_equal(r->owner, pthread_self()));
+	if (sqe)
+		return sqe;
+	ret = io_uring_submit(&r->ring);
+	if (ret > 0)
+		r->inflight += ret;
+	return io_uring_get_sqe(&r->ring);
+}
+
+int dev_aring_io(struct dev_aring *r, struct dev_io *io, struct dev_acb *cb)
+{
+	struct io_uring_sqe *sqe;
+	int ret = dev_io_check(io);
+
+	if (ret)
+		return io->res = ret;
+	sqe = aring_sqe(r);
+	if (!sqe)
+		return io->res = -EBUSY;
+	cb->io = io;
+	cb->res = 0;
+	cb->t0 = io->dev->obs_timing ? dev_mono_ns() : 0;
+	if (io->dev->kind == DEV_KIND_MEM) {
+		/* done at once; the callback still comes from the ring */
+		dev_io_mem(io);
+		io_uring_prep_nop(sqe);
+	} else if (io->op == DEV_READ) {
+		io_uring_prep_read(sqe, io->dev->fd, io->buf, io->len, io->off);
+	} else if (io->op == DEV_WRITE) {
+		io_uring_prep_write(sqe, io->dev->fd, io->buf, io->len,
+				    io->off);
+		if (io->fua)
+			sqe->rw_flags = RWF_DSYNC;
+	} else {
+		io_uring_prep_fsync(sqe, io->dev->fd, IORING_FSYNC_DATASYNC);
+	}
+	io_uring_sqe_set_data(sqe, cb);
+	return 0;
+}
+
+/*
+ * Completes once fd is readable.  Waiters are woken one at a time
+ * (EPOLLEXCLUSIVE), as threads blocked in read(2) of /dev/fuse are: one
+ * request wakes one server thread, not all of them.
+ */
+int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb)
+{
+	struct io_uring_sqe *sqe = aring_sqe(r);
+
+	if (!sqe)
+		return -EBUSY;
+	cb->io = NULL;
+	cb->res = 0;
+	cb->t0 = 0;
+	io_uring_prep_poll_add(sqe, fd, POLLIN | EPOLLEXCLUSIVE);
+	io_uring_sqe_set_data(sqe, cb);
+	return 0;
+}
+
+static void aring_complete(struct dev_acb *cb, int res)
+{
+	struct dev_io *io = cb->io;
+
+	if (io) {
+		if (io->dev->kind == DEV_KIND_MEM)
+			res = res < 0 ? res : (int)io->len;
+		io->res = res < 0 ? res : dev_io_finish(io, res);
+		dev_observe(io, cb->t0);
+		cb->res = io->res;
+	} else {
+		cb->res = res < 0 ? res : 0;
+	}
+	cb->done(cb);
+}
+
+/* The kernel will not take what is queued: each fails with err. */
+static void aring_abandon(struct dev_aring *r, int err)
+{
+	struct io_uring_sq *sq = &r->ring.sq;
+	unsigned i, tail = sq->sqe_tail; /* callbacks may queue more */
+
+	for (i = *sq->khead; i != tail; i++) {
+		struct io_uring_sqe *sqe = &sq->sqes[i & sq->ring_mask];
+		struct dev_acb *cb = (struct dev_acb *)(uintptr_t)sqe->user_data;
+
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, NULL);
+		if (cb)
+			aring_complete(cb, err);
+	}
+}
+
+static int aring_submit(struct dev_aring *r, unsigned wait)
+{
+	int ret;
+
+	for (;;) {
+		ret = wait ? io_uring_submit_and_wait(&r->ring, 1)
+			   : io_uring_submit(&r->ring);
+		if (ret >= 0) {
+			r->inflight += ret;
+			return 0;
+		}
+		if (ret != -EINTR)
+			return ret;
+	}
+}
+
+static unsigned aring_reap(struct dev_aring *r)
+{
+	struct io_uring_cqe *cqe;
+	unsigned n = 0;
+
+	while (!io_uring_peek_cqe(&r->ring, &cqe)) {
+		struct dev_acb *cb = io_uring_cqe_get_data(cqe);
+		int res = cqe->res;
+
+		io_uring_cqe_seen(&r->ring, cqe);
+		assert(r->inflight > 0);
+		r->inflight--;
+		n++;
+		if (cb)
+			aring_complete(cb, res);
+	}
+	return n;
+}
+
+/*
+ * Submit what is queued; then, if wait and nothing has completed, spin up
+ * to spin_ns looking for a completion and sleep until one comes.  Runs the
+ * callbacks of every completion there is.  Returns how many completed, or
+ * -errno when the kernel refused the queued requests (they have completed
+ * with the error).
+ */
+int dev_aring_run(struct dev_aring *r, int wait, uint64_t spin_ns)
+{
+	struct io_uring_cqe *cqe;
+	unsigned n;
+	int ret;
+
+	assert(pthread_equal(r->owner, pthread_self()));
+	ret = aring_submit(r, 0);
+	if (ret && ret != -EAGAIN && ret != -EBUSY) {
+		aring_abandon(r, ret);
+		return ret;
+	}
+	n = aring_reap(r);
+	if (n || !wait || !r->inflight)
+		return n;
+	if (spin_ns) {
+		uint64_t until = dev_mono_ns() + spin_ns;
+		unsigned spins = 0;
+
+		while (io_uring_peek_cqe(&r->ring, &cqe)) {
+			if ((++spins & 63) == 0 && dev_mono_ns() > until)
+				break;
+			__builtin_ia32_pause();
+		}
+	}
+	if (io_uring_peek_cqe(&r->ring, &cqe)) {
+		ret = io_uring_wait_cqe(&r->ring, &cqe);
+		if (ret && ret != -EINTR && ret != -EAGAIN)
+			return ret;
+	}
+	return aring_reap(r);
+}

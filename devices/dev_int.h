@@ -1,0 +1,33 @@
+/* devices: what dev.c shares with aring.c, inside the devices module only. */
+#ifndef NVC_DEV_INT_H
+#define NVC_DEV_INT_H
+
+#include "dev.h"
+
+enum dev_kind { DEV_KIND_URING, DEV_KIND_MEM };
+
+struct dev {
+	enum dev_kind kind;
+	struct rec_log *rec;
+	int rec_id;
+	int fd;
+	uint64_t size;
+	char *path;
+	unsigned char *mem;
+	struct dev_faults faults;
+	dev_observe_fn obs;
+	void *obs_arg;
+	int obs_timing;
+};
+
+/* 0, or why io cannot be issued (out of range, an injected fault). */
+int dev_io_check(const struct dev_io *io);
+/* Carry out io on an in-memory device. */
+void dev_io_mem(struct dev_io *io);
+/* Finish a short transfer of done bytes synchronously; 0 or -errno. */
+int dev_io_finish(struct dev_io *io, uint32_t done);
+uint64_t dev_mono_ns(void);
+/* Tell the device's observer that io completed (t0: when it was issued). */
+void dev_observe(const struct dev_io *io, uint64_t t0);
+
+#endif
