@@ -186,6 +186,24 @@ void cache_file_meta_changed(struct cache *c, int fd, int times_set);
 
 /* Read up to len bytes at off into the page-aligned buffer buf, which must hold
  * len + 2 * NVC_PAGE bytes; *data points at the first byte, *n is the count. */
+/*
+ * Reads and writes whose device I/O the caller runs without waiting for it
+ * (aio.c): begin, run the I/O in cache_aio_ios() (e.g. on a dev_aring), end
+ * on the same thread.  -EAGAIN from begin (nothing done) or from a read's
+ * end: use cache_read/cache_write.  A thread that has begun requests and not
+ * ended them (cache_aio_held) must not call anything that may wait for a
+ * file's lock.
+ */
+struct cache_aio;
+#define CACHE_AIO_MAX_IOS 130 /* device I/Os of one request, at most */
+int cache_aio_new(struct cache_aio **out);
+void cache_aio_free(struct cache_aio *a);
+int cache_aio_begin(struct cache *c, struct cfile *f, struct cache_aio *a,
+		    const void *src, size_t len, uint64_t off);
+unsigned cache_aio_ios(struct cache_aio *a, struct dev_io **ios);
+int cache_aio_end(struct cache_aio *a, char **data, size_t *n);
+unsigned cache_aio_held(void);
+
 int cache_read(struct cache *c, struct cfile *f, void *buf, size_t len,
 	       uint64_t off, char **data, size_t *n);
 int cache_write(struct cache *c, struct cfile *f, const void *buf, size_t len,

@@ -473,6 +473,9 @@ int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		chunk = (uint64_t)SEG_MAX_BLOCKS * c->bs;
 	int ret = 0, nmiss = 0;
 
+	/* waits for locks: never with asynchronous requests held (aio.c) */
+	assert(!cache_aio_held());
+
 	CNT_ADD(c, read_ops, 1);
 	*n = 0;
 	*data = vbuf;

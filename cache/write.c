@@ -575,6 +575,9 @@ int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
 {
 	int ret;
 
+	/* waits for locks: never with asynchronous requests held (aio.c) */
+	assert(!cache_aio_held());
+
 	CNT_ADD(c, write_ops, 1);
 	ret = write_any(c, f, vsrc, len, off,
 			__atomic_load_n(&c->cfg->mode, __ATOMIC_RELAXED));

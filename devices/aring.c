@@ -30,6 +30,7 @@
 struct dev_aring {
 	struct io_uring ring;
 	unsigned inflight; /* taken by the kernel, not yet completed */
+	unsigned nio; /* device I/O queued or in flight */
 	pthread_t owner;
 };
 
@@ -50,18 +51,25 @@ int dev_aring_new(unsigned depth, struct dev_aring **out)
 	return 0;
 }
 
+/* The ring's thread from now on. */
+void dev_aring_adopt(struct dev_aring *r)
+{
+	r->owner = pthread_self();
+}
+
+/* Polls may still be armed: the ring's end cancels them. */
 void dev_aring_free(struct dev_aring *r)
 {
 	if (!r)
 		return;
-	assert(!r->inflight && !io_uring_sq_ready(&r->ring));
+	assert(!r->nio);
 	io_uring_queue_exit(&r->ring);
 	free(r);
 }
 
 unsigned dev_aring_inflight(const struct dev_aring *r)
 {
-	return r->inflight + io_uring_sq_ready(&r->ring);
+	return r->nio;
 }
 
 static struct io_uring_sqe *aring_sqe(struct dev_aring *r)
@@ -106,15 +114,17 @@ int dev_aring_io(struct dev_aring *r, struct dev_io *io, struct dev_acb *cb)
 		io_uring_prep_fsync(sqe, io->dev->fd, IORING_FSYNC_DATASYNC);
 	}
 	io_uring_sqe_set_data(sqe, cb);
+	r->nio++;
 	return 0;
 }
 
 /*
- * Completes once fd is readable.  Waiters are woken one at a time
+ * Completes once fd is readable.  exclusive: waiters are woken one at a time
  * (EPOLLEXCLUSIVE), as threads blocked in read(2) of /dev/fuse are: one
  * request wakes one server thread, not all of them.
  */
-int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb)
+int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb,
+		       int exclusive)
 {
 	struct io_uring_sqe *sqe = aring_sqe(r);
 
@@ -123,16 +133,18 @@ int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb)
 	cb->io = NULL;
 	cb->res = 0;
 	cb->t0 = 0;
-	io_uring_prep_poll_add(sqe, fd, POLLIN | EPOLLEXCLUSIVE);
+	io_uring_prep_poll_add(sqe, fd, POLLIN | (exclusive ? EPOLLEXCLUSIVE : 0));
 	io_uring_sqe_set_data(sqe, cb);
 	return 0;
 }
 
-static void aring_complete(struct dev_acb *cb, int res)
+static void aring_complete(struct dev_aring *r, struct dev_acb *cb, int res)
 {
 	struct dev_io *io = cb->io;
 
 	if (io) {
+		assert(r->nio > 0);
+		r->nio--;
 		if (io->dev->kind == DEV_KIND_MEM)
 			res = res < 0 ? res : (int)io->len;
 		io->res = res < 0 ? res : dev_io_finish(io, res);
@@ -157,7 +169,7 @@ static void aring_abandon(struct dev_aring *r, int err)
 		io_uring_prep_nop(sqe);
 		io_uring_sqe_set_data(sqe, NULL);
 		if (cb)
-			aring_complete(cb, err);
+			aring_complete(r, cb, err);
 	}
 }
 
@@ -191,7 +203,7 @@ static unsigned aring_reap(struct dev_aring *r)
 		r->inflight--;
 		n++;
 		if (cb)
-			aring_complete(cb, res);
+			aring_complete(r, cb, res);
 	}
 	return n;
 }

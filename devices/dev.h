@@ -55,15 +55,18 @@ struct dev_acb {
 };
 
 int dev_aring_new(unsigned depth, struct dev_aring **out);
-/* Only with nothing in flight. */
+/* The calling thread owns the ring from now on. */
+void dev_aring_adopt(struct dev_aring *r);
+/* Only with no device I/O in flight (armed polls are cancelled). */
 void dev_aring_free(struct dev_aring *r);
 /* Queue a device I/O; -errno: nothing queued (io->res says why). */
 int dev_aring_io(struct dev_aring *r, struct dev_io *io, struct dev_acb *cb);
-/* Queue a wait until fd is readable (one waiter woken per event). */
-int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb);
+/* Queue a wait until fd is readable (exclusive: one waiter per event). */
+int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb,
+		       int exclusive);
 /* Submit, wait (if asked) and run the callbacks of what completed. */
 int dev_aring_run(struct dev_aring *r, int wait, uint64_t spin_ns);
-/* Requests queued or in flight. */
+/* Device I/O queued or in flight. */
 unsigned dev_aring_inflight(const struct dev_aring *r);
 
 /* Fault hooks, so that tests can make a device fail (issue 3 builds on it). */

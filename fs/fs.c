@@ -2,6 +2,7 @@
  * directory, data goes through the cache. */
 #define _GNU_SOURCE
 #include "fs.h"
+#include "aio.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -695,14 +696,20 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 #define READ_BUF (2u * 1024 * 1024 + 2 * 4096)
 static __thread void *read_buf;
 
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		    struct fuse_file_info *fi)
+enum fs_kind { FS_READ, FS_WRITE, FS_FSYNC, FS_META };
+static void fs_done(struct cache *c, enum fs_kind kind, uint64_t t0);
+
+/* A read on the calling thread, waiting for its I/O. */
+static void read_sync(fuse_req_t req, void *fhp, const char *unused,
+		      size_t size, off_t off, uint64_t t0)
 {
-	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	struct fs_fh *fh = fhp;
+	struct cache *c = fs_of(req)->cache;
 	char *data;
 	size_t n;
 	int ret;
 
+	(void)unused;
 	if (!read_buf)
 		read_buf = dev_alloc_buf(READ_BUF);
 	if (!read_buf) {
@@ -711,19 +718,30 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (size > READ_BUF - 2 * 4096 - 1024 * 1024)
 		size = READ_BUF - 2 * 4096 - 1024 * 1024;
-	ret = cache_read(fs_of(req)->cache, fh->cf, read_buf, size, off, &data,
-			 &n);
+	ret = cache_read(c, fh->cf, read_buf, size, off, &data, &n);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_buf(req, data, n);
+	fs_done(c, FS_READ, t0);
 }
 
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
-		     size_t size, off_t off, struct fuse_file_info *fi)
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	struct cache *c = fs_of(req)->cache;
+	uint64_t t0 = cache_clock(c);
+
+	if (fs_aio_rw(req, c, fh->cf, fh, NULL, size, off, t0, read_sync))
+		read_sync(req, fh, NULL, size, off, t0);
+}
+
+static void write_sync(fuse_req_t req, void *fhp, const char *buf,
+		       size_t size, off_t off, uint64_t t0)
 {
 	struct fs *fs = fs_of(req);
-	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	struct fs_fh *fh = fhp;
 	int ret = cache_write(fs->cache, fh->cf, buf, size, off);
 
 	if (!ret && (fh->flags & (O_SYNC | O_DSYNC)))
@@ -732,6 +750,20 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_write(req, size);
+	fs_done(fs->cache, FS_WRITE, t0);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+		     size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	struct cache *c = fs_of(req)->cache;
+	uint64_t t0 = cache_clock(c);
+
+	/* an O_SYNC write waits for a flush: never on a worker's ring */
+	if ((fh->flags & (O_SYNC | O_DSYNC)) ||
+	    fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0, write_sync))
+		write_sync(req, fh, buf, size, off, t0);
 }
 
 /*
@@ -929,8 +961,6 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
  * "metadata".  forget and release are not counted (nobody waits for them).
  * The request is gone once replied to, so the cache is looked up first.
  */
-enum fs_kind { FS_READ, FS_WRITE, FS_FSYNC, FS_META };
-
 static void fs_done(struct cache *c, enum fs_kind kind, uint64_t t0)
 {
 	static const enum stat_lat lat[] = { STAT_L_read, STAT_L_write,
@@ -991,14 +1021,6 @@ TIMED(create, META,
       (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
        struct fuse_file_info *fi),
       (req, parent, name, mode, fi))
-TIMED(read, READ,
-      (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-       struct fuse_file_info *fi),
-      (req, ino, size, off, fi))
-TIMED(write, WRITE,
-      (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-       struct fuse_file_info *fi),
-      (req, ino, buf, size, off, fi))
 TIMED(flush, META, (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi),
       (req, ino, fi))
 TIMED(fsync, FSYNC,
@@ -1052,8 +1074,8 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.rename = timed_rename,
 	.open = timed_open,
 	.create = timed_create,
-	.read = timed_read,
-	.write = timed_write,
+	.read = op_read, /* timed where they end */
+	.write = op_write,
 	.flush = timed_flush,
 	.release = op_release,
 	.fsync = timed_fsync,

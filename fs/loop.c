@@ -1,15 +1,386 @@
 /* fs: the FUSE request loop, shared by the daemon and the benchmark's FUSE floor. */
+#define _GNU_SOURCE
 #define FUSE_USE_VERSION 312
+#include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <linux/fuse.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
+#include "../devices/dev.h"
 #include "loop.h"
+
+/*
+ * Workers, not a thread per request.  One worker per CPU reads requests
+ * from /dev/fuse and answers them; a read or write whose device I/O can run
+ * asynchronously (fs/aio.c) is handed to the worker's io_uring, and the
+ * worker goes on reading requests while the device works: nothing parks a
+ * thread per I/O.  A worker waits in one place, its ring, for either a
+ * request (a poll of /dev/fuse; one worker is woken per request, like
+ * readers blocked in read(2)) or a completion, spinning briefly first when
+ * device I/O is in flight (a DIMM answers in microseconds, a wake-up costs
+ * more on a virtual CPU).  Workers are not pinned: the scheduler may then
+ * wake one on the CPU of the process that is waiting for the answer.
+ *
+ * Blocking.  A worker with requests in flight holds their locks (fs/aio.c),
+ * so it must not run anything that may wait for a lock: every request it
+ * cannot finish without waiting goes to the pool, threads that run requests
+ * synchronously as libfuse's own loop does.  A worker with nothing in flight
+ * holds nothing and runs any request itself (a create, a stat): no hand-over
+ * to another thread, which on this kind of machine costs more than the
+ * request.  loop_held counts what the worker has in flight.
+ *
+ * Exit.  A signal (libfuse's handlers set the session's exit flag) or an
+ * unmount (/dev/fuse reads fail with ENODEV) ends the loop: the main thread
+ * sees the flag, sets stop and wakes every worker through an eventfd each
+ * ring polls; a worker leaves once its own I/O has completed.
+ */
+
+#define POOL_MAX 256
+#define REQ_BUF (1024 * 1024 + 64 * 1024) /* max_write and headers */
+
+struct worker;
+
+struct loop {
+	struct fuse_session *se;
+	int fd; /* /dev/fuse, non-blocking */
+	int stopfd; /* eventfd: readable once stopping */
+	int stop;
+	unsigned nworkers;
+	struct worker *workers;
+	uint64_t spin_ns;
+	/* the pool */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct fsloop_job *head, **tail;
+	pthread_t pool[POOL_MAX];
+	unsigned npool;
+};
+
+struct worker {
+	struct loop *L;
+	pthread_t thread;
+	struct dev_aring *ring;
+	struct dev_acb req_cb, stop_cb;
+	char *buf;
+	int started, failed;
+};
+
+static struct loop *the_loop;
+static __thread struct worker *cur_worker;
+static __thread unsigned loop_held;
+
+struct dev_aring *fsloop_ring(void)
+{
+	return cur_worker ? cur_worker->ring : NULL;
+}
+
+void fsloop_hold(int delta)
+{
+	assert(delta > 0 || loop_held >= (unsigned)-delta);
+	loop_held += delta;
+}
+
+int fsloop_must_defer(void)
+{
+	return cur_worker && loop_held;
+}
+
+/* ---------------------------------------------------------------- pool */
+
+void fsloop_defer(struct fsloop_job *j)
+{
+	struct loop *L = the_loop;
+
+	j->next = NULL;
+	pthread_mutex_lock(&L->lock);
+	*L->tail = j;
+	L->tail = &j->next;
+	pthread_cond_signal(&L->cond);
+	pthread_mutex_unlock(&L->lock);
+}
+
+static void *pool_main(void *arg)
+{
+	struct loop *L = arg;
+
+	pthread_mutex_lock(&L->lock);
+	for (;;) {
+		struct fsloop_job *j = L->head;
+
+		if (!j) {
+			if (L->stop)
+				break;
+			pthread_cond_wait(&L->cond, &L->lock);
+			continue;
+		}
+		L->head = j->next;
+		if (!L->head)
+			L->tail = &L->head;
+		pthread_mutex_unlock(&L->lock);
+		j->run(j);
+		pthread_mutex_lock(&L->lock);
+	}
+	pthread_mutex_unlock(&L->lock);
+	return NULL;
+}
+
+/* A request a busy worker cannot run: a copy, run by the pool. */
+struct raw_job {
+	struct fsloop_job job;
+	size_t len;
+	char data[];
+};
+
+static void raw_run(struct fsloop_job *j)
+{
+	struct raw_job *r = (struct raw_job *)j;
+	struct fuse_buf fbuf = { .size = r->len, .mem = r->data };
+
+	fuse_session_process_buf(the_loop->se, &fbuf);
+	free(r);
+}
+
+/* ------------------------------------------------------------- workers */
+
+static void loop_stop(struct loop *L)
+{
+	uint64_t one = 1;
+
+	fuse_session_exit(L->se);
+	if (!__atomic_exchange_n(&L->stop, 1, __ATOMIC_SEQ_CST))
+		(void)!write(L->stopfd, &one, sizeof(one));
+}
+
+/*
+ * What a worker may run itself, whatever it has in flight: reads and writes
+ * (fs/aio.c sends what would wait to the pool), and requests that take no
+ * file or slot lock (the cache's c->lock at most, never held across I/O).
+ * The kernel asks for security.capability before every write it cannot
+ * leave to the server: a round trip that must not cost a hand-over.
+ */
+static int runs_here(uint32_t opcode)
+{
+	switch (opcode) {
+	case FUSE_READ:
+	case FUSE_WRITE:
+	case FUSE_FORGET:
+	case FUSE_BATCH_FORGET:
+	case FUSE_INTERRUPT:
+	case FUSE_GETATTR:
+	case FUSE_GETXATTR:
+	case FUSE_LISTXATTR:
+	case FUSE_STATFS:
+	case FUSE_LOOKUP:
+		return 1;
+	}
+	return 0;
+}
+
+static void dispatch(struct worker *w, size_t len)
+{
+	const struct fuse_in_header *h = (const void *)w->buf;
+	struct fuse_buf fbuf = { .size = len, .mem = w->buf };
+	struct raw_job *r;
+
+	if (len < sizeof(*h) || !loop_held || runs_here(h->opcode)) {
+		fuse_session_process_buf(w->L->se, &fbuf);
+		return;
+	}
+	r = malloc(sizeof(*r) + len);
+	if (!r) { /* run it here, late rather than never */
+		fuse_session_process_buf(w->L->se, &fbuf);
+		return;
+	}
+	memcpy(r->data, w->buf, len);
+	r->len = len;
+	r->job.run = raw_run;
+	fsloop_defer(&r->job);
+}
+
+/* /dev/fuse is readable: take what is there (a few), then poll again. */
+static void on_request(struct dev_acb *cb)
+{
+	struct worker *w = (struct worker *)((char *)cb -
+					     offsetof(struct worker, req_cb));
+	struct loop *L = w->L;
+	int i;
+
+	for (i = 0; i < 8 && !L->stop; i++) {
+		ssize_t n = read(L->fd, w->buf, REQ_BUF);
+
+		if (n > 0) {
+			dispatch(w, n);
+			continue;
+		}
+		if (n < 0 && (errno == EINTR || errno == ENOENT))
+			continue; /* interrupted, or a request gone */
+		if (n < 0 && errno == EAGAIN)
+			break;
+		loop_stop(L); /* ENODEV: unmounted */
+		return;
+	}
+	if (!L->stop && dev_aring_readable(w->ring, L->fd, &w->req_cb, 1))
+		loop_stop(L);
+}
+
+static void on_stop(struct dev_acb *cb)
+{
+	(void)cb;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct loop *L = w->L;
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to main */
+	dev_aring_adopt(w->ring); /* made by main, used here only */
+	cur_worker = w;
+	w->req_cb.done = on_request;
+	w->stop_cb.done = on_stop;
+	if (dev_aring_readable(w->ring, L->fd, &w->req_cb, 1) ||
+	    dev_aring_readable(w->ring, L->stopfd, &w->stop_cb, 0)) {
+		loop_stop(L);
+		return NULL;
+	}
+	while (!__atomic_load_n(&L->stop, __ATOMIC_ACQUIRE) || loop_held) {
+		int ret = dev_aring_run(w->ring, 1, loop_held ? L->spin_ns : 0);
+
+		if (ret < 0 && ret != -EINTR && ret != -EAGAIN &&
+		    ret != -EBUSY && !loop_held)
+			loop_stop(L);
+	}
+	cur_worker = NULL;
+	return NULL;
+}
+
+static void loop_free(struct loop *L)
+{
+	unsigned i;
+
+	for (i = 0; i < L->nworkers; i++) {
+		dev_aring_free(L->workers[i].ring);
+		free(L->workers[i].buf);
+	}
+	free(L->workers);
+	if (L->stopfd >= 0)
+		close(L->stopfd);
+	pthread_mutex_destroy(&L->lock);
+	pthread_cond_destroy(&L->cond);
+	free(L);
+}
+
+static int loop_new(struct fuse_session *se, unsigned nworkers,
+		    struct loop **out)
+{
+	struct loop *L = calloc(1, sizeof(*L));
+	unsigned i;
+	int ret = -ENOMEM, fl;
+
+	if (!L)
+		return -ENOMEM;
+	pthread_mutex_init(&L->lock, NULL);
+	pthread_cond_init(&L->cond, NULL);
+	L->tail = &L->head;
+	L->se = se;
+	L->fd = fuse_session_fd(se);
+	L->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	L->nworkers = nworkers;
+	L->workers = calloc(nworkers, sizeof(*L->workers));
+	if (L->stopfd < 0 || !L->workers)
+		goto err;
+	fl = fcntl(L->fd, F_GETFL);
+	if (fl < 0 || fcntl(L->fd, F_SETFL, fl | O_NONBLOCK)) {
+		ret = -errno;
+		goto err;
+	}
+	for (i = 0; i < nworkers; i++) {
+		struct worker *w = &L->workers[i];
+
+		w->L = L;
+		w->buf = malloc(REQ_BUF);
+		if (!w->buf)
+			goto err;
+		ret = dev_aring_new(256, &w->ring);
+		if (ret)
+			goto err;
+	}
+	*out = L;
+	return 0;
+err:
+	loop_free(L);
+	return ret;
+}
+
+/*
+ * Serve requests until the session ends: nworkers workers (0: one per CPU)
+ * and a pool of up to pool threads.  A machine where the workers' rings
+ * cannot be had is served by libfuse's own loop, with pool threads.
+ */
+int fsloop_run(struct fuse_session *se, unsigned nworkers, unsigned pool,
+	       uint64_t spin_ns)
+{
+	struct loop *L = NULL;
+	unsigned i;
+	int ret;
+
+	if (!nworkers) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		nworkers = n > 0 ? n : 1;
+	}
+	if (pool > POOL_MAX)
+		pool = POOL_MAX;
+	ret = loop_new(se, nworkers, &L);
+	if (ret)
+		return fsloop_run_mt(se, pool);
+	L->spin_ns = spin_ns;
+	the_loop = L;
+	for (i = 0; i < pool; i++)
+		if (!pthread_create(&L->pool[L->npool], NULL, pool_main, L))
+			L->npool++;
+	for (i = 0; i < nworkers; i++) {
+		struct worker *w = &L->workers[i];
+
+		w->started = !pthread_create(&w->thread, NULL, worker_main, w);
+		if (!w->started)
+			loop_stop(L);
+	}
+	while (!__atomic_load_n(&L->stop, __ATOMIC_ACQUIRE)) {
+		struct pollfd p = { .fd = L->stopfd, .events = POLLIN };
+
+		poll(&p, 1, 200);
+		if (fuse_session_exited(se))
+			loop_stop(L);
+	}
+	for (i = 0; i < nworkers; i++)
+		if (L->workers[i].started)
+			pthread_join(L->workers[i].thread, NULL);
+	pthread_mutex_lock(&L->lock);
+	pthread_cond_broadcast(&L->cond);
+	pthread_mutex_unlock(&L->lock);
+	for (i = 0; i < L->npool; i++)
+		pthread_join(L->pool[i], NULL);
+	the_loop = NULL;
+	loop_free(L);
+	return 0;
+}
 
 /*
  * libfuse's multi-threaded loop: up to `threads` workers, each reading
  * /dev/fuse and answering its request itself; half of them may idle.
  */
-int fsloop_run(struct fuse_session *se, unsigned int threads)
+int fsloop_run_mt(struct fuse_session *se, unsigned int threads)
 {
 	struct fuse_loop_config *lc;
 	int ret;

@@ -2,9 +2,35 @@
 #ifndef NVC_FS_LOOP_H
 #define NVC_FS_LOOP_H
 
-struct fuse_session;
+#include <stdint.h>
 
-/* Serve requests until the session ends; 0 or -errno. */
-int fsloop_run(struct fuse_session *se, unsigned int threads);
+struct fuse_session;
+struct dev_aring;
+
+/*
+ * Serve requests until the session ends: workers (0: one per CPU) answer
+ * them, handing device I/O to their rings; pool threads run what a busy
+ * worker must not wait for.  spin_ns: how long a worker with I/O in flight
+ * spins for a completion before it sleeps.  0 or -errno.
+ */
+int fsloop_run(struct fuse_session *se, unsigned workers, unsigned pool,
+	       uint64_t spin_ns);
+/* libfuse's own multi-threaded loop: a thread per request in progress. */
+int fsloop_run_mt(struct fuse_session *se, unsigned int threads);
+
+/* On a worker: its ring; elsewhere NULL (then run requests synchronously). */
+struct dev_aring *fsloop_ring(void);
+/* Requests the calling worker has in flight (their locks held): +1 / -1. */
+void fsloop_hold(int delta);
+/* The caller is a worker with requests in flight: it must not wait for a
+ * lock, so what it cannot finish at once goes to fsloop_defer(). */
+int fsloop_must_defer(void);
+
+/* Work for the pool: run(job) is called once, on a pool thread. */
+struct fsloop_job {
+	void (*run)(struct fsloop_job *j);
+	struct fsloop_job *next;
+};
+void fsloop_defer(struct fsloop_job *j);
 
 #endif

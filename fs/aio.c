@@ -1,0 +1,238 @@
+/* fs: reads and writes answered from io_uring completions, on the loop's workers. */
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aio.h"
+#include "loop.h"
+
+/*
+ * A read or write that reaches a worker (fs/loop.c) is begun in the cache
+ * (cache_aio_begin), its device I/O queued on the worker's ring, and the
+ * worker goes on; the last completion ends it in the cache and replies.
+ * Between the two the worker holds the request's locks (fsloop_hold), so a
+ * request the cache refuses to take this way (-EAGAIN: a miss, a new block,
+ * a lock taken) runs synchronously on the worker only when it holds nothing,
+ * and otherwise goes to the pool, with a copy of a write's data (the
+ * worker's request buffer is reused at once).
+ */
+
+#define FREE_MAX 64
+
+struct aop_cb {
+	struct dev_acb cb;
+	struct aop *op;
+};
+
+struct aop {
+	struct aop *next; /* on the worker's free list */
+	fuse_req_t req;
+	struct cache *c;
+	struct cache_aio *a;
+	void *fh;
+	fs_rw_sync_fn sync;
+	size_t size;
+	off_t off;
+	uint64_t t0;
+	int write;
+	unsigned pending; /* I/O not yet completed */
+	struct aop_cb cbs[CACHE_AIO_MAX_IOS];
+};
+
+/* A request for the pool: its arguments, and a write's data. */
+struct rw_job {
+	struct fsloop_job job;
+	fuse_req_t req;
+	void *fh;
+	fs_rw_sync_fn sync;
+	size_t size;
+	off_t off;
+	uint64_t t0;
+	int write;
+	char data[];
+};
+
+static __thread struct aop *free_ops;
+static __thread unsigned nfree;
+static pthread_key_t ops_key;
+static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
+
+static void aop_free(struct aop *op)
+{
+	cache_aio_free(op->a);
+	free(op);
+}
+
+static void ops_drop(void *p)
+{
+	struct aop *op = p, *next;
+
+	for (; op; op = next) {
+		next = op->next;
+		aop_free(op);
+	}
+}
+
+static void ops_key_init(void)
+{
+	pthread_key_create(&ops_key, ops_drop);
+}
+
+static struct aop *aop_get(void)
+{
+	struct aop *op = free_ops;
+
+	if (op) {
+		free_ops = op->next;
+		nfree--;
+		pthread_setspecific(ops_key, free_ops);
+		return op;
+	}
+	pthread_once(&ops_once, ops_key_init);
+	op = calloc(1, sizeof(*op));
+	if (op && cache_aio_new(&op->a)) {
+		free(op);
+		op = NULL;
+	}
+	return op;
+}
+
+static void aop_put(struct aop *op)
+{
+	if (nfree >= FREE_MAX) {
+		aop_free(op);
+		return;
+	}
+	op->next = free_ops;
+	free_ops = op;
+	nfree++;
+	pthread_setspecific(ops_key, free_ops); /* freed at the thread's end */
+}
+
+static void rw_job_run(struct fsloop_job *j)
+{
+	struct rw_job *r = (struct rw_job *)j;
+
+	r->sync(r->req, r->fh, r->write ? r->data : NULL, r->size, r->off,
+		r->t0);
+	free(r);
+}
+
+/* Run the request synchronously: here if the worker holds nothing. */
+static void rw_sync(fuse_req_t req, void *fh, fs_rw_sync_fn sync,
+		    const char *wbuf, size_t size, off_t off, uint64_t t0)
+{
+	struct rw_job *r;
+
+	if (!fsloop_must_defer()) {
+		sync(req, fh, wbuf, size, off, t0);
+		return;
+	}
+	r = malloc(sizeof(*r) + (wbuf ? size : 0));
+	if (!r) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	r->job.run = rw_job_run;
+	r->req = req;
+	r->fh = fh;
+	r->sync = sync;
+	r->size = size;
+	r->off = off;
+	r->t0 = t0;
+	r->write = wbuf != NULL;
+	if (wbuf)
+		memcpy(r->data, wbuf, size);
+	fsloop_defer(&r->job);
+}
+
+static void aop_finish(struct aop *op)
+{
+	char *data = NULL;
+	size_t n = 0;
+	int ret = cache_aio_end(op->a, &data, &n);
+
+	fsloop_hold(-1);
+	if (ret == -EAGAIN && !op->write) {
+		/* a device failed under the read: the slow path handles it */
+		rw_sync(op->req, op->fh, op->sync, NULL, op->size, op->off,
+			op->t0);
+		aop_put(op);
+		return;
+	}
+	if (ret)
+		fuse_reply_err(op->req, -ret);
+	else if (op->write)
+		fuse_reply_write(op->req, n);
+	else
+		fuse_reply_buf(op->req, data, n);
+	cache_note_latency(op->c, op->write ? STAT_L_write : STAT_L_read,
+			   op->t0);
+	aop_put(op);
+}
+
+static void aop_io_done(struct dev_acb *cb)
+{
+	struct aop *op = ((struct aop_cb *)cb)->op;
+
+	assert(op->pending > 0);
+	if (!--op->pending)
+		aop_finish(op);
+}
+
+/* Queue the begun request's I/O on the worker's ring. */
+static void aop_start(struct aop *op, struct dev_aring *ring)
+{
+	struct dev_io *ios;
+	unsigned i, n = cache_aio_ios(op->a, &ios);
+
+	assert(n <= CACHE_AIO_MAX_IOS);
+	op->pending = n + 1; /* one for the queueing itself */
+	for (i = 0; i < n; i++) {
+		op->cbs[i].cb.done = aop_io_done;
+		op->cbs[i].op = op;
+		if (dev_aring_io(ring, &ios[i], &op->cbs[i].cb))
+			op->pending--; /* ios[i].res says why */
+	}
+	aop_io_done(&op->cbs[0].cb);
+}
+
+int fs_aio_rw(fuse_req_t req, struct cache *c, struct cfile *cf, void *fh,
+	      const char *wbuf, size_t size, off_t off, uint64_t t0,
+	      fs_rw_sync_fn sync)
+{
+	struct dev_aring *ring = fsloop_ring();
+	struct aop *op;
+	int ret;
+
+	if (!ring)
+		return -EAGAIN; /* not a worker: the caller runs it */
+	op = aop_get();
+	if (!op) {
+		rw_sync(req, fh, sync, wbuf, size, off, t0);
+		return 0;
+	}
+	ret = cache_aio_begin(c, cf, op->a, wbuf, size, off);
+	if (ret) {
+		aop_put(op);
+		if (ret == -EAGAIN)
+			rw_sync(req, fh, sync, wbuf, size, off, t0);
+		else
+			fuse_reply_err(req, -ret);
+		return 0;
+	}
+	fsloop_hold(1);
+	op->req = req;
+	op->c = c;
+	op->fh = fh;
+	op->sync = sync;
+	op->size = size;
+	op->off = off;
+	op->t0 = t0;
+	op->write = wbuf != NULL;
+	op->cbs[0].op = op;
+	aop_start(op, ring);
+	return 0;
+}

@@ -1,0 +1,21 @@
+/* fs: reads and writes answered from io_uring completions, on the loop's workers. */
+#ifndef NVC_FS_AIO_H
+#define NVC_FS_AIO_H
+
+#include "fs.h"
+
+/* The synchronous path of a read (wbuf NULL) or write: replies itself. */
+typedef void (*fs_rw_sync_fn)(fuse_req_t req, void *fh, const char *wbuf,
+			      size_t size, off_t off, uint64_t t0);
+
+/*
+ * Serve a read (wbuf NULL) or a write on a worker: asynchronously if the
+ * cache can, else through sync (here, or on the pool if the worker holds
+ * requests in flight).  0: taken (replied, or the reply will come);
+ * -EAGAIN: not a worker, the caller runs sync itself.
+ */
+int fs_aio_rw(fuse_req_t req, struct cache *c, struct cfile *cf, void *fh,
+	      const char *wbuf, size_t size, off_t off, uint64_t t0,
+	      fs_rw_sync_fn sync);
+
+#endif

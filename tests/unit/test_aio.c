@@ -1,0 +1,317 @@
+/* tests: the asynchronous pipeline — reads and writes begun, their I/O run on
+ * a ring, and ended, give what the synchronous path gives, and what it
+ * cannot take is refused with nothing done. */
+#define _GNU_SOURCE
+#include "env.h"
+
+#include <pthread.h>
+
+struct waiter {
+	struct dev_acb cb;
+	unsigned *pending;
+};
+
+static void io_done(struct dev_acb *cb)
+{
+	(*((struct waiter *)cb)->pending)--;
+}
+
+/* Run a begun request's I/O on a ring, as a server's worker does. */
+static void run_ios(struct dev_aring *r, struct cache_aio *a)
+{
+	struct waiter w[CACHE_AIO_MAX_IOS];
+	struct dev_io *ios;
+	unsigned i, n = cache_aio_ios(a, &ios), pending = 0;
+
+	for (i = 0; i < n; i++) {
+		w[i].cb.done = io_done;
+		w[i].pending = &pending;
+		if (!dev_aring_io(r, &ios[i], &w[i].cb))
+			pending++;
+	}
+	while (pending)
+		CHECK(dev_aring_run(r, 1, 0) >= 0);
+}
+
+/* A whole asynchronous request: 0, or begin's or end's error. */
+static int aio(struct env *e, struct dev_aring *r, struct cfile *f,
+	       struct cache_aio *a, const char *src, size_t len, uint64_t off,
+	       char **data, size_t *n)
+{
+	int ret = cache_aio_begin(e->c, f, a, src, len, off);
+
+	if (ret)
+		return ret;
+	CHECK_EQ(cache_aio_held(), 1);
+	run_ios(r, a);
+	ret = cache_aio_end(a, data, n);
+	CHECK_EQ(cache_aio_held(), 0);
+	return ret;
+}
+
+static uint64_t cnt(struct env *e, enum stat_counter k)
+{
+	return cache_counter(e->c, k);
+}
+
+static uint64_t dirty_bytes(struct env *e)
+{
+	struct stat_snap *s = calloc(1, sizeof(*s));
+	uint64_t v;
+
+	cache_snapshot(e->c, s);
+	v = STAT_GAUGE(s, dirty_bytes);
+	free(s);
+	return v;
+}
+
+/* A read of cached pages is a hit; one of pages not cached is refused. */
+static void test_read(void)
+{
+	struct env e;
+	struct dev_aring *r;
+	struct cache_aio *a;
+	char *ref = malloc(512 * KiB), *data;
+	struct cfile *f;
+	size_t n;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	CHECK_EQ(dev_aring_new(64, &r), 0);
+	CHECK_EQ(cache_aio_new(&a), 0);
+	fill(ref, 512 * KiB, 7);
+	fd = openat(e.backing_fd, "f", O_RDWR | O_CREAT, 0644);
+	CHECK_EQ(pwrite(fd, ref, 512 * KiB, 0), 512 * KiB);
+	close(fd);
+	f = file_open(&e, "f", &fd);
+	CHECK_EQ(cache_write(e.c, f, ref, 256 * KiB, 0), 0);
+	/* within one block, across blocks, unaligned */
+	CHECK_EQ(aio(&e, r, f, a, NULL, 4 * KiB, 8 * KiB, &data, &n), 0);
+	CHECK(n == 4 * KiB && !memcmp(data, ref + 8 * KiB, n));
+	CHECK_EQ(aio(&e, r, f, a, NULL, 200 * KiB, 10, &data, &n), 0);
+	CHECK(n == 200 * KiB && !memcmp(data, ref + 10, n));
+	CHECK_EQ(cnt(&e, STAT_C_read_hit_ops), 2);
+	/* past 256 KiB nothing is cached: the synchronous path reads it */
+	CHECK_EQ(aio(&e, r, f, a, NULL, 8 * KiB, 252 * KiB, &data, &n),
+		 -EAGAIN);
+	CHECK_EQ(cnt(&e, STAT_C_read_ops), 2);
+	CHECK(same(&e, f, ref, 512 * KiB, 0)); /* keeps what it read */
+	CHECK_EQ(aio(&e, r, f, a, NULL, 8 * KiB, 252 * KiB, &data, &n), 0);
+	CHECK(n == 8 * KiB && !memcmp(data, ref + 252 * KiB, n));
+	/* at and past the end of the file */
+	CHECK_EQ(aio(&e, r, f, a, NULL, 8 * KiB, 508 * KiB, &data, &n), 0);
+	CHECK(n == 4 * KiB && !memcmp(data, ref + 508 * KiB, n));
+	CHECK_EQ(aio(&e, r, f, a, NULL, 8 * KiB, 600 * KiB, &data, &n), 0);
+	CHECK_EQ(n, 0);
+	cache_aio_free(a);
+	dev_aring_free(r);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+}
+
+/* An overwrite of cached whole pages is taken, is read back, is dirty, and
+ * is in the cache after it is opened again (its entries persisted). */
+static void test_write(void)
+{
+	struct env e;
+	struct dev_aring *r;
+	struct cache_aio *a;
+	char *ref = malloc(256 * KiB), *upd = malloc(64 * KiB), *data;
+	struct cfile *f;
+	size_t n;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	CHECK_EQ(dev_aring_new(64, &r), 0);
+	CHECK_EQ(cache_aio_new(&a), 0);
+	fill(ref, 256 * KiB, 1);
+	fill(upd, 64 * KiB, 2);
+	f = file_open(&e, "f", &fd);
+	CHECK_EQ(cache_write(e.c, f, ref, 256 * KiB, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0); /* clean: the intent path */
+	CHECK_EQ(aio(&e, r, f, a, upd, 8 * KiB, 60 * KiB, &data, &n), 0);
+	CHECK_EQ(n, 8 * KiB);
+	memcpy(ref + 60 * KiB, upd, 8 * KiB);
+	CHECK_EQ(aio(&e, r, f, a, upd + 8 * KiB, 4 * KiB, 200 * KiB, &data,
+		     &n),
+		 0);
+	memcpy(ref + 200 * KiB, upd + 8 * KiB, 4 * KiB);
+	CHECK(same(&e, f, ref, 256 * KiB, 0));
+	CHECK_EQ(dirty_bytes(&e), 12 * KiB);
+	CHECK_EQ(cnt(&e, STAT_C_write_ops), 3);
+	CHECK_EQ(cnt(&e, STAT_C_write_hit_ops), 2);
+	/* what was acknowledged is found again after the cache is reopened */
+	cache_file_put(e.c, f);
+	cache_close(e.c, 0);
+	e.c = NULL;
+	env_open(&e);
+	CHECK_EQ(dirty_bytes(&e), 12 * KiB);
+	CHECK_EQ(cache_file_get(e.c, fd, &f), 0);
+	CHECK(same(&e, f, ref, 256 * KiB, 0));
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(backing_same(fd, ref, 256 * KiB));
+	cache_aio_free(a);
+	dev_aring_free(r);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+	free(upd);
+}
+
+struct other {
+	struct env *e;
+	struct cfile *f;
+	int ret;
+};
+
+/* Another server thread's read of the first page, with its own ring. */
+static void *other_read(void *arg)
+{
+	struct other *o = arg;
+	struct dev_aring *r;
+	struct cache_aio *a;
+	char *data;
+	size_t n;
+
+	CHECK_EQ(dev_aring_new(16, &r), 0);
+	CHECK_EQ(cache_aio_new(&a), 0);
+	o->ret = cache_aio_begin(o->e->c, o->f, a, NULL, 4 * KiB, 0);
+	if (!o->ret) {
+		run_ios(r, a);
+		CHECK_EQ(cache_aio_end(a, &data, &n), 0);
+		CHECK_EQ(n, 4 * KiB);
+	}
+	cache_aio_free(a);
+	dev_aring_free(r);
+	return NULL;
+}
+
+/* What the pipeline cannot take is refused before anything changes. */
+static void test_refused(void)
+{
+	struct env e;
+	struct dev_aring *r;
+	struct cache_aio *a;
+	char *ref = malloc(256 * KiB), *data;
+	struct other o;
+	pthread_t t;
+	struct cfile *f;
+	size_t n;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	CHECK_EQ(dev_aring_new(64, &r), 0);
+	CHECK_EQ(cache_aio_new(&a), 0);
+	fill(ref, 256 * KiB, 3);
+	f = file_open(&e, "f", &fd);
+	CHECK_EQ(cache_write(e.c, f, ref, 128 * KiB, 0), 0);
+	/* a partial page, a block not cached */
+	CHECK_EQ(cache_aio_begin(e.c, f, a, ref, 100, 4096), -EAGAIN);
+	CHECK_EQ(cache_aio_begin(e.c, f, a, ref, 4096, 128 * KiB), -EAGAIN);
+	/* writethrough writes the backing file: not here */
+	e.cfg.mode = MODE_WRITETHROUGH;
+	CHECK_EQ(cache_aio_begin(e.c, f, a, ref, 4096, 0), -EAGAIN);
+	e.cfg.mode = MODE_WRITEBACK;
+	CHECK_EQ(cache_aio_held(), 0);
+	CHECK_EQ(cnt(&e, STAT_C_write_ops), 1);
+	/* a write in flight holds its slot: another thread's read of it is
+	 * refused, not left waiting */
+	CHECK_EQ(cache_aio_begin(e.c, f, a, ref, 4096, 0), 0);
+	o.e = &e;
+	o.f = f;
+	CHECK_EQ(pthread_create(&t, NULL, other_read, &o), 0);
+	pthread_join(t, NULL);
+	CHECK_EQ(o.ret, -EAGAIN);
+	run_ios(r, a);
+	CHECK_EQ(cache_aio_end(a, &data, &n), 0);
+	CHECK_EQ(pthread_create(&t, NULL, other_read, &o), 0);
+	pthread_join(t, NULL);
+	CHECK_EQ(o.ret, 0);
+	cache_aio_free(a);
+	dev_aring_free(r);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+}
+
+/* A device that fails under a read: the read is redone synchronously, which
+ * takes clean pages from the backing file. */
+static void test_read_device_fails(void)
+{
+	struct env e;
+	struct dev_aring *r;
+	struct cache_aio *a;
+	char *ref = malloc(128 * KiB), *data;
+	struct cfile *f;
+	size_t n;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	CHECK_EQ(dev_aring_new(64, &r), 0);
+	CHECK_EQ(cache_aio_new(&a), 0);
+	fill(ref, 128 * KiB, 4);
+	f = file_open(&e, "f", &fd);
+	CHECK_EQ(cache_write(e.c, f, ref, 128 * KiB, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	dev_faults(e.devs[0])->fail_reads = -EIO;
+	dev_faults(e.devs[1])->fail_reads = -EIO;
+	CHECK_EQ(aio(&e, r, f, a, NULL, 8 * KiB, 0, &data, &n), -EAGAIN);
+	CHECK(same(&e, f, ref, 128 * KiB, 0));
+	cache_aio_free(a);
+	dev_aring_free(r);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+}
+
+/* A device that fails under a write: the write goes to the backing file,
+ * as on the synchronous path, and is read back. */
+static void test_write_device_fails(void)
+{
+	struct env e;
+	struct dev_aring *r;
+	struct cache_aio *a;
+	char *ref = malloc(128 * KiB), *upd = malloc(8 * KiB), *data;
+	struct cfile *f;
+	size_t n;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	CHECK_EQ(dev_aring_new(64, &r), 0);
+	CHECK_EQ(cache_aio_new(&a), 0);
+	fill(ref, 128 * KiB, 5);
+	fill(upd, 8 * KiB, 6);
+	f = file_open(&e, "f", &fd);
+	CHECK_EQ(cache_write(e.c, f, ref, 128 * KiB, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	dev_faults(e.devs[0])->fail_writes = -EIO;
+	dev_faults(e.devs[1])->fail_writes = -EIO;
+	CHECK_EQ(aio(&e, r, f, a, upd, 8 * KiB, 16 * KiB, &data, &n), 0);
+	memcpy(ref + 16 * KiB, upd, 8 * KiB);
+	CHECK(backing_same(fd, ref, 128 * KiB));
+	CHECK(same(&e, f, ref, 128 * KiB, 0));
+	cache_aio_free(a);
+	dev_aring_free(r);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+	free(upd);
+}
+
+int main(void)
+{
+	rbuf = dev_alloc_buf(2 * MiB);
+	test_read();
+	test_write();
+	test_read_device_fails();
+	test_write_device_fails();
+	test_refused();
+	printf("test_aio: ok\n");
+	return 0;
+}
