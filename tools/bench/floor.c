@@ -36,6 +36,12 @@
  * fuse_session_custom_io), the floor must do the same: one call in main()
  * (marked PROTO below) and the library in tools/bench/meson.build.
  *
+ * Extended attributes are answered as a file without any: nvcachefs
+ * implements them, and the kernel asks for security.capability before
+ * writes unless the daemon handles killpriv; a floor answering ENOSYS would
+ * spare itself round trips nvcachefs pays.  -v prints, at exit, how many
+ * requests of each kind came (to check what the protocol costs).
+ *
  * Locking: one mutex for the name space (lookups, creates, unlinks, the
  * attributes of setattr); reads and writes take no lock (the size is read
  * and grown atomically).  Nodes stay alive while the kernel holds a lookup
@@ -61,6 +67,28 @@ struct node {
 	nlink_t nlink;
 	struct timespec atime, mtime, ctime;
 };
+
+enum {
+	C_LOOKUP,
+	C_GETATTR,
+	C_SETATTR,
+	C_CREATE,
+	C_OPEN,
+	C_READ,
+	C_WRITE,
+	C_FLUSH,
+	C_FSYNC,
+	C_RELEASE,
+	C_GETXATTR,
+	C_OTHER,
+	C_N
+};
+static const char *const count_names[C_N] = { "lookup",	 "getattr",  "setattr",
+					      "create",	 "open",     "read",
+					      "write",	 "flush",    "fsync",
+					      "release", "getxattr", "other" };
+static uint64_t counts[C_N]; /* __atomic */
+#define COUNT(c) __atomic_fetch_add(&counts[c], 1, __ATOMIC_RELAXED)
 
 static pthread_mutex_t ns_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct node *buckets[HASH_BUCKETS];
@@ -203,6 +231,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct fuse_entry_param e;
 	struct node *n;
 
+	COUNT(C_LOOKUP);
 	pthread_mutex_lock(&ns_lock);
 	n = find(node_of(parent), name);
 	if (n) {
@@ -249,6 +278,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 {
 	struct stat st;
 
+	COUNT(C_GETATTR);
 	pthread_mutex_lock(&ns_lock);
 	fill_stat(node_of(ino), &st);
 	pthread_mutex_unlock(&ns_lock);
@@ -269,6 +299,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	struct node *n = node_of(ino);
 	struct stat st;
 
+	COUNT(C_SETATTR);
 	pthread_mutex_lock(&ns_lock);
 	if (to_set & FUSE_SET_ATTR_MODE)
 		n->mode = (n->mode & S_IFMT) | (attr->st_mode & 07777);
@@ -325,6 +356,7 @@ static void make(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      mode_t mode, struct fuse_file_info *fi)
 {
+	COUNT(C_CREATE);
 	make(req, parent, name, S_IFREG | (mode & 07777), fi);
 }
 
@@ -379,6 +411,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct node *n = node_of(ino);
 
+	COUNT(C_OPEN);
 	if (fi->flags & O_TRUNC)
 		__atomic_store_n(&n->size, 0, __ATOMIC_RELAXED);
 	fi->keep_cache = 1; /* as nvcachefs (open_revalidate) when unchanged */
@@ -399,6 +432,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct iovec iov[16];
 	size_t n, cnt = 0;
 
+	COUNT(C_READ);
 	n = (uint64_t)off >= end ? 0 : end - off < size ? end - off : size;
 	while (n && cnt < sizeof(iov) / sizeof(iov[0])) {
 		iov[cnt].iov_base = ram;
@@ -415,6 +449,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	uint64_t end = off + size,
 		 cur = __atomic_load_n(&n->size, __ATOMIC_RELAXED);
 
+	COUNT(C_WRITE);
 	while (cur < end &&
 	       !__atomic_compare_exchange_n(&n->size, &cur, end, 0,
 					    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
@@ -438,13 +473,58 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 
 static void op_ok(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	COUNT(C_OTHER);
+	fuse_reply_err(req, 0);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	COUNT(C_FLUSH);
+	fuse_reply_err(req, 0);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	COUNT(C_RELEASE);
 	fuse_reply_err(req, 0);
 }
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		     struct fuse_file_info *fi)
 {
+	COUNT(C_FSYNC);
 	fuse_reply_err(req, 0);
+}
+
+/* A file without extended attributes (see the essay at the top). */
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	COUNT(C_GETXATTR);
+	fuse_reply_err(req, ENODATA);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	COUNT(C_OTHER);
+	if (size)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_xattr(req, 0);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	COUNT(C_OTHER);
+	fuse_reply_err(req, ENOTSUP);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	COUNT(C_OTHER);
+	fuse_reply_err(req, ENODATA);
 }
 
 /* Entries by position: ".", "..", then the children in list order. */
@@ -515,8 +595,8 @@ static const struct fuse_lowlevel_ops floor_ops = {
 	.create = op_create,
 	.read = op_read,
 	.write = op_write,
-	.flush = op_ok,
-	.release = op_ok,
+	.flush = op_flush,
+	.release = op_release,
 	.fsync = op_fsync,
 	.fallocate = op_fallocate,
 	.opendir = op_opendir,
@@ -524,6 +604,10 @@ static const struct fuse_lowlevel_ops floor_ops = {
 	.releasedir = op_ok,
 	.fsyncdir = op_fsync,
 	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
 };
 
 /* ------------------------------------------------------------ main */
@@ -560,7 +644,9 @@ static void usage(FILE *f)
 		   "  -f          accepted (always in the foreground)\n"
 		   "  -t THREADS  FUSE worker threads at most (nvcachefs's "
 		   "fuse.threads; 16)\n"
-		   "  -o OPTION   a FUSE mount option\n");
+		   "  -o OPTION   a FUSE mount option\n"
+		   "  -v          at exit, the number of requests of each "
+		   "kind\n");
 }
 
 int main(int argc, char **argv)
@@ -570,12 +656,15 @@ int main(int argc, char **argv)
 	char mnt[PATH_MAX];
 	unsigned int threads = 16;
 	pthread_t ra;
-	int opt, ra_started, ret = 1;
+	int opt, ra_started, verbose = 0, ret = 1;
 
 	fuse_opt_add_arg(&args, argv[0]);
-	while ((opt = getopt(argc, argv, "hft:o:")) != -1) {
+	while ((opt = getopt(argc, argv, "hft:o:v")) != -1) {
 		switch (opt) {
 		case 'f':
+			break;
+		case 'v':
+			verbose = 1;
 			break;
 		case 't':
 			threads = strtoul(optarg, NULL, 0);
@@ -626,6 +715,9 @@ int main(int argc, char **argv)
 	fuse_session_unmount(se);
 	if (ra_started)
 		pthread_join(ra, NULL);
+	for (int i = 0; verbose && i < C_N; i++)
+		fprintf(stderr, "fuse-floor: %s %llu\n", count_names[i],
+			(unsigned long long)counts[i]);
 out_handlers:
 	fuse_remove_signal_handlers(se);
 out_session:
