@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -885,6 +886,23 @@ def main():
     print(f"report: {os.path.join(out, 'report.md')} ({time.time() - started:.0f} s)")
 
 
+def cpu_medians_md(runs):
+    """The daemons' CPU per operation and per GiB: the median of the runs."""
+    md = [f"## CPU per operation and per GiB (median of {len(runs)} runs)\n",
+          "| workload | nvcachefs us per op | s per GiB | fuse-floor us per op | s per GiB |", "|---|---|---|---|---|"]
+    for wl in dict.fromkeys(k[0] for k in runs[0].results):
+        cells = []
+        for x in ("nvcachefs", FLOOR):
+            for key, fmt in (("cpu_us_per_op", "{:.1f}"), ("cpu_s_per_gib", "{:.2f}")):
+                vs = [b.results.get((wl, x), {}).get(key) for b in runs]
+                vs = [v for v in vs if v is not None]
+                cells.append(fmt.format(statistics.median(vs)) if vs else "-")
+        if any(c != "-" for c in cells):
+            md.append(f"| {wl} | " + " | ".join(cells) + " |")
+    md.append("")
+    return md
+
+
 def repeat(a, out, started):
     """The whole measurement a.repeat times, each its own setup and report in OUT/runK; OUT/report.md and
     OUT/results.json: the median of each nvcachefs ratio over the runs, with every run's figure."""
@@ -910,6 +928,7 @@ def repeat(a, out, started):
           "workload's ceiling (see a run's Ceiling section).\n"]
     md += ceiling.targets_md(med, TARGETS, f"Targets of issue 11 (median of {a.repeat} runs)")
     md += ceiling.medians_md(med, a.repeat)
+    md += cpu_medians_md(runs)
     mem = runs[-1].mem
     md += memory.report(mem)
     with open(os.path.join(out, "report.md"), "w") as f:
