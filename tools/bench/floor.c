@@ -39,7 +39,8 @@
  * Extended attributes are answered as a file without any: nvcachefs
  * implements them, and the kernel asks for security.capability before
  * writes unless the daemon handles killpriv; a floor answering ENOSYS would
- * spare itself round trips nvcachefs pays.  -v prints, at exit, how many
+ * spare itself round trips nvcachefs pays (-X does just that: the A/B of
+ * what FUSE_HANDLE_KILLPRIV_V2 would save).  -v prints, at exit, how many
  * requests of each kind came (to check what the protocol costs).
  *
  * Locking: one mutex for the name space (lookups, creates, unlinks, the
@@ -88,6 +89,7 @@ static const char *const count_names[C_N] = { "lookup",	 "getattr",  "setattr",
 					      "write",	 "flush",    "fsync",
 					      "release", "getxattr", "other" };
 static uint64_t counts[C_N]; /* __atomic */
+static int no_xattr; /* -X: xattr requests answered ENOSYS */
 #define COUNT(c) __atomic_fetch_add(&counts[c], 1, __ATOMIC_RELAXED)
 
 static pthread_mutex_t ns_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -502,7 +504,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
 	COUNT(C_GETXATTR);
-	fuse_reply_err(req, ENODATA);
+	fuse_reply_err(req, no_xattr ? ENOSYS : ENODATA);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
@@ -645,6 +647,9 @@ static void usage(FILE *f)
 		   "  -t THREADS  FUSE worker threads at most (nvcachefs's "
 		   "fuse.threads; 16)\n"
 		   "  -o OPTION   a FUSE mount option\n"
+		   "  -X          answer extended-attribute requests ENOSYS "
+		   "(the kernel then\n"
+		   "              stops asking; nvcachefs does not)\n"
 		   "  -v          at exit, the number of requests of each "
 		   "kind\n");
 }
@@ -659,12 +664,15 @@ int main(int argc, char **argv)
 	int opt, ra_started, verbose = 0, ret = 1;
 
 	fuse_opt_add_arg(&args, argv[0]);
-	while ((opt = getopt(argc, argv, "hft:o:v")) != -1) {
+	while ((opt = getopt(argc, argv, "hft:o:vX")) != -1) {
 		switch (opt) {
 		case 'f':
 			break;
 		case 'v':
 			verbose = 1;
+			break;
+		case 'X':
+			no_xattr = 1;
 			break;
 		case 't':
 			threads = strtoul(optarg, NULL, 0);
