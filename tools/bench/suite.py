@@ -12,12 +12,27 @@ import sys
 import time
 import uuid
 
+import ceiling
+import memory
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("NVC_BUILD", os.path.join(ROOT, "build"))
 DAEMON = os.path.join(BUILD, "fs", "nvcachefs")
 CTL = os.path.join(BUILD, "tools", "nvcachectl")
+FLOOR_BIN = os.path.join(BUILD, "tools", "bench", "fuse-floor")
 MiB, GiB = 1 << 20, 1 << 30
 PEERS = ("rclone", "mergerfs", "bindfs", "ext4-dimm")
+FLOOR = ceiling.FLOOR
+DAEMONS = {"nvcachefs": "nvc_proc", "nvcachefs-small": "nvcs_proc", FLOOR: "floor_proc"}
+MEM_GIB = (1, 8, 64)
+# the issue 11 targets: (workload, ratio of nvcachefs_ratios, at least)
+TARGETS = [("4K randread QD1 (cached)", "of ceiling", 0.8), ("4K randread QD32 (cached)", "of ceiling", 0.8),
+           ("4K randread QD32 (cached)", "vs raw", 0.35), ("4K randwrite QD1", "of ceiling", 0.8),
+           ("4K randwrite QD32", "of ceiling", 0.8), ("4K randwrite QD32", "vs raw", 0.4),
+           ("4K write + fdatasync (log)", "of ceiling", 0.8), ("1M checkpoint write", "of ceiling", 0.8),
+           ("1M seqread (uncached)", "vs backing", 0.9), ("destage", "vs backing", 0.9),
+           ("Iometer File Server", "vs backing", 1.0), ("Iometer Web Server", "vs backing", 1.0),
+           ("metadata", "vs best FUSE peer", 3.0)]
 BANDS = ("<1ms", "1ms", "2-10ms", "11-50ms", "51-100ms", ">100ms")
 
 
@@ -26,6 +41,33 @@ def sh(*a, check=True, **kw):
     if check and r.returncode:
         raise RuntimeError(f"{' '.join(a)}: {r.stderr.strip() or r.stdout.strip()}")
     return r
+
+
+def ensure_build():
+    """Build what the suite runs (the daemon, nvcachectl, the FUSE floor): meson setup when the build directory
+    has none, then ninja, which does nothing when it is up to date."""
+    if not os.path.exists(os.path.join(BUILD, "build.ninja")):
+        print(f"suite.py: meson setup {BUILD}", flush=True)
+        r = subprocess.run(["meson", "setup", BUILD], cwd=ROOT, capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(f"suite.py: meson setup {BUILD} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    targets = [os.path.relpath(x, BUILD) for x in (DAEMON, CTL, FLOOR_BIN)]
+    r = subprocess.run(["ninja", "-C", BUILD] + targets, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"suite.py: ninja -C {BUILD} failed:\n{r.stdout[-3000:]}{r.stderr[-2000:]}")
+
+
+def nvc_threads():
+    """fuse.threads by default, as nvcachefs --help gives it: the floor runs as many."""
+    m = re.search(r"fuse\.threads\s.*\[default: (\d+)\]", sh(DAEMON, "--help").stdout)
+    return int(m.group(1)) if m else 16
+
+
+def cpu_ticks(proc):
+    """utime + stime of a process (all its threads, also those that ended), in clock ticks."""
+    with open(f"/proc/{proc.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def mounted(p):
@@ -72,6 +114,8 @@ class Bench:
         self.lat = {}            # target -> sorted latencies (ns) of 4K randread QD1
         self.notes = []
         self.rss = {}
+        self.mem = []
+        self.floor_threads = None
 
     # ------------------------------------------------------------ devices
     def loop(self, name, size):
@@ -120,6 +164,7 @@ class Bench:
         os.makedirs(self.targets["backing"])
         self.targets["nvcachefs"] = self.mount_nvc("nvc", self.dimms, "nvcachefs")
         self.targets["nvcachefs-small"] = self.mount_nvc("nvcs", self.small_dimms, "small")
+        self.targets[FLOOR] = self.mount_floor()
         for peer in PEERS:
             try:
                 self.targets[peer] = getattr(self, "mount_" + peer.replace("-", "_"))()
@@ -155,6 +200,19 @@ class Bench:
         setattr(self, name + "_proc", p)
         setattr(self, name + "_conf", conf)
         return mnt
+
+    def mount_floor(self):
+        """The FUSE floor (tools/bench/floor.c): RAM reads, dropped writes, nvcachefs's loop and options."""
+        m = os.path.join(self.dir, "floor")
+        os.makedirs(m)
+        self.floor_threads = nvc_threads()
+        p = subprocess.Popen([FLOOR_BIN, "-f", "-t", str(self.floor_threads), m], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        self.mounts.append(m)
+        wait_mounted(m, p)
+        self.floor_proc = p
+        return m
 
     def peer_dir(self, name):
         d = os.path.join(self.backing, name)
@@ -220,14 +278,17 @@ class Bench:
             cmd += [f"--write_lat_log={log}", "--log_avg_msec=0", "--per_job_logs=1"]
         for k, f in enumerate(files):
             cmd += [f"--name=j{k}", f"--filename={f}"]
+        proc = getattr(self, DAEMONS[target], None) if target in DAEMONS else None
+        ticks = cpu_ticks(proc) if proc else 0
         r = sh(*cmd, check=False)
+        ticks = cpu_ticks(proc) - ticks if proc else 0
         if r.returncode:
             if target == "mergerfs" and "Invalid argument" in r.stderr:
                 return {"skip": "O_DIRECT fails with EINVAL: mergerfs 2.33 (Debian 12) hands the backing file "
                                 "an unaligned buffer (trapexit/mergerfs#950, fixed upstream by #1209)"}
             return {"skip": "fio failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:120]}
         j = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]
-        res = {"iops": 0, "bw": 0}
+        res = {"iops": 0, "bw": 0, "ops": 0, "bytes": 0}
         lat = None
         for d in ("read", "write"):
             x = j[d]
@@ -235,9 +296,16 @@ class Bench:
                 continue
             res["iops"] += x["iops"]
             res["bw"] += x["bw_bytes"]
+            res["ops"] += x["total_ios"]
+            res["bytes"] += x["io_bytes"]
             c = x["clat_ns"]
             if lat is None or c["N"] > lat["N"]:
                 lat = c
+        if proc and res["ops"]:
+            # the daemon's CPU across the cell, per request fio made and per GiB it moved
+            res["cpu_s"] = ticks / os.sysconf("SC_CLK_TCK")
+            res["cpu_us_per_op"] = res["cpu_s"] * 1e6 / res["ops"]
+            res["cpu_s_per_gib"] = res["cpu_s"] / (res["bytes"] / GiB)
         if j["sync"]["lat_ns"]["N"]:
             res["sync_p99_us"] = j["sync"]["lat_ns"]["percentile"]["99.000000"] / 1e3
         if lat:
@@ -319,6 +387,7 @@ class Bench:
         self.bonnie()
         self.destage()
         self.resources()
+        self.mem_per_gib()
 
     def uncached_read(self):
         name = "1M seqread (uncached)"
@@ -326,6 +395,9 @@ class Bench:
         for x, where in self.targets.items():
             if x == "nvcachefs-small":
                 self.results[(name, x)] = {"skip": "not this workload"}
+                continue
+            if x == FLOOR:
+                self.results[(name, x)] = {"skip": "RAM is no cold store: the ceiling here is the backing store"}
                 continue
             if where is None:
                 self.results[(name, x)] = {"skip": "not mounted (see notes)"}
@@ -454,7 +526,7 @@ class Bench:
             if self.quick:
                 self.results[(name, x)] = {"skip": "skipped by --quick (minutes per target)"}
                 continue
-            if x == "raw" or where is None or x == "nvcachefs-small":
+            if x == "raw" or where is None or x in ("nvcachefs-small", FLOOR):
                 self.results[(name, x)] = {"skip": "a block device has no files" if x == "raw" else "not run"}
                 continue
             r = sh("bonnie++", "-q", "-d", where, "-s", "1024", "-r", "512", "-n", "4", "-u", "root", "-f",
@@ -504,6 +576,10 @@ class Bench:
         cap = st["gauges"]["capacity_bytes"]
         self.rss = {"peak_rss": hwm, "cache": cap, "rss_per_gib": hwm / (cap / GiB), "cpu": cpu, "moved": moved,
                     "cpu_per_gib": cpu / (moved / GiB) if moved else 0}
+        # after the workloads, without the mirrors' mapped pages (see tools/bench/memory.py)
+        now = memory.status_kb(p.pid)
+        mirrors = memory.mapped_rss(p.pid, [f"/dev/shm/{self.tag}-nvc-m{i}" for i in range(2)])
+        self.rss.update(rss_now=now["VmRSS"], mirrors_mapped=mirrors, own_now=now["VmRSS"] - mirrors)
         # recovery: kill -9 with dirty data, then mount again
         mnt = self.targets["nvcachefs"]
         sh("fio", "--name=r", f"--filename={os.path.join(mnt, 'dirty')}", "--size=256M", "--rw=write", "--bs=1M",
@@ -525,6 +601,16 @@ class Bench:
         self.rss["recovery_secs"] = time.time() - t0
         self.rss["dirty_recovered"] = json.loads(sh(CTL, "stats", mnt, "--json").stdout)["total"]["gauges"][
             "dirty_bytes"]
+
+    def mem_per_gib(self):
+        """The daemon's own DRAM after mount for caches of MEM_GIB GiB (tools/bench/memory.py)."""
+        self.mem = []
+        for g in MEM_GIB:
+            try:
+                self.mem.append(memory.measure(self, g, DAEMON, CTL, wait_mounted, sh))
+            except Exception as e:                       # shown in the report
+                self.mem.append({"gib": g, "skip": f"failed: {e}"[:200]})
+        print("  memory: done", flush=True)
 
     # ------------------------------------------------------------ report
     def fmt(self, r, key):
@@ -560,7 +646,9 @@ class Bench:
           f"fio {self.secs} s per cell; working set {self.ws // MiB} MiB; nvcachefs: two {self.dimm // MiB} MiB "
           f"emulated DIMMs (loop devices over /dev/shm, direct I/O), small cache two {self.small // MiB} MiB; "
           f"backing store: a directory on the machine's disk. Ratios: this figure over raw, over backing, over "
-          f"the best peer (rclone, mergerfs, bindfs, ext4 on a DIMM) of the same run; for latency lower is better.\n")
+          f"the best peer (rclone, mergerfs, bindfs, ext4 on a DIMM) of the same run; for latency lower is better. "
+          f"Of ceiling: this figure over the ceiling of the workload (see Ceiling), 1.00 = at the ceiling. "
+          f"fuse-floor: the suite's FUSE floor daemon, {self.floor_threads} threads like nvcachefs.\n")
         for n in self.notes:
             w(f"- {n}")
         w("")
@@ -568,9 +656,10 @@ class Bench:
         for (wl, _x) in self.results:
             if wl not in workloads and wl not in ("mount time",):
                 workloads.append(wl)
+        ratios = self.ratios()
         w("## Summary: nvcachefs (default configuration)\n")
-        w("| workload | MB/s | IOPS | p99 us | MB/s vs raw | vs backing | vs best peer (which) |")
-        w("|---|---|---|---|---|---|---|")
+        w("| workload | MB/s | IOPS | p99 us | MB/s vs raw | vs backing | vs best peer (which) | of ceiling |")
+        w("|---|---|---|---|---|---|---|---|")
         for wl in workloads:
             r = self.results.get((wl, "nvcachefs"), {})
             if not r or "skip" in r or "bw" not in r or wl in ("metadata", "destage", "bonnie++"):
@@ -580,19 +669,25 @@ class Bench:
             best = max(peers) if peers else None
             ra = self.results.get((wl, "raw"), {}).get("bw")
             rb = self.results.get((wl, "backing"), {}).get("bw")
+            oc = ratios.get(wl, {}).get("of ceiling")
+            oc = f"{oc:.2f}" if oc is not None else "-"
             w(f"| {wl} | {r['bw'] / 1e6:.1f} | {r.get('iops', 0):.0f} | {self.fmt(r, 'p99')} | "
               f"{r['bw'] / ra:.2f}x | {r['bw'] / rb:.2f}x | "
-              + (f"{r['bw'] / best[0]:.2f}x ({best[1]}) |" if best else "- |")
-              if ra and rb else f"| {wl} | {r['bw'] / 1e6:.1f} | | | | | |")
+              + (f"{r['bw'] / best[0]:.2f}x ({best[1]}) | {oc} |" if best else f"- | {oc} |")
+              if ra and rb else f"| {wl} | {r['bw'] / 1e6:.1f} | | | | | | |")
         md_ = self.results.get(("metadata", "nvcachefs"), {})
         if "create" in md_:
             mb = self.results.get(("metadata", "backing"), {}).get("create")
+            fp = ratios.get("metadata", {}).get("vs best FUSE peer")
             w(f"| metadata create/s | | {md_['create']:.0f} | | | "
-              f"{md_['create'] / mb:.2f}x | |" if mb else "")
+              f"{md_['create'] / mb:.2f}x | " + (f"{fp:.2f}x (best FUSE peer) | |" if fp else "| |") if mb else "")
         d, b = self.results.get(("destage", "nvcachefs"), {}), self.results.get(("destage", "backing"), {})
         if d.get("bw") and b.get("bw"):
-            w(f"| destage (vs backing's own 1M write) | {d['bw'] / 1e6:.1f} | | | | {d['bw'] / b['bw']:.2f}x | |")
+            w(f"| destage (vs backing's own 1M write) | {d['bw'] / 1e6:.1f} | | | | {d['bw'] / b['bw']:.2f}x | | "
+              f"{d['bw'] / b['bw']:.2f} |")
         w("")
+        md += ceiling.ceiling_md(self.results, workloads)
+        md += ceiling.targets_md(ratios, TARGETS, "Targets of issue 11 (this run)")
         for wl in workloads:
             rows = [(x, self.results[(wl, x)]) for x in self.targets if (wl, x) in self.results]
             if not rows:
@@ -627,8 +722,9 @@ class Bench:
             else:
                 extra = wl == "1M checkpoint write"
                 bands = wl.startswith("btest")
+                ceil = ceiling.ceiling(self.results, wl)
                 head = "| target | MB/s | IOPS | p50 us | p99 us | p99.9 us | max us | IOPS vs raw | vs backing | " \
-                       "vs best peer | p99 vs raw | vs backing | vs best peer |"
+                       "vs best peer | p99 vs raw | vs backing | vs best peer | of ceiling |"
                 if extra:
                     head += " written s | in backing s |"
                 if bands:
@@ -641,34 +737,83 @@ class Bench:
                         continue
                     a = self.ratio(wl, x, "iops", False)
                     l = self.ratio(wl, x, "p99", True)
+                    oc = ceiling.of_ceiling(self.results, wl, x, ceil)[0]
                     line = (f"| {x} | {self.fmt(r, 'bw')} | {self.fmt(r, 'iops')} | {self.fmt(r, 'p50')} | "
                             f"{self.fmt(r, 'p99')} | {self.fmt(r, 'p999')} | {self.fmt(r, 'max')} | "
-                            f"{' | '.join(a)} | {' | '.join(l)} |")
+                            f"{' | '.join(a)} | {' | '.join(l)} | " + (f"{oc:.2f} |" if oc is not None else "- |"))
                     if extra:
                         line += f" {r['write_secs']:.1f} | {r['durable_secs']:.1f} |"
                     if bands:
                         line += " " + " | ".join(str(v) for v in r.get("bands", [0] * 6)) + " |"
                     w(line)
+                if ceil and "floor" in ceil:
+                    fl = ceil["floor"]
+                    w(f"\nFloor {fl['bw'] / 1e6:.1f} MB/s ({fl['bw_by']}); ceiling {ceil['bw'] / 1e6:.1f} MB/s"
+                      + (f", p50 {ceil['p50']:.1f} us (floor p50 {fl['p50']:.1f} us, {fl['p50_by']})"
+                         if "p50" in ceil else "") + ".")
+                elif ceil:
+                    w(f"\nCeiling: the backing store, {ceil['bw'] / 1e6:.1f} MB/s.")
             w("")
         w("## The daemon\n")
         r = self.rss
         w("| figure | value |")
         w("|---|---|")
-        w(f"| peak RSS | {r['peak_rss'] / MiB:.1f} MiB for {r['cache'] / GiB:.2f} GiB of cache: "
-          f"{r['rss_per_gib'] / MiB:.1f} MiB per GiB |")
+        w(f"| peak RSS (with the mirrors' mapped pages) | {r['peak_rss'] / MiB:.1f} MiB for {r['cache'] / GiB:.2f} "
+          f"GiB of cache: {r['rss_per_gib'] / MiB:.1f} MiB per GiB |")
+        w(f"| RSS after the workloads | {r['rss_now'] / MiB:.1f} MiB, of which the mirrors' mapped pages "
+          f"{r['mirrors_mapped'] / MiB:.1f} MiB: own {r['own_now'] / MiB:.1f} MiB |")
         w(f"| CPU | {r['cpu']:.1f} s for {r['moved'] / GiB:.2f} GiB read, written and destaged: "
           f"{r['cpu_per_gib']:.2f} s per GiB |")
         w(f"| mount time (empty cache) | {self.results[('mount time', 'nvc')]['secs'] * 1000:.0f} ms |")
         w(f"| recovery after kill -9 | {r['recovery_secs'] * 1000:.0f} ms to mount again, "
           f"{r['dirty_recovered'] / MiB:.0f} MiB dirty recovered |")
         w("")
+        md += self.cpu_md(workloads)
+        md += memory.report(self.mem)
         w("Plots: `throughput.png` (throughput per workload and target), `latency_cdf.png` (4K random read "
           "QD1 latency CDF per target).")
         with open(os.path.join(self.out, "report.md"), "w") as f:
             f.write("\n".join(md) + "\n")
         with open(os.path.join(self.out, "results.json"), "w") as f:
-            json.dump({f"{k[0]} | {k[1]}": v for k, v in self.results.items()}, f, indent=1)
+            json.dump(self.json(), f, indent=1)
         self.plots(workloads)
+
+    def ratios(self):
+        return ceiling.nvc_ratios(self.results, PEERS)
+
+    def json(self):
+        """results.json: "workload | target" -> figures, "workload | ceiling" -> the ceiling and its floor,
+        "ratios | nvcachefs" -> nvcachefs's ratios per workload (with "of ceiling"), "daemon | nvcachefs" and
+        "memory | N GiB"."""
+        out = {f"{k[0]} | {k[1]}": v for k, v in self.results.items()}
+        for wl in dict.fromkeys(k[0] for k in self.results):
+            c = ceiling.ceiling(self.results, wl)
+            if c:
+                out[f"{wl} | ceiling"] = c
+        out["ratios | nvcachefs"] = self.ratios()
+        out["daemon | nvcachefs"] = self.rss
+        for m in self.mem:
+            out[f"memory | {m['gib']} GiB"] = m
+        return out
+
+    def cpu_md(self, workloads):
+        """The daemons' CPU (utime + stime across each cell) per request fio made and per GiB it moved."""
+        who = [x for x in ("nvcachefs", FLOOR) if self.targets.get(x)]
+        md = ["## CPU of the daemons per operation and per GiB\n",
+              "utime + stime of the daemon process (/proc/PID/stat, all threads) across the fio cell, over the "
+              "requests fio completed and over the bytes it moved. The floor's figure is what FUSE's request "
+              "loop alone costs the daemon.\n",
+              "| workload | " + " | ".join(f"{x} CPU s | us per op | s per GiB" for x in who) + " |",
+              "|---|" + "---|---|---|" * len(who)]
+        for wl in workloads:
+            rs = [self.results.get((wl, x), {}) for x in who]
+            if not any("cpu_s" in r for r in rs):
+                continue
+            md.append(f"| {wl} | " + " | ".join(
+                f"{r['cpu_s']:.2f} | {r['cpu_us_per_op']:.1f} | {r['cpu_s_per_gib']:.2f}" if "cpu_s" in r
+                else "- | - | -" for r in rs) + " |")
+        md.append("")
+        return md
 
     def plots(self, workloads):
         import matplotlib
@@ -714,9 +859,14 @@ def main():
     ap.add_argument("--before", metavar="BUILD", help="with --dfs: also measure the creates of this build "
                     "directory's daemon")
     ap.add_argument("--no-mpi", action="store_true", help="with --dfs: the checkpoint by plain processes")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N", help="the whole measurement N times, each with "
+                    "its own setup (OUT/runK/); OUT/report.md gives the median of each ratio and every run's")
     a = ap.parse_args()
     if os.geteuid():
         sys.exit("suite.py: run as root (loop devices, mounts)")
+    if a.repeat < 1 or (a.repeat > 1 and a.dfs):
+        sys.exit("suite.py: --repeat takes N >= 1, without --dfs")
+    ensure_build()
     kind = "-quick" if a.quick else "-full"
     out = a.out or os.path.join(ROOT, "results", time.strftime("%Y%m%d-%H%M%S") + ("-dfs" if a.dfs else "") + kind)
     if a.dfs:
@@ -730,12 +880,68 @@ def main():
     # a kill still tears down the mounts and loop devices
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("suite.py: terminated"))
     started = time.time()
+    if a.repeat > 1:
+        repeat(a, out, started)
+        return
     try:
         b.setup()
         b.run()
         b.report(started)
     finally:
         b.cleanup()
+    print(f"report: {os.path.join(out, 'report.md')} ({time.time() - started:.0f} s)")
+
+
+def cpu_medians_md(runs):
+    """The daemons' CPU per operation and per GiB: the median of the runs."""
+    md = [f"## CPU per operation and per GiB (median of {len(runs)} runs)\n",
+          "| workload | nvcachefs us per op | s per GiB | fuse-floor us per op | s per GiB |", "|---|---|---|---|---|"]
+    for wl in dict.fromkeys(k[0] for k in runs[0].results):
+        cells = []
+        for x in ("nvcachefs", FLOOR):
+            for key, fmt in (("cpu_us_per_op", "{:.1f}"), ("cpu_s_per_gib", "{:.2f}")):
+                vs = [b.results.get((wl, x), {}).get(key) for b in runs]
+                vs = [v for v in vs if v is not None]
+                cells.append(fmt.format(statistics.median(vs)) if vs else "-")
+        if any(c != "-" for c in cells):
+            md.append(f"| {wl} | " + " | ".join(cells) + " |")
+    md.append("")
+    return md
+
+
+def repeat(a, out, started):
+    """The whole measurement a.repeat times, each its own setup and report in OUT/runK; OUT/report.md and
+    OUT/results.json: the median of each nvcachefs ratio over the runs, with every run's figure."""
+    runs, times = [], []
+    for k in range(1, a.repeat + 1):
+        print(f"run {k} of {a.repeat}", flush=True)
+        t0 = time.time()
+        b = Bench(a.quick, os.path.join(out, f"run{k}"))
+        try:
+            b.setup()
+            b.run()
+            b.report(t0)
+        finally:
+            b.cleanup()
+        runs.append(b)
+        times.append(time.time() - t0)
+    med = ceiling.medians([b.ratios() for b in runs])
+    md = [f"# nvcachefs benchmark: median of {a.repeat} {'quick' if a.quick else 'full'} runs\n",
+          f"Run {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, {time.time() - started:.0f} s ("
+          + ", ".join(f"{t:.0f} s" for t in times) + " per run). Each run sets up, measures every workload "
+          "(targets alternated within each workload) and tears down; its own report is in `runK/report.md`. "
+          "Ratios are nvcachefs's MB/s (metadata: creates/s) over the same run's reference; of ceiling: over the "
+          "workload's ceiling (see a run's Ceiling section).\n"]
+    md += ceiling.targets_md(med, TARGETS, f"Targets of issue 11 (median of {a.repeat} runs)")
+    md += ceiling.medians_md(med, a.repeat)
+    md += cpu_medians_md(runs)
+    mem = runs[-1].mem
+    md += memory.report(mem)
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"median": {wl: {n: m for n, (m, _) in row.items()} for wl, row in med.items()},
+                   "runs": [b.json() for b in runs], "secs": times}, f, indent=1)
     print(f"report: {os.path.join(out, 'report.md')} ({time.time() - started:.0f} s)")
 
 
