@@ -719,7 +719,7 @@ int main(int argc, char **argv)
 	if (fuse_session_mount(se, mnt))
 		goto out_handlers;
 	ra_started = !pthread_create(&ra, NULL, readahead_main, mnt);
-	ret = fsloop_run(se, threads) ? 1 : 0;
+	ret = fsloop_run(se, 0, threads, 0) ? 1 : 0;
 	fuse_session_unmount(se);
 	if (ra_started)
 		pthread_join(ra, NULL);
