@@ -108,6 +108,11 @@ int slot_persist(struct cache *c, struct cslot *s)
 	m.flags = s->is_twin ? SLOT_F_TWIN : 0;
 	memcpy(m.valid, s->valid, sizeof(m.valid));
 	memcpy(m.dirty, s->dirty, sizeof(m.dirty));
+	/* an overwrite of dirty pages changes nothing the entry says */
+	if (s->persisted && meta_slot_same(&c->meta, slot_idx(c, s), &m)) {
+		memcpy(s->pvalid, m.valid, sizeof(s->pvalid));
+		return 0;
+	}
 	ret = meta_put_slot(&c->meta, slot_idx(c, s), &m);
 	if (!ret) {
 		memcpy(s->pvalid, m.valid, sizeof(s->pvalid));

@@ -883,6 +883,34 @@ int meta_put_slot(struct meta *m, uint64_t i, struct meta_slot *s)
 	return meta_put(m, m->slots_off + i * m->slot_size, buf, m->slot_size);
 }
 
+/*
+ * Every mirror in use already holds entry i as s says it (the sequence
+ * number aside), with a valid checksum: writing it again would change
+ * nothing the next mount reads, so the caller may skip the persist.  The
+ * entry's writer calls this (one writer per entry: cache/engine.h).
+ */
+int meta_slot_same(struct meta *m, uint64_t i, const struct meta_slot *s)
+{
+	uint8_t buf[128];
+	int k, any = 0;
+
+	slot_encode(m, s, buf);
+	for (k = 0; k < 2; k++) {
+		const uint8_t *p;
+		uint64_t c;
+
+		if (!__atomic_load_n(&m->have[k], __ATOMIC_ACQUIRE))
+			continue;
+		p = slot_addr(m, k, i);
+		memcpy(&c, p + m->slot_size - 8, 8);
+		if (memcmp(p + 8, buf + 8, m->slot_size - 16) ||
+		    c != meta_csum(p, m->slot_size - 8))
+			return 0;
+		any = 1;
+	}
+	return any;
+}
+
 int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f)
 {
 	f->seq = __atomic_fetch_add(&m->seq, 1, __ATOMIC_RELAXED);

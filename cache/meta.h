@@ -194,6 +194,7 @@ void meta_file_why(struct meta *m, uint32_t i, char *why, size_t len);
  * -EIO when none does (then the media may hold the old or the new record).
  */
 int meta_put_slot(struct meta *m, uint64_t i, struct meta_slot *s);
+int meta_slot_same(struct meta *m, uint64_t i, const struct meta_slot *s);
 int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f);
 /* One past the highest sequence number of any valid record in either mirror:
  * what recovery must start from before it rewrites anything. */
