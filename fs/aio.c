@@ -127,7 +127,9 @@ static void rw_sync(fuse_req_t req, void *fh, fs_rw_sync_fn sync,
 	struct rw_job *r;
 
 	if (!fsloop_must_defer()) {
+		fsloop_sync_begin();
 		sync(req, fh, wbuf, size, off, t0);
+		fsloop_sync_end();
 		return;
 	}
 	r = malloc(sizeof(*r) + (wbuf ? size : 0));

@@ -35,7 +35,11 @@
  * synchronously as libfuse's own loop does.  A worker with nothing in flight
  * holds nothing and runs any request itself (a create, a stat): no hand-over
  * to another thread, which on this kind of machine costs more than the
- * request.  loop_held counts what the worker has in flight.
+ * request.  loop_held counts what the worker has in flight.  But a request
+ * run synchronously may wait long (a create on a distributed store, a read
+ * miss): so that one slow request never holds up the others, at most
+ * nworkers - 1 workers (at least one) run requests synchronously at a time,
+ * and what comes meanwhile goes to the pool, whose threads wait in parallel.
  *
  * Exit.  A signal (libfuse's handlers set the session's exit flag) or an
  * unmount (/dev/fuse reads fail with ENODEV) ends the loop: the main thread
@@ -56,6 +60,7 @@ struct loop {
 	unsigned nworkers;
 	struct worker *workers;
 	uint64_t spin_ns;
+	unsigned blocking; /* workers running a request synchronously */
 	/* the pool */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -88,9 +93,31 @@ void fsloop_hold(int delta)
 	loop_held += delta;
 }
 
+/* Enough workers run requests synchronously already. */
+static int blocking_full(struct loop *L)
+{
+	unsigned most = L->nworkers > 1 ? L->nworkers - 1 : 1;
+
+	return __atomic_load_n(&L->blocking, __ATOMIC_RELAXED) >= most;
+}
+
 int fsloop_must_defer(void)
 {
-	return cur_worker && loop_held;
+	return cur_worker && (loop_held || blocking_full(cur_worker->L));
+}
+
+void fsloop_sync_begin(void)
+{
+	if (cur_worker)
+		__atomic_add_fetch(&cur_worker->L->blocking, 1,
+				   __ATOMIC_RELAXED);
+}
+
+void fsloop_sync_end(void)
+{
+	if (cur_worker)
+		__atomic_sub_fetch(&cur_worker->L->blocking, 1,
+				   __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------- pool */
@@ -159,21 +186,24 @@ static void loop_stop(struct loop *L)
 		(void)!write(L->stopfd, &one, sizeof(one));
 }
 
+/* Taken by the worker always: reads and writes (fs/aio.c sends what would
+ * wait to the pool), and what never waits. */
+static int always_here(uint32_t opcode)
+{
+	return opcode == FUSE_READ || opcode == FUSE_WRITE ||
+	       opcode == FUSE_FORGET || opcode == FUSE_BATCH_FORGET ||
+	       opcode == FUSE_INTERRUPT;
+}
+
 /*
- * What a worker may run itself, whatever it has in flight: reads and writes
- * (fs/aio.c sends what would wait to the pool), and requests that take no
- * file or slot lock (the cache's c->lock at most, never held across I/O).
- * The kernel asks for security.capability before every write it cannot
- * leave to the server: a round trip that must not cost a hand-over.
+ * What takes no file or slot lock (the cache's c->lock at most, never held
+ * across I/O), so a worker with requests in flight may run it.  The kernel
+ * asks for security.capability before every write it cannot leave to the
+ * server: a round trip that must not cost a hand-over.
  */
-static int runs_here(uint32_t opcode)
+static int lock_free(uint32_t opcode)
 {
 	switch (opcode) {
-	case FUSE_READ:
-	case FUSE_WRITE:
-	case FUSE_FORGET:
-	case FUSE_BATCH_FORGET:
-	case FUSE_INTERRUPT:
 	case FUSE_GETATTR:
 	case FUSE_GETXATTR:
 	case FUSE_LISTXATTR:
@@ -190,8 +220,14 @@ static void dispatch(struct worker *w, size_t len)
 	struct fuse_buf fbuf = { .size = len, .mem = w->buf };
 	struct raw_job *r;
 
-	if (len < sizeof(*h) || !loop_held || runs_here(h->opcode)) {
+	if (len < sizeof(*h) || always_here(h->opcode)) {
 		fuse_session_process_buf(w->L->se, &fbuf);
+		return;
+	}
+	if (!blocking_full(w->L) && (!loop_held || lock_free(h->opcode))) {
+		fsloop_sync_begin();
+		fuse_session_process_buf(w->L->se, &fbuf);
+		fsloop_sync_end();
 		return;
 	}
 	r = malloc(sizeof(*r) + len);

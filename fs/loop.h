@@ -22,9 +22,13 @@ int fsloop_run_mt(struct fuse_session *se, unsigned int threads);
 struct dev_aring *fsloop_ring(void);
 /* Requests the calling worker has in flight (their locks held): +1 / -1. */
 void fsloop_hold(int delta);
-/* The caller is a worker with requests in flight: it must not wait for a
- * lock, so what it cannot finish at once goes to fsloop_defer(). */
+/* The caller is a worker that must not run a request synchronously now
+ * (it holds requests in flight, or enough workers already wait): what it
+ * cannot finish at once goes to fsloop_defer(). */
 int fsloop_must_defer(void);
+/* Around a request a worker runs synchronously (it may wait long). */
+void fsloop_sync_begin(void);
+void fsloop_sync_end(void);
 
 /* Work for the pool: run(job) is called once, on a pool thread. */
 struct fsloop_job {
