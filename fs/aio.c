@@ -203,7 +203,7 @@ static void aop_start(struct aop *op, struct dev_aring *ring)
 
 int fs_aio_rw(fuse_req_t req, struct cache *c, struct cfile *cf, void *fh,
 	      const char *wbuf, size_t size, off_t off, uint64_t t0,
-	      fs_rw_sync_fn sync)
+	      fs_rw_sync_fn sync, int may_async)
 {
 	struct dev_aring *ring = fsloop_ring();
 	struct aop *op;
@@ -211,6 +211,10 @@ int fs_aio_rw(fuse_req_t req, struct cache *c, struct cfile *cf, void *fh,
 
 	if (!ring)
 		return -EAGAIN; /* not a worker: the caller runs it */
+	if (!may_async) {
+		rw_sync(req, fh, sync, wbuf, size, off, t0);
+		return 0;
+	}
 	op = aop_get();
 	if (!op) {
 		rw_sync(req, fh, sync, wbuf, size, off, t0);

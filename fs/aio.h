@@ -10,12 +10,12 @@ typedef void (*fs_rw_sync_fn)(fuse_req_t req, void *fh, const char *wbuf,
 
 /*
  * Serve a read (wbuf NULL) or a write on a worker: asynchronously if the
- * cache can, else through sync (here, or on the pool if the worker holds
- * requests in flight).  0: taken (replied, or the reply will come);
- * -EAGAIN: not a worker, the caller runs sync itself.
+ * cache can and may_async, else through sync (here, or on the pool if the
+ * worker must not wait: fsloop_must_defer).  0: taken (replied, or the reply
+ * will come); -EAGAIN: not a worker, the caller runs sync itself.
  */
 int fs_aio_rw(fuse_req_t req, struct cache *c, struct cfile *cf, void *fh,
 	      const char *wbuf, size_t size, off_t off, uint64_t t0,
-	      fs_rw_sync_fn sync);
+	      fs_rw_sync_fn sync, int may_async);
 
 #endif

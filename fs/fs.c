@@ -733,7 +733,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct cache *c = fs_of(req)->cache;
 	uint64_t t0 = cache_clock(c);
 
-	if (fs_aio_rw(req, c, fh->cf, fh, NULL, size, off, t0, read_sync))
+	if (fs_aio_rw(req, c, fh->cf, fh, NULL, size, off, t0, read_sync, 1))
 		read_sync(req, fh, NULL, size, off, t0);
 }
 
@@ -760,9 +760,9 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	struct cache *c = fs_of(req)->cache;
 	uint64_t t0 = cache_clock(c);
 
-	/* an O_SYNC write waits for a flush: never on a worker's ring */
-	if ((fh->flags & (O_SYNC | O_DSYNC)) ||
-	    fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0, write_sync))
+	/* an O_SYNC write waits for a flush: synchronous */
+	if (fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0, write_sync,
+		      !(fh->flags & (O_SYNC | O_DSYNC))))
 		write_sync(req, fh, buf, size, off, t0);
 }
 
