@@ -49,6 +49,7 @@ struct cache_config {
 	uint64_t max_rate;
 	int on_unmount;
 	int on_close;
+	uint64_t fuse_workers;
 	uint64_t fuse_threads;
 	uint64_t attr_timeout_ms;
 	uint64_t negative_timeout_ms;

@@ -87,8 +87,12 @@ static const struct cfg_key keys[] = {
 	  on_close_names,
 	  "flush: close(2) of a writer waits until the store holds the "
 	  "file's data written so far" },
+	{ "fuse", "workers", T_UINT, OFF(fuse_workers), 0, 256, "0", 0, NULL,
+	  "threads that read FUSE requests and answer reads and writes from "
+	  "io_uring completions, none waiting for its I/O (0: one per CPU)" },
 	{ "fuse", "threads", T_UINT, OFF(fuse_threads), 1, 256, "16", 0, NULL,
-	  "FUSE worker threads at most" },
+	  "threads that run requests which may wait (misses, metadata on a "
+	  "slow store) while the workers go on" },
 	{ "fuse", "read_ahead", T_SIZE, OFF(read_ahead), 0, 64 * MIB, "1M", 0,
 	  NULL, "kernel read-ahead of the mount (its bdi read_ahead_kb)" },
 	{ "fuse", "attr_timeout", T_TIME, OFF(attr_timeout_ms), 0, 3600000,

@@ -392,7 +392,8 @@ int main(int argc, char **argv)
 
 	if (!pthread_create(&ra_thread, NULL, readahead_main, &fs))
 		pthread_detach(ra_thread);
-	ret = fsloop_run(se, 0, cfg.fuse_threads, cfg.io_poll_us * 1000ull);
+	ret = fsloop_run(se, cfg.fuse_workers, cfg.fuse_threads,
+			 cfg.io_poll_us * 1000ull);
 
 	fuse_session_unmount(se);
 	flush = cfg.on_unmount == UNMOUNT_FLUSH;
