@@ -237,10 +237,10 @@ static int coh_drop_clean(struct cache *c, struct cfile *f)
 	}
 	pthread_mutex_unlock(&c->lock);
 	for (i = 0; i < n; i++) {
-		pthread_rwlock_wrlock(&keep[i]->rw);
+		srw_wrlock(&keep[i]->rw);
 		if (slot_persist(c, keep[i]))
 			ret = -EIO;
-		pthread_rwlock_unlock(&keep[i]->rw);
+		srw_unlock(&keep[i]->rw);
 	}
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < n; i++)

@@ -144,7 +144,7 @@ static int batch_flush(struct cache *c, struct cfile *f, char *buf,
 		if ((int64_t)b->held[k] == keep)
 			b->held[held++] = b->held[k];
 		else
-			pthread_rwlock_unlock(&v[b->held[k]]->rw);
+			srw_unlock(&v[b->held[k]]->rw);
 	}
 	b->nheld = held;
 	if (!bad) {
@@ -277,7 +277,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		struct cslot *s = v[i];
 		uint32_t p = 0, run0;
 
-		pthread_rwlock_rdlock(&s->rw);
+		srw_rdlock(&s->rw);
 		assert(b->nheld < BATCH_IOS + 1);
 		b->held[b->nheld++] = i;
 		pthread_mutex_lock(&c->lock);
@@ -330,14 +330,14 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		/* a slot with no read pending needs no lock any more */
 		if (b->nheld && b->held[b->nheld - 1] == i &&
 		    (!b->nio || b->owner[b->nio - 1] != i)) {
-			pthread_rwlock_unlock(&s->rw);
+			srw_unlock(&s->rw);
 			b->nheld--;
 		}
 	}
 	if (!ret)
 		ret = batch_flush(c, f, buf, &run, b, v, skip, &partial, -1);
 	while (b->nheld) /* after an error */
-		pthread_rwlock_unlock(&v[b->held[--b->nheld]]->rw);
+		srw_unlock(&v[b->held[--b->nheld]]->rw);
 	if (ret)
 		goto out_error;
 
@@ -377,7 +377,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 
 		if (skip[i])
 			continue;
-		pthread_rwlock_wrlock(&s->rw);
+		srw_wrlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
 		/* all it held when its pages were read is durable now */
 		if (s->dirty_epoch < eps[i])
@@ -408,7 +408,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 			twin_free_locked(c, s);
 			pthread_mutex_unlock(&c->lock);
 		}
-		pthread_rwlock_unlock(&s->rw);
+		srw_unlock(&s->rw);
 	}
 	/* durable and noted: the record says so, with the new look */
 	if (f->rec) {

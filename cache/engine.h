@@ -11,6 +11,7 @@
 
 #include "cache.h"
 #include "meta.h"
+#include "srw.h"
 #include "stats.h"
 
 struct list {
@@ -63,7 +64,9 @@ static inline void list_add_tail(struct list *head, struct list *e)
  * c->lock.  c->lock is never held across device or backing I/O, except for the
  * metadata persist of an eviction.  A slot's persistent entry is written only
  * by a thread holding slot->rw for writing, or by the evictor under c->lock
- * with pins == 0 (nobody can hold slot->rw without a pin).
+ * with pins == 0 (nobody can hold slot->rw without a pin).  slot->rw is the
+ * four-byte futex lock of srw.h; like the pthread_rwlock_t it replaced, it
+ * lets readers in while a writer waits.
  */
 enum slot_state { SLOT_FREE, SLOT_FRESH, SLOT_CLEAN, SLOT_DIRTY };
 
@@ -135,7 +138,7 @@ struct cslot {
 	uint32_t twin; /* slot index + 1 of this slot's second copy */
 	struct list link; /* free list or LRU */
 	struct list flink; /* the owning file's slots */
-	pthread_rwlock_t rw;
+	struct srw rw;
 };
 
 /*

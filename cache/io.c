@@ -238,7 +238,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		s->pins++;
 		pthread_mutex_unlock(&c->lock);
 
-		pthread_rwlock_wrlock(&s->rw);
+		srw_wrlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
 		if (f->wgen == wgen0)
 			for (p = x->p0; p < x->p1; p++)
@@ -281,7 +281,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 			slot_settle(c, s);
 		}
 		pthread_mutex_unlock(&c->lock);
-		pthread_rwlock_unlock(&s->rw);
+		srw_unlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
 		slot_unpin_locked(c, f, s);
 		pthread_mutex_unlock(&c->lock);
@@ -326,7 +326,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 
 		if (!x->s)
 			continue;
-		pthread_rwlock_rdlock(&x->s->rw);
+		srw_rdlock(&x->s->rw);
 		pthread_mutex_lock(&c->lock);
 		memcpy(x->valid, x->s->valid, sizeof(x->valid));
 		if (x->s->state == SLOT_CLEAN) {
@@ -412,7 +412,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 				     STAT_DC_hit_bytes, ios[k].len);
 	for (i = 0; i < nsp; i++)
 		if (sp[i].s)
-			pthread_rwlock_unlock(&sp[i].s->rw);
+			srw_unlock(&sp[i].s->rw);
 	if (ret)
 		goto out_unpin;
 

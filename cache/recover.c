@@ -444,7 +444,7 @@ static int cache_alloc(struct cache *c)
 	for (i = 0; i < NVC_MAX_DEVS; i++)
 		pthread_mutex_init(&c->dsync[i].lock, NULL);
 	for (i = 0; i < c->nslots; i++) {
-		pthread_rwlock_init(&c->slots[i].rw, NULL);
+		srw_init(&c->slots[i].rw);
 		list_init(&c->slots[i].link);
 		list_init(&c->slots[i].flink);
 		c->slots[i].state = SLOT_FRESH;
@@ -480,7 +480,7 @@ static void cache_free(struct cache *c)
 	}
 	if (c->slots)
 		for (i = 0; i < c->nslots; i++)
-			pthread_rwlock_destroy(&c->slots[i].rw);
+			assert(!srw_held(&c->slots[i].rw));
 	for (i = 0; i < (uint64_t)c->ndevs; i++)
 		if (c->devs[i])
 			dev_set_observer(c->devs[i], NULL, NULL, 0);

@@ -179,9 +179,9 @@ int salvage_copy(struct cache *c, struct cfile *f, int srcfd, int dirfd,
 	if (srcfd >= 0)
 		ret = salvage_base(srcfd, dfd, size, buf);
 	for (i = 0; i < n && !ret; i++) {
-		pthread_rwlock_rdlock(&v[i]->rw);
+		srw_rdlock(&v[i]->rw);
 		ret = salvage_slot(c, v[i], dfd, buf, size, dirty_bytes);
-		pthread_rwlock_unlock(&v[i]->rw);
+		srw_unlock(&v[i]->rw);
 	}
 	if (!ret && ftruncate(dfd, size))
 		ret = -errno;

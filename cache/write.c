@@ -348,7 +348,7 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 	if (!buf)
 		return -ENOMEM;
 	for (i = 0; i < nsp; i++)
-		pthread_rwlock_wrlock(&sp[i].s->rw);
+		srw_wrlock(&sp[i].s->rw);
 	ret = seg_mark_intent(c, f, sp, nsp);
 	if (ret)
 		goto out_unlock;
@@ -414,7 +414,7 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 		ret = file_persist_size(c, f, hi);
 out_unlock:
 	for (i = nsp - 1; i >= 0; i--)
-		pthread_rwlock_unlock(&sp[i].s->rw);
+		srw_unlock(&sp[i].s->rw);
 	return ret;
 }
 
@@ -663,7 +663,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 		uint32_t p, first_gone = tail_page + (size % NVC_PAGE ? 1 : 0);
 		int was_dirty;
 
-		pthread_rwlock_wrlock(&edge->rw);
+		srw_wrlock(&edge->rw);
 		if (size % NVC_PAGE && bm_test(edge->valid, tail_page) &&
 		    !bm_test(edge->dirty, tail_page)) {
 			/* clean: forget it rather than make it differ from
@@ -701,7 +701,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 			ret = -EIO;
 		if (edge->persisted || bm_any(edge->valid))
 			slot_persist(c, edge);
-		pthread_rwlock_unlock(&edge->rw);
+		srw_unlock(&edge->rw);
 		pthread_mutex_lock(&c->lock);
 		slot_unpin_locked(c, f, edge);
 		pthread_mutex_unlock(&c->lock);
