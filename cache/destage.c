@@ -283,7 +283,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		pthread_mutex_lock(&c->lock);
 		gens[i] = s->gen;
 		eps[i] = c->epoch;
-		memcpy(snap[i], s->dirty, sizeof(snap[i]));
+		pb_get(c, slot_dirty(c, s), snap[i]);
 		pthread_mutex_unlock(&c->lock);
 		while (p < c->ppb && !ret) {
 			uint64_t at;
@@ -373,6 +373,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 
 	for (i = 0; i < n; i++) {
 		struct cslot *s = v[i];
+		uint64_t dw[META_MAX_WORDS];
 		int w, changed = 0;
 
 		if (skip[i])
@@ -383,13 +384,15 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		if (s->dirty_epoch < eps[i])
 			s->dirty_epoch = eps[i];
 		if (s->gen == gens[i] && s->state == SLOT_DIRTY) {
+			pb_get(c, slot_dirty(c, s), dw);
 			for (w = 0; w < META_MAX_WORDS; w++) {
 				pages_dirty(c, s,
 					    -(int64_t)__builtin_popcountll(
-						    s->dirty[w] & snap[i][w]));
-				s->dirty[w] &= ~snap[i][w];
+						    dw[w] & snap[i][w]));
+				dw[w] &= ~snap[i][w];
 			}
-			if (!bm_any(s->dirty))
+			pb_put(c, slot_dirty(c, s), dw);
+			if (!pb_any(c, slot_dirty(c, s)))
 				file_mark_clean(c, f, s);
 			slot_settle(c, s);
 			changed = 1;
@@ -403,7 +406,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		 * twin before it took the slot's lock, and will write both.
 		 * The last unpin frees a twin left on a clean slot.
 		 */
-		if (changed && s->twin && !bm_any(s->dirty) && s->pins == 1) {
+		if (changed && s->twin && !pb_any(c, slot_dirty(c, s)) &&
+		    s->pins == 1) {
 			pthread_mutex_lock(&c->lock);
 			twin_free_locked(c, s);
 			pthread_mutex_unlock(&c->lock);

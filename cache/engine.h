@@ -11,6 +11,7 @@
 
 #include "cache.h"
 #include "meta.h"
+#include "slot.h"
 #include "srw.h"
 #include "stats.h"
 
@@ -123,11 +124,8 @@ struct cslot {
 	uint32_t file; /* record index + 1; 0: free */
 	uint32_t pins;
 	uint64_t blk;
-	uint64_t valid[META_MAX_WORDS];
-	uint64_t dirty[META_MAX_WORDS];
-	uint64_t pvalid[META_MAX_WORDS]; /* valid in the persisted entry */
-	uint64_t unsynced[META_MAX_WORDS]; /* written, maybe only in a device
-					      cache */
+	/* its page bitmaps (valid, dirty, valid in the persisted entry,
+	 * written but maybe only in a device cache) are in c->pbits: slot.h */
 	uint64_t gen; /* bumped by every write, checked by destage */
 	uint64_t dirty_since;
 	uint64_t dirty_epoch; /* flush epoch it went dirty in (cache_flush) */
@@ -215,6 +213,8 @@ struct cache {
 	uint32_t bs, ppb; /* block size, pages per block */
 	uint64_t nslots;
 	struct cslot *slots;
+	uint8_t *pbits; /* the slots' page bitmaps (slot.h) */
+	uint32_t pbytes; /* bytes of one bitmap: ceil(ppb / 8) */
 	uint32_t *shash;
 	uint64_t smask;
 	struct cfile **fhash;
@@ -337,6 +337,67 @@ static inline uint64_t slot_off(struct cache *c, uint64_t s)
 static inline uint64_t slot_idx(struct cache *c, struct cslot *s)
 {
 	return s - c->slots;
+}
+
+/* A slot's page bitmaps (slot.h) and what is done with them. */
+static inline uint8_t *slot_bits(struct cache *c, const struct cslot *s,
+				 enum slot_bits k)
+{
+	return c->pbits + ((size_t)(s - c->slots) * SB_NBITS + k) * c->pbytes;
+}
+
+static inline uint8_t *slot_valid(struct cache *c, const struct cslot *s)
+{
+	return slot_bits(c, s, SB_VALID);
+}
+
+static inline uint8_t *slot_dirty(struct cache *c, const struct cslot *s)
+{
+	return slot_bits(c, s, SB_DIRTY);
+}
+
+/* valid in the persisted entry */
+static inline uint8_t *slot_pvalid(struct cache *c, const struct cslot *s)
+{
+	return slot_bits(c, s, SB_PVALID);
+}
+
+/* written, maybe only in a device cache */
+static inline uint8_t *slot_unsynced(struct cache *c, const struct cslot *s)
+{
+	return slot_bits(c, s, SB_UNSYNCED);
+}
+
+static inline int pb_any(struct cache *c, const uint8_t *b)
+{
+	return pb_any_n(b, c->pbytes);
+}
+
+static inline uint32_t pb_count(struct cache *c, const uint8_t *b)
+{
+	return pb_count_n(b, c->pbytes);
+}
+
+static inline void pb_zero(struct cache *c, uint8_t *b)
+{
+	memset(b, 0, c->pbytes);
+}
+
+static inline void pb_copy(struct cache *c, uint8_t *dst, const uint8_t *src)
+{
+	memcpy(dst, src, c->pbytes);
+}
+
+static inline void pb_get(struct cache *c, const uint8_t *b,
+			  uint64_t w[META_MAX_WORDS])
+{
+	pb_get_n(b, c->pbytes, w);
+}
+
+static inline void pb_put(struct cache *c, uint8_t *b,
+			  const uint64_t w[META_MAX_WORDS])
+{
+	pb_put_n(b, c->pbytes, c->ppb, w);
 }
 
 static inline int bm_test(const uint64_t *w, uint32_t i)

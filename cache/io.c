@@ -243,7 +243,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		if (f->wgen == wgen0)
 			for (p = x->p0; p < x->p1; p++)
 				if (!bm_test(x->valid, p) &&
-				    !bm_test(s->valid, p))
+				    !pb_test(slot_valid(c, s), p))
 					bm_set(want, p);
 		pthread_mutex_unlock(&c->lock);
 		for (p = x->p0; p < x->p1 && !ret;) {
@@ -274,8 +274,8 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		if (bm_any(want)) {
 			for (p = x->p0; p < x->p1; p++)
 				if (bm_test(want, p)) {
-					bm_set(s->valid, p);
-					bm_set(s->unsynced, p);
+					pb_set(slot_valid(c, s), p);
+					pb_set(slot_unsynced(c, s), p);
 					pages_valid(c, s, 1);
 				}
 			slot_settle(c, s);
@@ -328,7 +328,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 			continue;
 		srw_rdlock(&x->s->rw);
 		pthread_mutex_lock(&c->lock);
-		memcpy(x->valid, x->s->valid, sizeof(x->valid));
+		pb_get(c, slot_valid(c, x->s), x->valid);
 		if (x->s->state == SLOT_CLEAN) {
 			list_del(&x->s->link);
 			list_add_tail(&c->lru, &x->s->link);
@@ -371,7 +371,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 			if (!ios[k].res)
 				continue;
 			for (p = io_p0[k]; p < io_p1[k]; p++) {
-				if (bm_test(x->s->dirty, p)) {
+				if (pb_test(slot_dirty(c, x->s), p)) {
 					/* only the second copy has it now */
 					if (twin_read(c, x->s,
 						      (char *)ios[k].buf +
