@@ -130,14 +130,26 @@ struct cslot {
 	uint64_t dirty_since;
 	uint64_t dirty_epoch; /* flush epoch it went dirty in (cache_flush) */
 	uint32_t hnext; /* hash chain: slot index + 1 */
+	uint32_t twin; /* slot index + 1 of this slot's second copy */
+	struct srw rw;
 	uint8_t state;
 	uint8_t persisted; /* the persistent entry is not free */
 	uint8_t is_twin; /* the second copy of another slot's dirty pages */
-	uint32_t twin; /* slot index + 1 of this slot's second copy */
 	struct list link; /* free list or LRU */
 	struct list flink; /* the owning file's slots */
-	struct srw rw;
 };
+
+/*
+ * The daemon's DRAM per cache slot: struct cslot, its page bitmaps (slot.h)
+ * and its share of the block map's hash table.  At the default block size
+ * (64 KiB) it stays within 128 bytes, 2 MiB per GiB of cache (issue 11;
+ * test_slot checks it).  File records cost what cache.max_files says,
+ * whatever the cache's size.
+ */
+#define SLOT_DRAM_BUDGET 128u
+/* Bytes the engine keeps for its slots, and for its file records. */
+uint64_t cache_slot_dram(const struct cache *c);
+uint64_t cache_rec_dram(const struct cache *c);
 
 /*
  * What this node knows of its own changes to a backing file (coherence.c).

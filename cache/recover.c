@@ -432,7 +432,8 @@ static int cache_alloc(struct cache *c)
 	c->slots = calloc(c->nslots, sizeof(*c->slots));
 	c->pbytes = (c->ppb + 7) / 8;
 	c->pbits = calloc(c->nslots * SB_NBITS, c->pbytes);
-	while (hsize < c->nslots * 2)
+	/* one bucket a slot or more: chains of one or two on average */
+	while (hsize < c->nslots)
 		hsize <<= 1;
 	c->shash = calloc(hsize, sizeof(*c->shash));
 	c->smask = hsize - 1;

@@ -4,8 +4,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "engine.h"
+#include "env.h"
 
 /* ------------------------------------------------------------ slot lock */
 
@@ -93,9 +93,44 @@ static void test_srw_readers_preferred(void)
 	CHECK_EQ(lk.v, 0);
 }
 
+/* ------------------------------------------------------------ DRAM */
+
+_Static_assert(sizeof(struct cslot) <= 96, "struct cslot grew");
+
+/* A cache of 64 KiB blocks (the default) keeps at most SLOT_DRAM_BUDGET
+ * bytes of DRAM a slot, 2 MiB per GiB; bitmaps follow the block size. */
+static void test_slot_dram_budget(void)
+{
+	static const uint32_t bs[] = { 4 * KiB, 64 * KiB, 1 * MiB };
+	struct env e;
+	unsigned k;
+
+	for (k = 0; k < sizeof(bs) / sizeof(bs[0]); k++) {
+		uint64_t per_slot, per_gib;
+
+		env_init(&e, bs[k] < MiB ? 1024 : 64, bs[k]);
+		per_slot = cache_slot_dram(e.c) / e.c->nslots;
+		per_gib = cache_slot_dram(e.c) * (1024ull * MiB) /
+			  (e.c->nslots * bs[k]);
+		printf("  %u KiB blocks: %llu slots, %llu bytes a slot, "
+		       "%llu KiB a GiB; file records %llu KiB\n",
+		       bs[k] / KiB, (unsigned long long)e.c->nslots,
+		       (unsigned long long)per_slot,
+		       (unsigned long long)per_gib / KiB,
+		       (unsigned long long)cache_rec_dram(e.c) / KiB);
+		CHECK_EQ(e.c->pbytes, (bs[k] / NVC_PAGE + 7) / 8);
+		if (bs[k] == 64 * KiB) {
+			CHECK(per_slot <= SLOT_DRAM_BUDGET);
+			CHECK(per_gib <= 2 * MiB);
+		}
+		env_fini(&e);
+	}
+}
+
 int main(void)
 {
 	RUN(test_srw_excludes);
 	RUN(test_srw_readers_preferred);
+	RUN(test_slot_dram_budget);
 	return CHECK_DONE();
 }
