@@ -3,6 +3,7 @@
 #ifndef NVC_ENGINE_H
 #define NVC_ENGINE_H
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -48,7 +49,21 @@ static inline void list_add_tail(struct list *head, struct list *e)
 	((type *)((char *)(p)-offsetof(type, member)))
 
 /*
- * The dirty-block lifecycle.  A slot is FREE (on c->free_slots, its
+ * The free list and the LRU list link slots by index, 8 bytes a slot instead
+ * of two pointers.  They are circular like struct list: a node id below
+ * c->nslots is that slot, c->nslots + SL_FREE and c->nslots + SL_LRU are the
+ * two heads (c->lheads), so a slot leaves a list without knowing which one it
+ * is on, and a slot on no list links to itself.  Ids are 32 bits, like the
+ * hash chains and twins: a cache has fewer than 2^32 - 2 slots (recover.c).
+ */
+struct slink {
+	uint32_t prev, next;
+};
+
+enum { SL_FREE, SL_LRU, SL_NHEADS };
+
+/*
+ * The dirty-block lifecycle.  A slot is FREE (on the free list, its
  * persistent entry free), FRESH (just allocated to a (file, block), nothing
  * valid yet, not on any list; its persistent entry is still free, so a crash
  * forgets it), CLEAN (valid pages, none dirty: on the LRU list, evictable when
@@ -135,7 +150,7 @@ struct cslot {
 	uint8_t state;
 	uint8_t persisted; /* the persistent entry is not free */
 	uint8_t is_twin; /* the second copy of another slot's dirty pages */
-	struct list link; /* free list or LRU */
+	struct slink link; /* free list or LRU */
 	struct list flink; /* the owning file's slots */
 };
 
@@ -234,7 +249,8 @@ struct cache {
 	struct cfile **recs;
 	uint32_t *free_recs;
 	uint32_t nfree_recs;
-	struct list free_slots, lru, dirty_files;
+	struct slink lheads[SL_NHEADS]; /* the free list and the LRU list */
+	struct list dirty_files;
 	uint64_t nfree, ndirty_slots, dirty_pages, valid_pages;
 	uint64_t ntwins; /* second copies: slots that dirty data occupies too */
 	uint64_t dev_valid_pages[NVC_MAX_DEVS], dev_dirty_pages[NVC_MAX_DEVS];
@@ -349,6 +365,49 @@ static inline uint64_t slot_off(struct cache *c, uint64_t s)
 static inline uint64_t slot_idx(struct cache *c, struct cslot *s)
 {
 	return s - c->slots;
+}
+
+/* The free list and the LRU list (struct slink); c->lock held. */
+static inline struct slink *sl_node(struct cache *c, uint32_t id)
+{
+	return id < c->nslots ? &c->slots[id].link : &c->lheads[id - c->nslots];
+}
+
+static inline void slot_list_init(struct cache *c, int head)
+{
+	c->lheads[head].prev = c->lheads[head].next = c->nslots + head;
+}
+
+static inline void slot_list_del(struct cache *c, struct cslot *s)
+{
+	uint32_t id = slot_idx(c, s);
+
+	sl_node(c, s->link.prev)->next = s->link.next;
+	sl_node(c, s->link.next)->prev = s->link.prev;
+	s->link.prev = s->link.next = id;
+}
+
+static inline void slot_list_add_tail(struct cache *c, int head,
+				      struct cslot *s)
+{
+	struct slink *h = &c->lheads[head];
+	uint32_t id = slot_idx(c, s);
+
+	assert(s->link.next == id); /* on no list */
+	s->link.prev = h->prev;
+	s->link.next = c->nslots + head;
+	sl_node(c, h->prev)->next = id;
+	h->prev = id;
+}
+
+/* The slot after s on the list (from its start if s is NULL); NULL at its
+ * end. */
+static inline struct cslot *slot_list_next(struct cache *c, int head,
+					   struct cslot *s)
+{
+	uint32_t id = s ? s->link.next : c->lheads[head].next;
+
+	return id < c->nslots ? &c->slots[id] : NULL;
 }
 
 /* A slot's page bitmaps (slot.h) and what is done with them. */

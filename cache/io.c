@@ -330,8 +330,8 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		pthread_mutex_lock(&c->lock);
 		pb_get(c, slot_valid(c, x->s), x->valid);
 		if (x->s->state == SLOT_CLEAN) {
-			list_del(&x->s->link);
-			list_add_tail(&c->lru, &x->s->link);
+			slot_list_del(c, x->s);
+			slot_list_add_tail(c, SL_LRU, x->s);
 		}
 		pthread_mutex_unlock(&c->lock);
 		for (p = x->p0; p < x->p1;) {

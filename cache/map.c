@@ -152,21 +152,21 @@ void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p)
 void slot_settle(struct cache *c, struct cslot *s)
 {
 	if (s->state == SLOT_CLEAN)
-		list_del(&s->link);
+		slot_list_del(c, s);
 	if (!s->file && s->persisted) {
 		/* its entry on the media may still map it: never reused */
 		s->state = SLOT_FREE;
 		c->nlimbo++;
 	} else if (!s->file) {
 		s->state = SLOT_FREE;
-		list_add_tail(&c->free_slots, &s->link);
+		slot_list_add_tail(c, SL_FREE, s);
 		c->nfree++;
 		space_freed_locked(c);
 	} else if (pb_any(c, slot_dirty(c, s))) {
 		s->state = SLOT_DIRTY;
 	} else if (pb_any(c, slot_valid(c, s))) {
 		s->state = SLOT_CLEAN;
-		list_add_tail(&c->lru, &s->link);
+		slot_list_add_tail(c, SL_LRU, s);
 		if (!s->pins)
 			space_freed_locked(c);
 	} else {
@@ -234,7 +234,7 @@ void slot_drop_locked(struct cache *c, struct cslot *s)
 
 	twin_free_locked(c, s);
 	if (s->state == SLOT_CLEAN)
-		list_del(&s->link);
+		slot_list_del(c, s);
 	if (s->state == SLOT_DIRTY) {
 		file_mark_clean(c, f, s);
 		pages_dirty(c, s, -(int64_t)(pb_count(c, slot_dirty(c, s))));
@@ -260,13 +260,12 @@ void slot_drop_locked(struct cache *c, struct cslot *s)
 struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
 {
 	struct cslot *s, *pick = NULL;
-	struct list *l;
 	int tries = 0;
 
-	for (l = c->free_slots.next; l != &c->free_slots; l = l->next) {
+	for (s = slot_list_next(c, SL_FREE, NULL); s;
+	     s = slot_list_next(c, SL_FREE, s)) {
 		int d;
 
-		s = list_entry(l, struct cslot, link);
 		d = slot_idx(c, s) % c->ndevs;
 		if (slot_failed(c, s) || d == avoid)
 			continue;
@@ -279,7 +278,7 @@ struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
 	if (!pick)
 		return NULL;
 	assert(!pick->persisted); /* no entry on the media maps it */
-	list_del(&pick->link);
+	slot_list_del(c, pick);
 	c->nfree--;
 	return pick;
 }
@@ -290,10 +289,10 @@ struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
  */
 int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
 {
-	struct list *l;
+	struct cslot *v;
 
-	for (l = c->lru.next; l != &c->lru; l = l->next) {
-		struct cslot *v = list_entry(l, struct cslot, link);
+	for (v = slot_list_next(c, SL_LRU, NULL); v;
+	     v = slot_list_next(c, SL_LRU, v)) {
 		struct cfile *o = c->recs[v->file - 1];
 
 		if (v->pins || v == keep || slot_failed(c, v) ||

@@ -450,12 +450,12 @@ static int cache_alloc(struct cache *c)
 		pthread_mutex_init(&c->dsync[i].lock, NULL);
 	for (i = 0; i < c->nslots; i++) {
 		srw_init(&c->slots[i].rw);
-		list_init(&c->slots[i].link);
+		c->slots[i].link.prev = c->slots[i].link.next = i;
 		list_init(&c->slots[i].flink);
 		c->slots[i].state = SLOT_FRESH;
 	}
-	list_init(&c->free_slots);
-	list_init(&c->lru);
+	slot_list_init(c, SL_FREE);
+	slot_list_init(c, SL_LRU);
 	list_init(&c->dirty_files);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->rate_lock, NULL);
@@ -733,6 +733,15 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		ret = check_geometry(c, err, errlen);
 	if (ret)
 		goto err_free;
+	if (c->nslots > UINT32_MAX - SL_NHEADS) {
+		/* slot ids are 32 bits (engine.h) */
+		snprintf(err, errlen,
+			 "%llu slots: a cache has fewer than 2^32 - %d; use a "
+			 "larger cache.block_size",
+			 (unsigned long long)c->nslots, SL_NHEADS);
+		ret = -EFBIG;
+		goto err_free;
+	}
 	ret = cache_alloc(c);
 	if (ret)
 		goto err_free;
