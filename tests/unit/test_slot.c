@@ -95,7 +95,7 @@ static void test_srw_readers_preferred(void)
 
 /* ------------------------------------------------------------ DRAM */
 
-_Static_assert(sizeof(struct cslot) <= 96, "struct cslot grew");
+_Static_assert(sizeof(struct cslot) <= 80, "struct cslot grew");
 
 /* A cache of 64 KiB blocks (the default) keeps at most SLOT_DRAM_BUDGET
  * bytes of DRAM a slot, 2 MiB per GiB; bitmaps follow the block size. */
