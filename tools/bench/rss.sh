@@ -1,22 +1,25 @@
 #!/bin/bash
 # tools/bench/rss.sh: the daemon's own DRAM and mount time per GiB of cache, on sparse emulated DIMMs.
 #
-# usage: tools/bench/rss.sh [-r ROUNDS] [-b BLOCK] BUILD_DIR[,BUILD_DIR2...] SIZE_GIB...
+# usage: tools/bench/rss.sh [-r ROUNDS] [-b BLOCK] [-f PERCENT] BUILD_DIR[,BUILD_DIR2...] SIZE_GIB...
 # For every round, size and build (alternating builds within a round): two sparse loop-device DIMMs of
 # SIZE/2 GiB each over /dev/shm files, mirrors in /dev/shm, format, mount (time from exec to the mount
-# showing in /proc/mounts), wait 1 s, read /proc/PID/status, unmount, clean up.
+# showing in /proc/mounts), wait 1 s, read /proc/PID/status, unmount, clean up.  With -f PERCENT the
+# cache is first filled that far (one file written with 1 MiB O_DIRECT writes, then flushed): the
+# slots' state is then all touched, as in a cache in use (the DIMM files take that much RAM).
 # Own DRAM = RssAnon (heap, stacks, anonymous mmaps). The metadata mirrors are /dev/shm files mapped
 # shared: they show in RssShmem and are not counted (pmem in production); shared libraries are RssFile.
 # Prints one line per mount: build size_gib mount_ms rss_mib rss_anon_mib rss_file_mib rss_shmem_mib
-# anon_mib_per_gib.  Timing runs hold /tmp/nvc-bench.lock (one benchmark at a time on this machine).
+# anon_mib_per_gib threads.  Timing runs hold /tmp/nvc-bench.lock (one benchmark at a time on this machine).
 set -euo pipefail
 if [ "${1:-}" = --one ]; then # internal: one mount, under the benchmark lock
-	one=1 b=$2 g=$3 bs=$4
+	one=1 b=$2 g=$3 bs=$4 fill=$5
 fi
-rounds=1 bs=${bs:-64K}
-[ -n "${one:-}" ] || while getopts r:b: o; do
+rounds=1 bs=${bs:-64K} fill=${fill:-0}
+[ -n "${one:-}" ] || while getopts r:b:f: o; do
 	case $o in
 	r) rounds=$OPTARG ;;
+	f) fill=$OPTARG ;;
 	b) bs=$OPTARG ;;
 	*) exit 2 ;;
 	esac
@@ -71,11 +74,17 @@ CONF
 		sleep 0.005
 	done
 	t1=$(date +%s%N)
+	if [ "$fill" -gt 0 ]; then
+		dd if=/dev/zero of="$dir/mnt/fill" bs=1M count=$((g * 1024 * fill / 100)) oflag=direct \
+			status=none
+		"$b/tools/nvcachectl" flush "$dir/mnt" >/dev/null
+	fi
 	sleep 1
 	awk -v b="$b" -v g="$g" -v ms=$(((t1 - t0) / 1000000)) '
 		/^VmRSS:/ { r = $2 } /^RssAnon:/ { a = $2 } /^RssFile:/ { f = $2 } /^RssShmem:/ { s = $2 }
-		END { printf "%s %d %d %.1f %.1f %.1f %.1f %.2f\n", b, g, ms, r / 1024, a / 1024, f / 1024,
-		      s / 1024, a / 1024 / g }' /proc/"$pid"/status
+		/^Threads:/ { t = $2 }
+		END { printf "%s %d %d %.1f %.1f %.1f %.1f %.2f %d\n", b, g, ms, r / 1024, a / 1024, f / 1024,
+		      s / 1024, a / 1024 / g, t }' /proc/"$pid"/status
 	cleanup
 }
 
@@ -83,11 +92,11 @@ if [ -n "${one:-}" ]; then
 	one "$b" "$g"
 	exit 0
 fi
-echo "# build size_gib mount_ms rss_mib anon_mib file_mib shmem_mib anon_mib_per_gib (block $bs)"
+echo "# build size_gib mount_ms rss_mib anon_mib file_mib shmem_mib anon_mib_per_gib threads (block $bs, filled $fill%)"
 for _ in $(seq "$rounds"); do
 	for g in "${sizes[@]}"; do
 		for b in "${builds[@]}"; do
-			flock /tmp/nvc-bench.lock "$0" --one "$b" "$g" "$bs"
+			flock /tmp/nvc-bench.lock "$0" --one "$b" "$g" "$bs" "$fill"
 		done
 	done
 done
