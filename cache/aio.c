@@ -138,9 +138,9 @@ static int aread_lock(struct cache_aio *a)
 	uint32_t p;
 
 	for (i = 0; i < a->nsp; i++) {
-		if (pthread_rwlock_tryrdlock(&a->sp[i].s->rw)) {
+		if (!srw_tryrdlock(&a->sp[i].s->rw)) {
 			while (i-- > 0)
-				pthread_rwlock_unlock(&a->sp[i].s->rw);
+				srw_unlock(&a->sp[i].s->rw);
 			return -EAGAIN;
 		}
 	}
@@ -149,21 +149,21 @@ static int aread_lock(struct cache_aio *a)
 		struct span *x = &a->sp[i];
 
 		for (p = x->p0; p < x->p1 && hit; p++)
-			hit = bm_test(x->s->valid, p);
+			hit = pb_test(slot_valid(c, x->s), p);
 	}
 	for (i = 0; i < a->nsp && hit; i++) {
 		struct cslot *s = a->sp[i].s;
 
 		if (s->state == SLOT_CLEAN) {
-			list_del(&s->link);
-			list_add_tail(&c->lru, &s->link);
+			slot_list_del(c, s);
+			slot_list_add_tail(c, SL_LRU, s);
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (hit)
 		return 0;
 	for (i = a->nsp - 1; i >= 0; i--)
-		pthread_rwlock_unlock(&a->sp[i].s->rw);
+		srw_unlock(&a->sp[i].s->rw);
 	return -EAGAIN;
 }
 
@@ -310,7 +310,7 @@ static int aread_end(struct cache_aio *a, char **data, size_t *n)
 		stat_dev_add(&c->stats, slot_idx(c, a->sp[k].s) % c->ndevs,
 			     STAT_DC_hit_bytes, a->rios[k].len);
 	for (i = a->nsp - 1; i >= 0; i--)
-		pthread_rwlock_unlock(&a->sp[i].s->rw);
+		srw_unlock(&a->sp[i].s->rw);
 	if (a->nsp)
 		aio_unpin(a);
 	if (err)

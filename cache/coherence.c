@@ -221,7 +221,8 @@ static int coh_drop_clean(struct cache *c, struct cfile *f)
 			continue;
 		}
 		for (p = 0; p < c->ppb; p++) {
-			if (bm_test(s->valid, p) && !bm_test(s->dirty, p)) {
+			if (pb_test(slot_valid(c, s), p) &&
+			    !pb_test(slot_dirty(c, s), p)) {
 				page_forget_locked(c, s, p);
 				gone = 1;
 			}
@@ -237,10 +238,10 @@ static int coh_drop_clean(struct cache *c, struct cfile *f)
 	}
 	pthread_mutex_unlock(&c->lock);
 	for (i = 0; i < n; i++) {
-		pthread_rwlock_wrlock(&keep[i]->rw);
+		srw_wrlock(&keep[i]->rw);
 		if (slot_persist(c, keep[i]))
 			ret = -EIO;
-		pthread_rwlock_unlock(&keep[i]->rw);
+		srw_unlock(&keep[i]->rw);
 	}
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < n; i++)
@@ -256,9 +257,9 @@ static uint64_t dirty_bytes_locked(struct cache *c, struct cfile *f)
 	uint64_t n = 0;
 	struct list *l;
 
-	(void)c;
 	for (l = f->slots.next; l != &f->slots; l = l->next)
-		n += bm_count(list_entry(l, struct cslot, flink)->dirty);
+		n += pb_count(
+			c, slot_dirty(c, list_entry(l, struct cslot, flink)));
 	return n * NVC_PAGE;
 }
 

@@ -144,7 +144,7 @@ static int batch_flush(struct cache *c, struct cfile *f, char *buf,
 		if ((int64_t)b->held[k] == keep)
 			b->held[held++] = b->held[k];
 		else
-			pthread_rwlock_unlock(&v[b->held[k]]->rw);
+			srw_unlock(&v[b->held[k]]->rw);
 	}
 	b->nheld = held;
 	if (!bad) {
@@ -277,13 +277,13 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		struct cslot *s = v[i];
 		uint32_t p = 0, run0;
 
-		pthread_rwlock_rdlock(&s->rw);
+		srw_rdlock(&s->rw);
 		assert(b->nheld < BATCH_IOS + 1);
 		b->held[b->nheld++] = i;
 		pthread_mutex_lock(&c->lock);
 		gens[i] = s->gen;
 		eps[i] = c->epoch;
-		memcpy(snap[i], s->dirty, sizeof(snap[i]));
+		pb_get(c, slot_dirty(c, s), snap[i]);
 		pthread_mutex_unlock(&c->lock);
 		while (p < c->ppb && !ret) {
 			uint64_t at;
@@ -330,14 +330,14 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		/* a slot with no read pending needs no lock any more */
 		if (b->nheld && b->held[b->nheld - 1] == i &&
 		    (!b->nio || b->owner[b->nio - 1] != i)) {
-			pthread_rwlock_unlock(&s->rw);
+			srw_unlock(&s->rw);
 			b->nheld--;
 		}
 	}
 	if (!ret)
 		ret = batch_flush(c, f, buf, &run, b, v, skip, &partial, -1);
 	while (b->nheld) /* after an error */
-		pthread_rwlock_unlock(&v[b->held[--b->nheld]]->rw);
+		srw_unlock(&v[b->held[--b->nheld]]->rw);
 	if (ret)
 		goto out_error;
 
@@ -373,23 +373,26 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 
 	for (i = 0; i < n; i++) {
 		struct cslot *s = v[i];
+		uint64_t dw[META_MAX_WORDS];
 		int w, changed = 0;
 
 		if (skip[i])
 			continue;
-		pthread_rwlock_wrlock(&s->rw);
+		srw_wrlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
 		/* all it held when its pages were read is durable now */
 		if (s->dirty_epoch < eps[i])
 			s->dirty_epoch = eps[i];
 		if (s->gen == gens[i] && s->state == SLOT_DIRTY) {
+			pb_get(c, slot_dirty(c, s), dw);
 			for (w = 0; w < META_MAX_WORDS; w++) {
 				pages_dirty(c, s,
 					    -(int64_t)__builtin_popcountll(
-						    s->dirty[w] & snap[i][w]));
-				s->dirty[w] &= ~snap[i][w];
+						    dw[w] & snap[i][w]));
+				dw[w] &= ~snap[i][w];
 			}
-			if (!bm_any(s->dirty))
+			pb_put(c, slot_dirty(c, s), dw);
+			if (!pb_any(c, slot_dirty(c, s)))
 				file_mark_clean(c, f, s);
 			slot_settle(c, s);
 			changed = 1;
@@ -403,12 +406,13 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		 * twin before it took the slot's lock, and will write both.
 		 * The last unpin frees a twin left on a clean slot.
 		 */
-		if (changed && s->twin && !bm_any(s->dirty) && s->pins == 1) {
+		if (changed && s->twin && !pb_any(c, slot_dirty(c, s)) &&
+		    s->pins == 1) {
 			pthread_mutex_lock(&c->lock);
 			twin_free_locked(c, s);
 			pthread_mutex_unlock(&c->lock);
 		}
-		pthread_rwlock_unlock(&s->rw);
+		srw_unlock(&s->rw);
 	}
 	/* durable and noted: the record says so, with the new look */
 	if (f->rec) {

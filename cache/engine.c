@@ -193,6 +193,18 @@ uint64_t cache_clock(struct cache *c)
 	return stat_clock(&c->stats);
 }
 
+uint64_t cache_slot_dram(const struct cache *c)
+{
+	return c->nslots * (sizeof(*c->slots) + SB_NBITS * c->pbytes) +
+	       (c->smask + 1) * sizeof(*c->shash);
+}
+
+uint64_t cache_rec_dram(const struct cache *c)
+{
+	return (c->fmask + 1) * sizeof(*c->fhash) +
+	       c->meta.nfiles * (sizeof(*c->recs) + sizeof(*c->free_recs));
+}
+
 struct cache_config *cache_config(struct cache *c)
 {
 	return c->cfg;

@@ -3,6 +3,7 @@
 #ifndef NVC_ENGINE_H
 #define NVC_ENGINE_H
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -11,6 +12,8 @@
 
 #include "cache.h"
 #include "meta.h"
+#include "slot.h"
+#include "srw.h"
 #include "stats.h"
 
 struct list {
@@ -46,7 +49,21 @@ static inline void list_add_tail(struct list *head, struct list *e)
 	((type *)((char *)(p)-offsetof(type, member)))
 
 /*
- * The dirty-block lifecycle.  A slot is FREE (on c->free_slots, its
+ * The free list and the LRU list link slots by index, 8 bytes a slot instead
+ * of two pointers.  They are circular like struct list: a node id below
+ * c->nslots is that slot, c->nslots + SL_FREE and c->nslots + SL_LRU are the
+ * two heads (c->lheads), so a slot leaves a list without knowing which one it
+ * is on, and a slot on no list links to itself.  Ids are 32 bits, like the
+ * hash chains and twins: a cache has fewer than 2^32 - 2 slots (recover.c).
+ */
+struct slink {
+	uint32_t prev, next;
+};
+
+enum { SL_FREE, SL_LRU, SL_NHEADS };
+
+/*
+ * The dirty-block lifecycle.  A slot is FREE (on the free list, its
  * persistent entry free), FRESH (just allocated to a (file, block), nothing
  * valid yet, not on any list; its persistent entry is still free, so a crash
  * forgets it), CLEAN (valid pages, none dirty: on the LRU list, evictable when
@@ -63,7 +80,9 @@ static inline void list_add_tail(struct list *head, struct list *e)
  * c->lock.  c->lock is never held across device or backing I/O, except for the
  * metadata persist of an eviction.  A slot's persistent entry is written only
  * by a thread holding slot->rw for writing, or by the evictor under c->lock
- * with pins == 0 (nobody can hold slot->rw without a pin).
+ * with pins == 0 (nobody can hold slot->rw without a pin).  slot->rw is the
+ * four-byte futex lock of srw.h; like the pthread_rwlock_t it replaced, it
+ * lets readers in while a writer waits.
  */
 enum slot_state { SLOT_FREE, SLOT_FRESH, SLOT_CLEAN, SLOT_DIRTY };
 
@@ -120,23 +139,32 @@ struct cslot {
 	uint32_t file; /* record index + 1; 0: free */
 	uint32_t pins;
 	uint64_t blk;
-	uint64_t valid[META_MAX_WORDS];
-	uint64_t dirty[META_MAX_WORDS];
-	uint64_t pvalid[META_MAX_WORDS]; /* valid in the persisted entry */
-	uint64_t unsynced[META_MAX_WORDS]; /* written, maybe only in a device
-					      cache */
+	/* its page bitmaps (valid, dirty, valid in the persisted entry,
+	 * written but maybe only in a device cache) are in c->pbits: slot.h */
 	uint64_t gen; /* bumped by every write, checked by destage */
 	uint64_t dirty_since;
 	uint64_t dirty_epoch; /* flush epoch it went dirty in (cache_flush) */
 	uint32_t hnext; /* hash chain: slot index + 1 */
+	uint32_t twin; /* slot index + 1 of this slot's second copy */
+	struct srw rw;
 	uint8_t state;
 	uint8_t persisted; /* the persistent entry is not free */
 	uint8_t is_twin; /* the second copy of another slot's dirty pages */
-	uint32_t twin; /* slot index + 1 of this slot's second copy */
-	struct list link; /* free list or LRU */
+	struct slink link; /* free list or LRU */
 	struct list flink; /* the owning file's slots */
-	pthread_rwlock_t rw;
 };
+
+/*
+ * The daemon's DRAM per cache slot: struct cslot, its page bitmaps (slot.h)
+ * and its share of the block map's hash table.  At the default block size
+ * (64 KiB) it stays within 128 bytes, 2 MiB per GiB of cache (issue 11;
+ * test_slot checks it).  File records cost what cache.max_files says,
+ * whatever the cache's size.
+ */
+#define SLOT_DRAM_BUDGET 128u
+/* Bytes the engine keeps for its slots, and for its file records. */
+uint64_t cache_slot_dram(const struct cache *c);
+uint64_t cache_rec_dram(const struct cache *c);
 
 /*
  * What this node knows of its own changes to a backing file (coherence.c).
@@ -212,6 +240,8 @@ struct cache {
 	uint32_t bs, ppb; /* block size, pages per block */
 	uint64_t nslots;
 	struct cslot *slots;
+	uint8_t *pbits; /* the slots' page bitmaps (slot.h) */
+	uint32_t pbytes; /* bytes of one bitmap: ceil(ppb / 8) */
 	uint32_t *shash;
 	uint64_t smask;
 	struct cfile **fhash;
@@ -219,7 +249,8 @@ struct cache {
 	struct cfile **recs;
 	uint32_t *free_recs;
 	uint32_t nfree_recs;
-	struct list free_slots, lru, dirty_files;
+	struct slink lheads[SL_NHEADS]; /* the free list and the LRU list */
+	struct list dirty_files;
 	uint64_t nfree, ndirty_slots, dirty_pages, valid_pages;
 	uint64_t ntwins; /* second copies: slots that dirty data occupies too */
 	uint64_t dev_valid_pages[NVC_MAX_DEVS], dev_dirty_pages[NVC_MAX_DEVS];
@@ -334,6 +365,110 @@ static inline uint64_t slot_off(struct cache *c, uint64_t s)
 static inline uint64_t slot_idx(struct cache *c, struct cslot *s)
 {
 	return s - c->slots;
+}
+
+/* The free list and the LRU list (struct slink); c->lock held. */
+static inline struct slink *sl_node(struct cache *c, uint32_t id)
+{
+	return id < c->nslots ? &c->slots[id].link : &c->lheads[id - c->nslots];
+}
+
+static inline void slot_list_init(struct cache *c, int head)
+{
+	c->lheads[head].prev = c->lheads[head].next = c->nslots + head;
+}
+
+static inline void slot_list_del(struct cache *c, struct cslot *s)
+{
+	uint32_t id = slot_idx(c, s);
+
+	sl_node(c, s->link.prev)->next = s->link.next;
+	sl_node(c, s->link.next)->prev = s->link.prev;
+	s->link.prev = s->link.next = id;
+}
+
+static inline void slot_list_add_tail(struct cache *c, int head,
+				      struct cslot *s)
+{
+	struct slink *h = &c->lheads[head];
+	uint32_t id = slot_idx(c, s);
+
+	assert(s->link.next == id); /* on no list */
+	s->link.prev = h->prev;
+	s->link.next = c->nslots + head;
+	sl_node(c, h->prev)->next = id;
+	h->prev = id;
+}
+
+/* The slot after s on the list (from its start if s is NULL); NULL at its
+ * end. */
+static inline struct cslot *slot_list_next(struct cache *c, int head,
+					   struct cslot *s)
+{
+	uint32_t id = s ? s->link.next : c->lheads[head].next;
+
+	return id < c->nslots ? &c->slots[id] : NULL;
+}
+
+/* A slot's page bitmaps (slot.h) and what is done with them. */
+static inline uint8_t *slot_bits(struct cache *c, const struct cslot *s,
+				 enum slot_bits k)
+{
+	return c->pbits + ((size_t)(s - c->slots) * SB_NBITS + k) * c->pbytes;
+}
+
+static inline uint8_t *slot_valid(struct cache *c, const struct cslot *s)
+{
+	return slot_bits(c, s, SB_VALID);
+}
+
+static inline uint8_t *slot_dirty(struct cache *c, const struct cslot *s)
+{
+	return slot_bits(c, s, SB_DIRTY);
+}
+
+/* valid in the persisted entry */
+static inline uint8_t *slot_pvalid(struct cache *c, const struct cslot *s)
+{
+	return slot_bits(c, s, SB_PVALID);
+}
+
+/* written, maybe only in a device cache */
+static inline uint8_t *slot_unsynced(struct cache *c, const struct cslot *s)
+{
+	return slot_bits(c, s, SB_UNSYNCED);
+}
+
+static inline int pb_any(struct cache *c, const uint8_t *b)
+{
+	return pb_any_n(b, c->pbytes);
+}
+
+static inline uint32_t pb_count(struct cache *c, const uint8_t *b)
+{
+	return pb_count_n(b, c->pbytes);
+}
+
+static inline void pb_zero(struct cache *c, uint8_t *b)
+{
+	memset(b, 0, c->pbytes);
+}
+
+static inline void pb_copy(struct cache *c, uint8_t *dst, const uint8_t *src)
+{
+	memcpy(dst, src, c->pbytes);
+}
+
+static inline void pb_get(struct cache *c, const uint8_t *b,
+			  uint64_t w[META_MAX_WORDS])
+{
+	pb_get_n(b, c->pbytes, w);
+}
+
+static inline void pb_put(struct cache *c, uint8_t *b,
+			  const uint64_t w[META_MAX_WORDS])
+{
+	pb_put_n(b, c->pbytes, c->ppb, w);
 }
 
 static inline int bm_test(const uint64_t *w, uint32_t i)

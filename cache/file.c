@@ -667,14 +667,13 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	while (!c->nfree_recs) {
 		/* evict clean data of files nobody has open */
-		struct list *l;
+		struct cslot *s, *n;
 		int freed = 0;
 
-		for (l = c->lru.next; l != &c->lru;) {
-			struct cslot *s = list_entry(l, struct cslot, link);
+		for (s = slot_list_next(c, SL_LRU, NULL); s; s = n) {
 			struct cfile *o = c->recs[s->file - 1];
 
-			l = l->next;
+			n = slot_list_next(c, SL_LRU, s);
 			if (s->pins || o->refs)
 				continue;
 			o->refs++;

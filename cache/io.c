@@ -238,12 +238,12 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		s->pins++;
 		pthread_mutex_unlock(&c->lock);
 
-		pthread_rwlock_wrlock(&s->rw);
+		srw_wrlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
 		if (f->wgen == wgen0)
 			for (p = x->p0; p < x->p1; p++)
 				if (!bm_test(x->valid, p) &&
-				    !bm_test(s->valid, p))
+				    !pb_test(slot_valid(c, s), p))
 					bm_set(want, p);
 		pthread_mutex_unlock(&c->lock);
 		for (p = x->p0; p < x->p1 && !ret;) {
@@ -274,14 +274,14 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		if (bm_any(want)) {
 			for (p = x->p0; p < x->p1; p++)
 				if (bm_test(want, p)) {
-					bm_set(s->valid, p);
-					bm_set(s->unsynced, p);
+					pb_set(slot_valid(c, s), p);
+					pb_set(slot_unsynced(c, s), p);
 					pages_valid(c, s, 1);
 				}
 			slot_settle(c, s);
 		}
 		pthread_mutex_unlock(&c->lock);
-		pthread_rwlock_unlock(&s->rw);
+		srw_unlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
 		slot_unpin_locked(c, f, s);
 		pthread_mutex_unlock(&c->lock);
@@ -326,12 +326,12 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 
 		if (!x->s)
 			continue;
-		pthread_rwlock_rdlock(&x->s->rw);
+		srw_rdlock(&x->s->rw);
 		pthread_mutex_lock(&c->lock);
-		memcpy(x->valid, x->s->valid, sizeof(x->valid));
+		pb_get(c, slot_valid(c, x->s), x->valid);
 		if (x->s->state == SLOT_CLEAN) {
-			list_del(&x->s->link);
-			list_add_tail(&c->lru, &x->s->link);
+			slot_list_del(c, x->s);
+			slot_list_add_tail(c, SL_LRU, x->s);
 		}
 		pthread_mutex_unlock(&c->lock);
 		for (p = x->p0; p < x->p1;) {
@@ -371,7 +371,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 			if (!ios[k].res)
 				continue;
 			for (p = io_p0[k]; p < io_p1[k]; p++) {
-				if (bm_test(x->s->dirty, p)) {
+				if (pb_test(slot_dirty(c, x->s), p)) {
 					/* only the second copy has it now */
 					if (twin_read(c, x->s,
 						      (char *)ios[k].buf +
@@ -412,7 +412,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 				     STAT_DC_hit_bytes, ios[k].len);
 	for (i = 0; i < nsp; i++)
 		if (sp[i].s)
-			pthread_rwlock_unlock(&sp[i].s->rw);
+			srw_unlock(&sp[i].s->rw);
 	if (ret)
 		goto out_unpin;
 

@@ -77,12 +77,13 @@ static void slot_unclaim_unsynced(struct cache *c, struct cslot *s, int err)
 	for (p = 0; p < c->ppb; p++) {
 		int was_dirty;
 
-		if (!bm_test(s->unsynced, p) || bm_test(s->pvalid, p) ||
-		    !bm_test(s->valid, p))
+		if (!pb_test(slot_unsynced(c, s), p) ||
+		    pb_test(slot_pvalid(c, s), p) ||
+		    !pb_test(slot_valid(c, s), p))
 			continue;
-		was_dirty = bm_any(s->dirty);
+		was_dirty = pb_any(c, slot_dirty(c, s));
 		page_forget_locked(c, s, p);
-		if (was_dirty && !bm_any(s->dirty))
+		if (was_dirty && !pb_any(c, slot_dirty(c, s)))
 			file_mark_clean(c, c->recs[s->file - 1], s);
 	}
 	slot_settle(c, s);
@@ -91,31 +92,36 @@ static void slot_unclaim_unsynced(struct cache *c, struct cslot *s, int err)
 
 int slot_persist(struct cache *c, struct cslot *s)
 {
+	const uint8_t *valid = slot_valid(c, s),
+		      *unsynced = slot_unsynced(c, s);
+	uint8_t *pvalid = slot_pvalid(c, s);
 	struct meta_slot m;
+	uint64_t pw[META_MAX_WORDS];
 	int w, need = 0, ret;
+	uint32_t i;
 
-	for (w = 0; w < META_MAX_WORDS; w++)
-		need |= (s->valid[w] & ~s->pvalid[w] & s->unsynced[w]) != 0;
+	for (i = 0; i < c->pbytes; i++)
+		need |= (valid[i] & ~pvalid[i] & unsynced[i]) != 0;
 	if (s->file && need) {
 		ret = cache_dev_sync(c, slot_idx(c, s) % c->ndevs);
 		if (ret)
 			slot_unclaim_unsynced(c, s, ret);
-		memset(s->unsynced, 0, sizeof(s->unsynced));
+		pb_zero(c, slot_unsynced(c, s));
 	}
 	memset(&m, 0, sizeof(m));
 	m.file = s->file;
 	m.blk = s->blk;
 	m.flags = s->is_twin ? SLOT_F_TWIN : 0;
-	memcpy(m.valid, s->valid, sizeof(m.valid));
-	memcpy(m.dirty, s->dirty, sizeof(m.dirty));
+	pb_get(c, slot_valid(c, s), m.valid);
+	pb_get(c, slot_dirty(c, s), m.dirty);
 	/* an overwrite of dirty pages changes nothing the entry says */
 	if (s->persisted && meta_slot_same(&c->meta, slot_idx(c, s), &m)) {
-		memcpy(s->pvalid, m.valid, sizeof(s->pvalid));
+		pb_put(c, slot_pvalid(c, s), m.valid);
 		return 0;
 	}
 	ret = meta_put_slot(&c->meta, slot_idx(c, s), &m);
 	if (!ret) {
-		memcpy(s->pvalid, m.valid, sizeof(s->pvalid));
+		pb_put(c, slot_pvalid(c, s), m.valid);
 		s->persisted = s->file != 0;
 		return 0;
 	}
@@ -124,8 +130,10 @@ int slot_persist(struct cache *c, struct cslot *s)
 	 * Claimed are only the pages both claim; and the slot counts as
 	 * mapped until an entry saying free is known to be on the media.
 	 */
+	pb_get(c, pvalid, pw);
 	for (w = 0; w < META_MAX_WORDS; w++)
-		s->pvalid[w] &= m.valid[w];
+		pw[w] &= m.valid[w];
+	pb_put(c, pvalid, pw);
 	s->persisted |= s->file != 0;
 	log_msg(LOG_ERR, "cannot persist the map entry of slot %llu: %s",
 		(unsigned long long)slot_idx(c, s), strerror(-ret));
@@ -135,12 +143,12 @@ int slot_persist(struct cache *c, struct cslot *s)
 /* The slot no longer holds page p, valid or dirty (c->lock held). */
 void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p)
 {
-	if (bm_test(s->dirty, p)) {
-		bm_clear(s->dirty, p);
+	if (pb_test(slot_dirty(c, s), p)) {
+		pb_clear(slot_dirty(c, s), p);
 		pages_dirty(c, s, -1);
 	}
-	if (bm_test(s->valid, p)) {
-		bm_clear(s->valid, p);
+	if (pb_test(slot_valid(c, s), p)) {
+		pb_clear(slot_valid(c, s), p);
 		pages_valid(c, s, -1);
 	}
 }
@@ -149,21 +157,21 @@ void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p)
 void slot_settle(struct cache *c, struct cslot *s)
 {
 	if (s->state == SLOT_CLEAN)
-		list_del(&s->link);
+		slot_list_del(c, s);
 	if (!s->file && s->persisted) {
 		/* its entry on the media may still map it: never reused */
 		s->state = SLOT_FREE;
 		c->nlimbo++;
 	} else if (!s->file) {
 		s->state = SLOT_FREE;
-		list_add_tail(&c->free_slots, &s->link);
+		slot_list_add_tail(c, SL_FREE, s);
 		c->nfree++;
 		space_freed_locked(c);
-	} else if (bm_any(s->dirty)) {
+	} else if (pb_any(c, slot_dirty(c, s))) {
 		s->state = SLOT_DIRTY;
-	} else if (bm_any(s->valid)) {
+	} else if (pb_any(c, slot_valid(c, s))) {
 		s->state = SLOT_CLEAN;
-		list_add_tail(&c->lru, &s->link);
+		slot_list_add_tail(c, SL_LRU, s);
 		if (!s->pins)
 			space_freed_locked(c);
 	} else {
@@ -207,8 +215,8 @@ void twin_free_locked(struct cache *c, struct cslot *s)
 	c->ntwins--;
 	t->file = 0;
 	t->blk = 0;
-	memset(t->valid, 0, sizeof(t->valid));
-	memset(t->dirty, 0, sizeof(t->dirty));
+	pb_zero(c, slot_valid(c, t));
+	pb_zero(c, slot_dirty(c, t));
 	t->state = SLOT_FRESH;
 	if (t->persisted)
 		slot_persist(c, t);
@@ -220,8 +228,8 @@ int twin_persist(struct cache *c, struct cslot *s)
 {
 	struct cslot *t = &c->slots[s->twin - 1];
 
-	memcpy(t->valid, s->dirty, sizeof(t->valid));
-	memcpy(t->dirty, s->dirty, sizeof(t->dirty));
+	pb_copy(c, slot_valid(c, t), slot_dirty(c, s));
+	pb_copy(c, slot_dirty(c, t), slot_dirty(c, s));
 	return slot_persist(c, t);
 }
 
@@ -231,19 +239,19 @@ void slot_drop_locked(struct cache *c, struct cslot *s)
 
 	twin_free_locked(c, s);
 	if (s->state == SLOT_CLEAN)
-		list_del(&s->link);
+		slot_list_del(c, s);
 	if (s->state == SLOT_DIRTY) {
 		file_mark_clean(c, f, s);
-		pages_dirty(c, s, -(int64_t)(bm_count(s->dirty)));
+		pages_dirty(c, s, -(int64_t)(pb_count(c, slot_dirty(c, s))));
 	}
-	pages_valid(c, s, -(int64_t)(bm_count(s->valid)));
+	pages_valid(c, s, -(int64_t)(pb_count(c, slot_valid(c, s))));
 	slot_hash_del(c, s);
 	list_del(&s->flink);
 	f->nslots--;
 	s->file = 0;
 	s->blk = 0;
-	memset(s->valid, 0, sizeof(s->valid));
-	memset(s->dirty, 0, sizeof(s->dirty));
+	pb_zero(c, slot_valid(c, s));
+	pb_zero(c, slot_dirty(c, s));
 	s->state = SLOT_FRESH;
 	if (s->persisted)
 		slot_persist(c, s);
@@ -257,13 +265,12 @@ void slot_drop_locked(struct cache *c, struct cslot *s)
 struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
 {
 	struct cslot *s, *pick = NULL;
-	struct list *l;
 	int tries = 0;
 
-	for (l = c->free_slots.next; l != &c->free_slots; l = l->next) {
+	for (s = slot_list_next(c, SL_FREE, NULL); s;
+	     s = slot_list_next(c, SL_FREE, s)) {
 		int d;
 
-		s = list_entry(l, struct cslot, link);
 		d = slot_idx(c, s) % c->ndevs;
 		if (slot_failed(c, s) || d == avoid)
 			continue;
@@ -276,7 +283,7 @@ struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
 	if (!pick)
 		return NULL;
 	assert(!pick->persisted); /* no entry on the media maps it */
-	list_del(&pick->link);
+	slot_list_del(c, pick);
 	c->nfree--;
 	return pick;
 }
@@ -287,10 +294,10 @@ struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
  */
 int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
 {
-	struct list *l;
+	struct cslot *v;
 
-	for (l = c->lru.next; l != &c->lru; l = l->next) {
-		struct cslot *v = list_entry(l, struct cslot, link);
+	for (v = slot_list_next(c, SL_LRU, NULL); v;
+	     v = slot_list_next(c, SL_LRU, v)) {
 		struct cfile *o = c->recs[v->file - 1];
 
 		if (v->pins || v == keep || slot_failed(c, v) ||
@@ -308,15 +315,16 @@ int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
 }
 
 /* A slot from free_take_locked starts empty, for (rec, blk). */
-void slot_claim(struct cslot *s, uint32_t rec, uint64_t blk)
+static void slot_claim(struct cache *c, struct cslot *s, uint32_t rec,
+		       uint64_t blk)
 {
 	s->file = rec;
 	s->blk = blk;
 	s->state = SLOT_FRESH;
 	s->gen++;
-	memset(s->valid, 0, sizeof(s->valid));
-	memset(s->dirty, 0, sizeof(s->dirty));
-	memset(s->unsynced, 0, sizeof(s->unsynced));
+	pb_zero(c, slot_valid(c, s));
+	pb_zero(c, slot_dirty(c, s));
+	pb_zero(c, slot_unsynced(c, s));
 }
 
 /* Take a free slot, or evict the least recently used clean one.  c->lock held. */
@@ -329,7 +337,7 @@ struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 	while (!(s = free_take_locked(c, -1, (blk + f->rec) % c->ndevs)))
 		if (evict_one_locked(c, -1, NULL))
 			return NULL;
-	slot_claim(s, f->rec, blk);
+	slot_claim(c, s, f->rec, blk);
 	slot_hash_add(c, s);
 	list_add_tail(&f->slots, &s->flink);
 	f->nslots++;
@@ -358,7 +366,7 @@ struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
 	while (!(t = free_take_locked(c, dev, -1)))
 		if (evict_one_locked(c, dev, s))
 			return NULL;
-	slot_claim(t, s->file, s->blk);
+	slot_claim(c, t, s->file, s->blk);
 	t->is_twin = 1;
 	s->twin = slot_idx(c, t) + 1;
 	c->ntwins++;
@@ -370,7 +378,7 @@ struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
 void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s)
 {
 	s->pins--;
-	if (!s->pins && s->twin && !bm_any(s->dirty))
+	if (!s->pins && s->twin && !pb_any(c, slot_dirty(c, s)))
 		twin_free_locked(c, s); /* clean or empty: one copy is enough */
 	if (!s->pins && s->state == SLOT_CLEAN)
 		space_freed_locked(c); /* evictable now */

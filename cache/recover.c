@@ -286,13 +286,13 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		}
 		s->file = ms.file;
 		s->blk = ms.blk;
-		memcpy(s->valid, ms.valid, sizeof(s->valid));
-		memcpy(s->dirty, ms.dirty, sizeof(s->dirty));
+		pb_put(c, slot_valid(c, s), ms.valid);
+		pb_put(c, slot_dirty(c, s), ms.dirty);
 		/* dirty implies valid */
-		for (r = 0; r < META_MAX_WORDS; r++)
-			s->valid[r] |= s->dirty[r];
+		for (r = 0; r < c->pbytes; r++)
+			slot_valid(c, s)[r] |= slot_dirty(c, s)[r];
 		s->persisted = 1;
-		memcpy(s->pvalid, s->valid, sizeof(s->pvalid));
+		pb_copy(c, slot_pvalid(c, s), slot_valid(c, s));
 		if (slot_find(c, s->file, s->blk)) {
 			/* two slots for one block cannot come from our writes
 			 */
@@ -310,9 +310,10 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		slot_hash_add(c, s);
 		list_add_tail(&f->slots, &s->flink);
 		f->nslots++;
-		pages_valid(c, s, (int64_t)(bm_count(s->valid)));
-		if (bm_any(s->dirty)) {
-			pages_dirty(c, s, (int64_t)(bm_count(s->dirty)));
+		pages_valid(c, s, (int64_t)(pb_count(c, slot_valid(c, s))));
+		if (pb_any(c, slot_dirty(c, s))) {
+			pages_dirty(c, s,
+				    (int64_t)(pb_count(c, slot_dirty(c, s))));
 			file_mark_dirty(c, f, s);
 		}
 		s->state = SLOT_FRESH;
@@ -323,11 +324,11 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		struct cslot *p =
 			slot_find(c, twins[i].ms.file, twins[i].ms.blk);
 
-		if (p && !p->twin && bm_any(p->dirty)) {
+		if (p && !p->twin && pb_any(c, slot_dirty(c, p))) {
 			t->file = twins[i].ms.file;
 			t->blk = twins[i].ms.blk;
-			memcpy(t->valid, twins[i].ms.valid, sizeof(t->valid));
-			memcpy(t->dirty, twins[i].ms.dirty, sizeof(t->dirty));
+			pb_put(c, slot_valid(c, t), twins[i].ms.valid);
+			pb_put(c, slot_dirty(c, t), twins[i].ms.dirty);
 			t->is_twin = 1;
 			t->persisted = 1;
 			t->state = SLOT_FRESH;
@@ -429,7 +430,10 @@ static int cache_alloc(struct cache *c)
 	uint64_t i, hsize = 1;
 
 	c->slots = calloc(c->nslots, sizeof(*c->slots));
-	while (hsize < c->nslots * 2)
+	c->pbytes = (c->ppb + 7) / 8;
+	c->pbits = calloc(c->nslots * SB_NBITS, c->pbytes);
+	/* one bucket a slot or more: chains of one or two on average */
+	while (hsize < c->nslots)
 		hsize <<= 1;
 	c->shash = calloc(hsize, sizeof(*c->shash));
 	c->smask = hsize - 1;
@@ -439,18 +443,19 @@ static int cache_alloc(struct cache *c)
 	c->fmask = hsize - 1;
 	c->recs = calloc(c->meta.nfiles, sizeof(*c->recs));
 	c->free_recs = calloc(c->meta.nfiles, sizeof(*c->free_recs));
-	if (!c->slots || !c->shash || !c->fhash || !c->recs || !c->free_recs)
+	if (!c->slots || !c->pbits || !c->shash || !c->fhash || !c->recs ||
+	    !c->free_recs)
 		return -ENOMEM;
 	for (i = 0; i < NVC_MAX_DEVS; i++)
 		pthread_mutex_init(&c->dsync[i].lock, NULL);
 	for (i = 0; i < c->nslots; i++) {
-		pthread_rwlock_init(&c->slots[i].rw, NULL);
-		list_init(&c->slots[i].link);
+		srw_init(&c->slots[i].rw);
+		c->slots[i].link.prev = c->slots[i].link.next = i;
 		list_init(&c->slots[i].flink);
 		c->slots[i].state = SLOT_FRESH;
 	}
-	list_init(&c->free_slots);
-	list_init(&c->lru);
+	slot_list_init(c, SL_FREE);
+	slot_list_init(c, SL_LRU);
 	list_init(&c->dirty_files);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->rate_lock, NULL);
@@ -480,13 +485,14 @@ static void cache_free(struct cache *c)
 	}
 	if (c->slots)
 		for (i = 0; i < c->nslots; i++)
-			pthread_rwlock_destroy(&c->slots[i].rw);
+			assert(!srw_held(&c->slots[i].rw));
 	for (i = 0; i < (uint64_t)c->ndevs; i++)
 		if (c->devs[i])
 			dev_set_observer(c->devs[i], NULL, NULL, 0);
 	stat_store_free(&c->stats);
 	free(c->stats_base);
 	free(c->slots);
+	free(c->pbits);
 	free(c->shash);
 	free(c->fhash);
 	free(c->recs);
@@ -727,6 +733,15 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		ret = check_geometry(c, err, errlen);
 	if (ret)
 		goto err_free;
+	if (c->nslots > UINT32_MAX - SL_NHEADS) {
+		/* slot ids are 32 bits (engine.h) */
+		snprintf(err, errlen,
+			 "%llu slots: a cache has fewer than 2^32 - %d; use a "
+			 "larger cache.block_size",
+			 (unsigned long long)c->nslots, SL_NHEADS);
+		ret = -EFBIG;
+		goto err_free;
+	}
 	ret = cache_alloc(c);
 	if (ret)
 		goto err_free;

@@ -77,7 +77,7 @@ static int salvage_twin(struct cache *c, struct cslot *s, char *buf,
 	for (p = p0; p < p1; p++) {
 		char *at = buf + (uint64_t)(p - p0) * NVC_PAGE;
 
-		if (!bm_test(s->dirty, p)) {
+		if (!pb_test(slot_dirty(c, s), p)) {
 			memset(at, 0, NVC_PAGE);
 			continue;
 		}
@@ -102,11 +102,11 @@ static int salvage_slot(struct cache *c, struct cslot *s, int dfd, char *buf,
 	while (p < c->ppb) {
 		uint64_t off, len;
 
-		if (!bm_test(s->valid, p)) {
+		if (!pb_test(slot_valid(c, s), p)) {
 			p++;
 			continue;
 		}
-		for (p0 = p; p < c->ppb && bm_test(s->valid, p); p++)
+		for (p0 = p; p < c->ppb && pb_test(slot_valid(c, s), p); p++)
 			;
 		off = s->blk * c->bs + (uint64_t)p0 * NVC_PAGE;
 		if (off >= size)
@@ -127,7 +127,7 @@ static int salvage_slot(struct cache *c, struct cslot *s, int dfd, char *buf,
 	for (p = 0; p < c->ppb; p++) {
 		uint64_t off = s->blk * c->bs + (uint64_t)p * NVC_PAGE;
 
-		if (bm_test(s->dirty, p) && off < size)
+		if (pb_test(slot_dirty(c, s), p) && off < size)
 			*dirty_bytes += size - off < NVC_PAGE ? size - off
 							      : NVC_PAGE;
 	}
@@ -179,9 +179,9 @@ int salvage_copy(struct cache *c, struct cfile *f, int srcfd, int dirfd,
 	if (srcfd >= 0)
 		ret = salvage_base(srcfd, dfd, size, buf);
 	for (i = 0; i < n && !ret; i++) {
-		pthread_rwlock_rdlock(&v[i]->rw);
+		srw_rdlock(&v[i]->rw);
 		ret = salvage_slot(c, v[i], dfd, buf, size, dirty_bytes);
-		pthread_rwlock_unlock(&v[i]->rw);
+		srw_unlock(&v[i]->rw);
 	}
 	if (!ret && ftruncate(dfd, size))
 		ret = -errno;

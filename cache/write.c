@@ -23,7 +23,7 @@
 static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
 			uint32_t p, char *dst, uint64_t at, int clean)
 {
-	if (bm_test(s->valid, p)) {
+	if (pb_test(slot_valid(c, s), p)) {
 		struct dev_io io = { .dev = slot_dev(c, slot_idx(c, s)),
 				     .op = DEV_READ,
 				     .buf = dst,
@@ -34,7 +34,7 @@ static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
 		if (!dev_io_run(&io, 1))
 			return 0;
 		note_dev_error(c, &io, 1);
-		if (!clean && bm_test(s->dirty, p))
+		if (!clean && pb_test(slot_dirty(c, s), p))
 			return twin_read(c, s, dst, p, p + 1) ? -EIO : 0;
 	}
 	if (at >= f->bsize) {
@@ -90,9 +90,9 @@ static int twin_seed(struct cache *c, struct cslot *s, struct cslot *t,
 	uint64_t mask[META_MAX_WORDS];
 	uint32_t p;
 
-	if (bm_any(t->valid))
+	if (pb_any(c, slot_valid(c, t)))
 		return 0;
-	memcpy(mask, s->dirty, sizeof(mask));
+	pb_get(c, slot_dirty(c, s), mask);
 	for (p = p0; p < p1; p++)
 		bm_clear(mask, p);
 	return twin_copy(c, s, t, mask);
@@ -114,7 +114,7 @@ int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
 	if (slot_failed(c, t))
 		return -EIO;
 	for (p = p0; p < p1; p++)
-		if (!bm_test(t->valid, p))
+		if (!pb_test(slot_valid(c, t), p))
 			return -EIO;
 	return dev_read(slot_dev(c, slot_idx(c, t)), buf, (p1 - p0) * NVC_PAGE,
 			slot_off(c, slot_idx(c, t)) + p0 * NVC_PAGE);
@@ -147,11 +147,11 @@ static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < nsp; i++) {
 		struct cslot *s = sp[i].s;
-		int was_dirty = bm_any(s->dirty);
+		int was_dirty = pb_any(c, slot_dirty(c, s));
 
 		for (p = sp[i].p0; p < sp[i].p1; p++)
 			page_forget_locked(c, s, p);
-		if (was_dirty && !bm_any(s->dirty))
+		if (was_dirty && !pb_any(c, slot_dirty(c, s)))
 			file_mark_clean(c, f, s);
 		slot_settle(c, s);
 	}
@@ -162,7 +162,7 @@ static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
 	file_bk_changed(f); /* the next fsync must reach the backing file */
 	pthread_mutex_unlock(&c->lock);
 	for (i = 0; i < nsp && !ret; i++)
-		if (sp[i].s->persisted || bm_any(sp[i].s->valid))
+		if (sp[i].s->persisted || pb_any(c, slot_valid(c, sp[i].s)))
 			ret = slot_persist(c, sp[i].s);
 	if (!ret)
 		ret = file_note_backing(c, f);
@@ -181,11 +181,12 @@ static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
 static void twin_take_intent(struct cache *c, struct span *x)
 {
 	struct cslot *s = x->s, *t = &c->slots[s->twin - 1];
-	uint64_t mask[META_MAX_WORDS];
+	uint64_t mask[META_MAX_WORDS], sdirty[META_MAX_WORDS];
 	int w;
 
+	pb_get(c, slot_dirty(c, s), sdirty);
 	for (w = 0; w < META_MAX_WORDS; w++)
-		mask[w] = bm_any(t->valid) ? x->valid[w] : s->dirty[w];
+		mask[w] = pb_any(c, slot_valid(c, t)) ? x->valid[w] : sdirty[w];
 	if (!twin_copy(c, s, t, mask))
 		twin_persist(c, s);
 }
@@ -206,20 +207,21 @@ static int seg_mark_intent(struct cache *c, struct cfile *f, struct span *sp,
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < nsp; i++) {
 		struct cslot *s = sp[i].s;
-		int was_dirty = bm_any(s->dirty);
+		int was_dirty = pb_any(c, slot_dirty(c, s));
 
 		s->gen++;
 		sp[i].miss = 0;
 		memset(sp[i].valid, 0, sizeof(sp[i].valid));
 		for (p = sp[i].p0; p < sp[i].p1; p++) {
-			if (!bm_test(s->valid, p) || bm_test(s->dirty, p))
+			if (!pb_test(slot_valid(c, s), p) ||
+			    pb_test(slot_dirty(c, s), p))
 				continue;
 			bm_set(sp[i].valid, p);
-			bm_set(s->dirty, p);
+			pb_set(slot_dirty(c, s), p);
 			pages_dirty(c, s, 1);
 			sp[i].miss = 1;
 		}
-		if (!was_dirty && bm_any(s->dirty)) {
+		if (!was_dirty && pb_any(c, slot_dirty(c, s))) {
 			file_mark_dirty(c, f, s);
 			slot_settle(c, s);
 		}
@@ -259,7 +261,7 @@ static int seg_prepare_ios(struct cache *c, struct span *sp, int nsp,
 		ios[i].buf =
 			buf + (sp[i].blk * c->bs + sp[i].p0 * NVC_PAGE - s0);
 		for (p = sp[i].p0; p < sp[i].p1; p++)
-			ios[i].fua |= !bm_test(s->pvalid, p);
+			ios[i].fua |= !pb_test(slot_pvalid(c, s), p);
 	}
 	*nio = nsp;
 	for (i = 0; i < nsp && !ret; i++) {
@@ -290,34 +292,35 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
 
 	for (i = 0; i < nsp; i++) {
 		struct cslot *s = sp[i].s;
-		int was_dirty = bm_any(s->dirty);
+		int was_dirty = pb_any(c, slot_dirty(c, s));
 
 		if (!ios[i].fua)
 			cache_dev_written(c, slot_idx(c, s) % c->ndevs);
 		for (p = sp[i].p0; p < sp[i].p1; p++) {
 			if (ios[i].fua)
-				bm_clear(s->unsynced, p);
-			if (!bm_test(s->valid, p)) {
-				bm_set(s->valid, p);
+				pb_clear(slot_unsynced(c, s), p);
+			if (!pb_test(slot_valid(c, s), p)) {
+				pb_set(slot_valid(c, s), p);
 				pages_valid(c, s, 1);
 			}
-			if (mode == MODE_WRITEBACK && !bm_test(s->dirty, p)) {
-				bm_set(s->dirty, p);
+			if (mode == MODE_WRITEBACK &&
+			    !pb_test(slot_dirty(c, s), p)) {
+				pb_set(slot_dirty(c, s), p);
 				pages_dirty(c, s, 1);
 			}
 		}
 		if (mode != MODE_WRITEBACK && sp[i].miss) {
 			for (p = sp[i].p0; p < sp[i].p1; p++) {
 				if (!bm_test(sp[i].valid, p) ||
-				    !bm_test(s->dirty, p))
+				    !pb_test(slot_dirty(c, s), p))
 					continue;
-				bm_clear(s->dirty, p);
+				pb_clear(slot_dirty(c, s), p);
 				pages_dirty(c, s, -1);
 			}
-			if (was_dirty && !bm_any(s->dirty))
+			if (was_dirty && !pb_any(c, slot_dirty(c, s)))
 				file_mark_clean(c, f, s);
 		}
-		if (!was_dirty && bm_any(s->dirty))
+		if (!was_dirty && pb_any(c, slot_dirty(c, s)))
 			file_mark_dirty(c, f, s);
 		slot_settle(c, s);
 	}
@@ -357,12 +360,12 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 		return -EAGAIN;
 	for (i = 0; i < nsp; i++) {
 		if (!nowait) {
-			pthread_rwlock_wrlock(&sp[i].s->rw);
+			srw_wrlock(&sp[i].s->rw);
 			continue;
 		}
-		if (pthread_rwlock_trywrlock(&sp[i].s->rw)) {
+		if (!srw_trywrlock(&sp[i].s->rw)) {
 			while (i-- > 0)
-				pthread_rwlock_unlock(&sp[i].s->rw);
+				srw_unlock(&sp[i].s->rw);
 			return -EAGAIN;
 		}
 	}
@@ -407,7 +410,7 @@ void wseg_unlock(struct wseg *w)
 	if (!w->locked)
 		return;
 	for (i = w->nsp - 1; i >= 0; i--)
-		pthread_rwlock_unlock(&w->sp[i].s->rw);
+		srw_unlock(&w->sp[i].s->rw);
 	w->locked = 0;
 }
 
@@ -598,7 +601,7 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 	for (blk = off / c->bs; blk * c->bs < end; blk++) {
 		struct cslot *s = slot_find(c, f->rec, blk);
 
-		if (s && bm_any(s->dirty)) {
+		if (s && pb_any(c, slot_dirty(c, s))) {
 			/* dirty data from an earlier mode: keep it coherent */
 			pthread_mutex_unlock(&c->lock);
 			pthread_rwlock_unlock(&f->rw);
@@ -654,9 +657,9 @@ static int edge_zero_tail(struct cache *c, struct cslot *edge, uint32_t p,
 	ret = dev_io_run(&io, 1);
 	if (ret) {
 		note_dev_error(c, &io, 1);
-		ret = bm_test(edge->dirty, p) ? twin_read(c, edge, io.buf, p,
-							  p + 1)
-					      : ret;
+		ret = pb_test(slot_dirty(c, edge), p)
+			      ? twin_read(c, edge, io.buf, p, p + 1)
+			      : ret;
 	}
 	if (ret)
 		goto out_free;
@@ -668,7 +671,7 @@ static int edge_zero_tail(struct cache *c, struct cslot *edge, uint32_t p,
 		if (ret)
 			note_dev_error(c, &io, 1);
 	}
-	if (t && bm_test(t->valid, p) && !slot_failed(c, t)) {
+	if (t && pb_test(slot_valid(c, t), p) && !slot_failed(c, t)) {
 		io.dev = slot_dev(c, slot_idx(c, t));
 		io.off = slot_off(c, slot_idx(c, t)) + p * NVC_PAGE;
 		if (dev_io_run(&io, 1)) {
@@ -710,14 +713,16 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 			if (s->blk >= keep_blk) {
 				/* pinned by a fill: clear it in place */
 				pages_valid(c, s,
-					    -(int64_t)(bm_count(s->valid)));
+					    -(int64_t)(pb_count(
+						    c, slot_valid(c, s))));
 				pages_dirty(c, s,
-					    -(int64_t)(bm_count(s->dirty)));
-				if (bm_any(s->dirty))
+					    -(int64_t)(pb_count(
+						    c, slot_dirty(c, s))));
+				if (pb_any(c, slot_dirty(c, s)))
 					file_mark_clean(c, f, s);
 				twin_free_locked(c, s);
-				memset(s->valid, 0, sizeof(s->valid));
-				memset(s->dirty, 0, sizeof(s->dirty));
+				pb_zero(c, slot_valid(c, s));
+				pb_zero(c, slot_dirty(c, s));
 				slot_settle(c, s);
 				slot_unpin_locked(c, f, s);
 			}
@@ -730,23 +735,26 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 		uint32_t p, first_gone = tail_page + (size % NVC_PAGE ? 1 : 0);
 		int was_dirty;
 
-		pthread_rwlock_wrlock(&edge->rw);
-		if (size % NVC_PAGE && bm_test(edge->valid, tail_page) &&
-		    !bm_test(edge->dirty, tail_page)) {
+		srw_wrlock(&edge->rw);
+		if (size % NVC_PAGE &&
+		    pb_test(slot_valid(c, edge), tail_page) &&
+		    !pb_test(slot_dirty(c, edge), tail_page)) {
 			/* clean: forget it rather than make it differ from
 			 * backing */
 			pthread_mutex_lock(&c->lock);
 			page_forget_locked(c, edge, tail_page);
 			pthread_mutex_unlock(&c->lock);
-		} else if (size % NVC_PAGE && bm_test(edge->valid, tail_page)) {
+		} else if (size % NVC_PAGE &&
+			   pb_test(slot_valid(c, edge), tail_page)) {
 			ret = edge_zero_tail(c, edge, tail_page, size);
 			if (ret) {
 				/* the page cannot be trimmed: forget it */
 				pthread_mutex_lock(&c->lock);
-				if (bm_test(edge->dirty, tail_page)) {
+				if (pb_test(slot_dirty(c, edge), tail_page)) {
 					ret = -EIO;
 				} else {
-					bm_clear(edge->valid, tail_page);
+					pb_clear(slot_valid(c, edge),
+						 tail_page);
 					pages_valid(c, edge, -1);
 					ret = 0;
 				}
@@ -754,21 +762,21 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 			}
 		}
 		pthread_mutex_lock(&c->lock);
-		was_dirty = bm_any(edge->dirty);
+		was_dirty = pb_any(c, slot_dirty(c, edge));
 		for (p = first_gone; p < c->ppb; p++)
 			page_forget_locked(c, edge, p);
-		if (was_dirty && !bm_any(edge->dirty))
+		if (was_dirty && !pb_any(c, slot_dirty(c, edge)))
 			file_mark_clean(c, f, edge);
 		slot_settle(c, edge);
-		if (edge->twin && !bm_any(edge->dirty))
+		if (edge->twin && !pb_any(c, slot_dirty(c, edge)))
 			twin_free_locked(c, edge);
 		pthread_mutex_unlock(&c->lock);
 		/* the twin first: it keeps every page its slot calls dirty */
 		if (edge->twin && twin_persist(c, edge))
 			ret = -EIO;
-		if (edge->persisted || bm_any(edge->valid))
+		if (edge->persisted || pb_any(c, slot_valid(c, edge)))
 			slot_persist(c, edge);
-		pthread_rwlock_unlock(&edge->rw);
+		srw_unlock(&edge->rw);
 		pthread_mutex_lock(&c->lock);
 		slot_unpin_locked(c, f, edge);
 		pthread_mutex_unlock(&c->lock);
