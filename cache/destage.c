@@ -1,7 +1,7 @@
 /* cache: the destager — watermarks, age, idle time, flush; large sequential
  * writes; clean only after fsync. */
 #define _GNU_SOURCE
-#include "engine.h"
+#include "destage_io.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -16,7 +16,8 @@
  * Write ordering of destage, per file:
  *   1. under slot->rw (read), note the slot's gen and dirty pages, and read
  *      those pages from the cache device;
- *   2. write them to the backing file, contiguous pages as one large write;
+ *   2. write them to the backing file, contiguous pages as one large write
+ *      (behind the reads of the next pages: destage_io.c, with its rules);
  *   3. extend the backing file to the cached size and fdatasync it;
  *   4. under slot->rw (write), clear the noted dirty pages only if gen did not
  *      move (a write since step 1 keeps the whole slot dirty), and persist the
@@ -27,29 +28,6 @@
  */
 
 #define DESTAGE_BATCH (64ull * 1024 * 1024)
-#define DESTAGE_BUF (1024u * 1024)
-
-static void throttle(struct cache *c, uint64_t bytes)
-{
-	uint64_t rate = __atomic_load_n(&c->cfg->max_rate, __ATOMIC_RELAXED);
-	uint64_t now, at;
-
-	if (!rate)
-		return;
-	pthread_mutex_lock(&c->rate_lock);
-	now = now_ns();
-	if (c->rate_next_ns < now)
-		c->rate_next_ns = now;
-	at = c->rate_next_ns;
-	c->rate_next_ns += bytes * 1000000000ull / rate;
-	pthread_mutex_unlock(&c->rate_lock);
-	if (at > now) {
-		struct timespec ts = { (at - now) / 1000000000ull,
-				       (at - now) % 1000000000ull };
-
-		nanosleep(&ts, NULL);
-	}
-}
 
 static int cmp_blk(const void *a, const void *b)
 {
@@ -63,30 +41,6 @@ struct run {
 	uint64_t off; /* file offset of buf[0] */
 	uint32_t len;
 };
-
-static int run_flush(struct cache *c, struct cfile *f, char *buf, struct run *r)
-{
-	uint64_t size, len = r->len;
-	int ret;
-
-	if (!r->len)
-		return 0;
-	pthread_mutex_lock(&c->lock);
-	size = f->size;
-	pthread_mutex_unlock(&c->lock);
-	if (r->off >= size)
-		len = 0;
-	else if (r->off + len > size)
-		len = size - r->off;
-	throttle(c, len);
-	ret = len ? backing_write(c, f, buf, len, r->off) : 0;
-	if (ret)
-		return ret;
-	CNT_ADD(c, destaged_bytes, len);
-	stats_note_destaged(c, len);
-	r->len = 0;
-	return 0;
-}
 
 /*
  * The reads of one run (up to DESTAGE_BUF of the file, several slots) are
@@ -111,9 +65,9 @@ struct batch {
  * no copy is marked skip (it stays dirty) and the run is written around it.
  * Every held slot but keep (the one being queued, or -1) is unlocked.
  */
-static int batch_flush(struct cache *c, struct cfile *f, char *buf,
-		       struct run *run, struct batch *b, struct cslot **v,
-		       char *skip, int *partial, int64_t keep)
+static int batch_flush(struct cache *c, struct dpipe *pipe, struct run *run,
+		       struct batch *b, struct cslot **v, char *skip,
+		       int *partial, int64_t keep)
 {
 	uint64_t s0 = run->off;
 	unsigned k, held = 0;
@@ -148,21 +102,20 @@ static int batch_flush(struct cache *c, struct cfile *f, char *buf,
 	}
 	b->nheld = held;
 	if (!bad) {
-		ret = run_flush(c, f, buf, run);
+		/* 1. of destage_io.c: every read is done, every slot unlocked */
+		ret = dpipe_put(pipe, run->off, run->len, keep >= 0);
 	} else {
 		/* write each stretch of good reads on its own */
 		uint64_t at = s0;
 
 		for (k = 0; k < b->nio && !ret; k++) {
-			struct run part = { at, b->io[k].len };
-
 			if (!b->io[k].res)
-				ret = run_flush(c, f, (char *)b->io[k].buf,
-						&part);
+				ret = dpipe_write_now(pipe, b->io[k].buf, at,
+						      b->io[k].len);
 			at += b->io[k].len;
 		}
-		run->len = 0;
 	}
+	run->len = 0;
 	b->nio = 0;
 	return ret;
 }
@@ -201,14 +154,16 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 {
 	struct cslot **v = NULL;
 	uint64_t *gens = NULL, *eps = NULL, (*snap)[META_MAX_WORDS] = NULL;
-	char *buf = NULL, *skip = NULL;
+	char *skip = NULL;
+	struct dpipe pipe;
+	int piped = 0;
 	struct batch *b = NULL;
 	int partial = 0, changing = 0;
 	struct run run = { 0, 0 };
 	struct list *l;
 	struct stat st;
 	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats), bk_gen;
-	int ret = 0;
+	int ret = 0, err;
 
 	if (f->fd < 0) {
 		uint64_t useq =
@@ -266,12 +221,11 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		goto out_unpin;
 	coh_bk_begin(c, f); /* ended once the new look is noted */
 	changing = 1;
-	buf = dev_alloc_buf(DESTAGE_BUF);
 	b = calloc(1, sizeof(*b));
-	if (!buf || !b) {
-		ret = -ENOMEM;
+	ret = b ? dpipe_init(&pipe, c, f) : -ENOMEM;
+	if (ret)
 		goto out_unpin;
-	}
+	piped = 1;
 
 	for (i = 0; i < n && !ret; i++) {
 		struct cslot *s = v[i];
@@ -303,7 +257,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 
 				if (run.len && (run.off + run.len != at ||
 						run.len == DESTAGE_BUF))
-					ret = batch_flush(c, f, buf, &run, b, v,
+					ret = batch_flush(c, &pipe, &run, b, v,
 							  skip, &partial, i);
 				if (ret)
 					break;
@@ -317,7 +271,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 				b->owner[b->nio++] = i;
 				io->dev = slot_dev(c, slot_idx(c, s));
 				io->op = DEV_READ;
-				io->buf = buf + run.len;
+				io->buf = pipe.cur + run.len;
 				io->len = part;
 				io->off = slot_off(c, slot_idx(c, s)) +
 					  (at - s->blk * c->bs);
@@ -335,9 +289,14 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		}
 	}
 	if (!ret)
-		ret = batch_flush(c, f, buf, &run, b, v, skip, &partial, -1);
+		ret = batch_flush(c, &pipe, &run, b, v, skip, &partial, -1);
 	while (b->nheld) /* after an error */
 		srw_unlock(&v[b->held[--b->nheld]]->rw);
+	/* every write of the pass done before the sync (3. of destage_io.c) */
+	piped = 0;
+	err = dpipe_finish(&pipe);
+	if (!ret)
+		ret = err;
 	if (ret)
 		goto out_error;
 
@@ -430,6 +389,8 @@ out_error:
 		"destage retries",
 		(unsigned long long)f->ino, strerror(-ret));
 out_unpin:
+	if (piped)
+		dpipe_finish(&pipe);
 	if (changing)
 		coh_bk_end(c, f);
 	pthread_mutex_lock(&c->lock);
@@ -440,7 +401,6 @@ out_unpin:
 	pthread_mutex_unlock(&c->lock);
 out_free:
 	free(b);
-	free(buf);
 	free(v);
 	free(gens);
 	free(eps);

@@ -1,7 +1,9 @@
-/* tests: destage — runs of many small blocks, and flush on a busy mount. */
+/* tests: destage — runs of many small blocks, flush on a busy mount, a backing
+ * write failing in the middle of a pipelined pass. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include "env.h"
 
@@ -25,6 +27,51 @@ static void test_destage_runs_of_small_blocks(void)
 	close(fd);
 	env_fini(&e);
 	free(buf);
+}
+
+/*
+ * A pass of several runs writes them behind its reads (cache/destage_io.c).
+ * When a write behind fails (here: the file size limit, EFBIG, at 2.5 MiB of
+ * 6 MiB; the backing file has its size already, so only writes fail), the
+ * pass fails, marks nothing clean, and a later pass writes all.
+ */
+static struct env e_err;
+
+static void test_pipelined_pass_write_error(void)
+{
+	struct rlimit old, lim;
+	struct stat_snap *st = malloc(sizeof(*st));
+	size_t size = 6 * MiB;
+	char *buf = malloc(size);
+	struct cfile *f;
+	int fd;
+
+	env_init(&e_err, 256, 64 * KiB);
+	fd = openat(e_err.backing_fd, "f", O_RDWR | O_CREAT, 0644);
+	CHECK_EQ(ftruncate(fd, size), 0);
+	close(fd);
+	f = file_open(&e_err, "f", &fd);
+	fill(buf, size, 4);
+	CHECK_EQ(cache_write(e_err.c, f, buf, size, 0), 0);
+	signal(SIGXFSZ, SIG_IGN);
+	CHECK_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = 5 * MiB / 2;
+	CHECK_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	CHECK_EQ(cache_file_flush(e_err.c, f), -EFBIG);
+	CHECK_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+	cache_snapshot(e_err.c, st);
+	CHECK_EQ(STAT_GAUGE(st, dirty_bytes), size); /* nothing clean */
+	CHECK(STAT_CTR(st, destage_errors) >= 1);
+	CHECK_EQ(cache_file_flush(e_err.c, f), 0);
+	CHECK(backing_same(fd, buf, size));
+	cache_snapshot(e_err.c, st);
+	CHECK_EQ(STAT_GAUGE(st, dirty_bytes), 0);
+	cache_file_put(e_err.c, f);
+	close(fd);
+	env_fini(&e_err);
+	free(buf);
+	free(st);
 }
 
 static struct env fe;
@@ -92,6 +139,7 @@ int main(void)
 	rbuf = dev_alloc_buf(2 * MiB + 8192);
 	RUN(test_destage_runs_of_small_blocks);
 	RUN(test_flush_on_a_busy_mount);
+	RUN(test_pipelined_pass_write_error);
 	free(rbuf);
 	return CHECK_DONE();
 }

@@ -1,0 +1,51 @@
+/* cache: the destage pipeline's interface (destage_io.c), used by destage.c. */
+#ifndef NVC_DESTAGE_IO_H
+#define NVC_DESTAGE_IO_H
+
+#include "engine.h"
+
+/* A run of a pass: up to DESTAGE_BUF contiguous bytes of the file. */
+#define DESTAGE_BUF (1024u * 1024)
+/* Buffers of a pipeline: the one being read and the one written behind (4
+ * measured no faster than 2 here: the reads of a run take longer than its
+ * write). */
+#define DPIPE_NBUF 2
+
+struct dpipe_job {
+	char *buf;
+	uint64_t off;
+	uint32_t len;
+};
+
+struct dpipe {
+	struct cache *c;
+	struct cfile *f;
+	char *cur; /* the buffer the pass reads into now */
+	char *bufs[DPIPE_NBUF];
+	char *free[DPIPE_NBUF];
+	unsigned nfree;
+	struct dpipe_job q[DPIPE_NBUF]; /* submitted, not yet written: a ring */
+	unsigned head, nq;
+	int writing; /* the helper is writing q[head] */
+	int err; /* the first write error: nothing after it is written */
+	int threaded, stop;
+	uint64_t end; /* end of the last write submitted (offsets ascend) */
+	pthread_t thr;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+};
+
+/* Set up a pipeline for one pass over f (f->rw held for reading). */
+int dpipe_init(struct dpipe *p, struct cache *c, struct cfile *f);
+/* Write p->cur's first len bytes at off (written behind when more runs
+ * follow), and make p->cur a free buffer.  Returns the first write error of
+ * the pass so far. */
+int dpipe_put(struct dpipe *p, uint64_t off, uint32_t len, int more);
+/* Write buf's len bytes at off now, in the calling thread. */
+int dpipe_write_now(struct dpipe *p, const char *buf, uint64_t off,
+		    uint32_t len);
+/* Wait until every write submitted is done, stop the helper, free the
+ * buffers.  Returns the first write error of the pass, or 0. */
+int dpipe_finish(struct dpipe *p);
+
+#endif
