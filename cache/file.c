@@ -123,7 +123,36 @@ int file_bk_busy(struct cache *c, struct cfile *f, int busy)
 	return ret;
 }
 
-/* Persist the file's record; the caller holds f->rec_lock. */
+/*
+ * Do the mirrors hold r already?  Every put of f's record happens under
+ * f->rec_lock (held here), and a mirror whose write failed is dropped, so
+ * the newest valid copy meta_get_file finds is what every mirror still in
+ * use holds, durably: persisting the same fields again would change no
+ * byte that recovery reads (the sequence number only orders the two
+ * mirrors' copies).  A mirror with a damaged copy is rewritten.
+ */
+static int file_record_held(struct cache *c, const struct cfile *f,
+			    const struct meta_file *r)
+{
+	struct meta_file now;
+	int bad;
+
+	if (!meta_get_file(&c->meta, f->rec - 1, &now, &bad) || bad ||
+	    !(now.flags & MF_USED))
+		return 0;
+	return !memcmp((const char *)&now + offsetof(struct meta_file, ino),
+		       (const char *)r + offsetof(struct meta_file, ino),
+		       offsetof(struct meta_file, csum) -
+			       offsetof(struct meta_file, ino));
+}
+
+/*
+ * Persist the file's record; the caller holds f->rec_lock.  A record the
+ * mirrors hold already is not written again: the release of a file just
+ * written (file_idle_fd_locked) would otherwise persist, per small file, the
+ * record its write persisted a moment before (two msyncs, or two FUA writes
+ * on block-device mirrors).
+ */
 int file_persist_record(struct cache *c, struct cfile *f)
 {
 	struct meta_file r;
@@ -132,6 +161,10 @@ int file_persist_record(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	file_fill_record(f, &r);
 	pthread_mutex_unlock(&c->lock);
+	if (file_record_held(c, f, &r)) {
+		__atomic_store_n(&f->psize, r.size, __ATOMIC_RELEASE);
+		return 0;
+	}
 	ret = meta_put_file(&c->meta, f->rec - 1, &r);
 	if (!ret)
 		__atomic_store_n(&f->psize, r.size, __ATOMIC_RELEASE);
