@@ -253,6 +253,7 @@ void file_put_locked(struct cache *c, struct cfile *f)
 }
 
 static int file_reopen(struct cache *c, struct cfile *f, int fd);
+static int file_take_fd(struct cache *c, struct cfile *f, int nfd, int ro);
 
 struct handle {
 	struct file_handle fh;
@@ -397,7 +398,8 @@ static int file_get(struct cache *c, int fd, int rwfd, const struct stat *stp,
 		/* found by path: the handle plays no part */
 		h.fh.handle_bytes = 0;
 		h.fh.handle_type = 0;
-	} else if (name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH)) {
+	} else if (name_to_handle_at(rwfd >= 0 ? rwfd : fd, "", &h.fh, &mnt,
+				     AT_EMPTY_PATH)) {
 		ret = errno == EOVERFLOW ? -ENOTSUP : -errno;
 		log_msg(LOG_ERR,
 			"backing file system cannot give file handles (%s): it "
@@ -461,24 +463,33 @@ again:
 	*out = f;
 	return 0;
 found:
-	if (rwfd >= 0) {
-		close(rwfd);
-		rwfd = -1;
-	}
-	if (f->fd < 0) {
+	if (f->fd < 0 && rwfd >= 0) {
+		/* the descriptor of the file just created serves as one opened
+		 * again would, checked first: if f is another file, rwfd is
+		 * still this call's for the new object */
+		ret = c->by_path ? ident_verify(c, f, rwfd) : 0;
+		if (!ret) {
+			file_take_fd(c, f, rwfd, 0);
+			rwfd = -1;
+		}
+	} else if (f->fd < 0) {
 		ret = file_reopen(c, f, fd);
 		if (!ret && c->by_path)
 			ret = ident_verify(c, f, f->fd);
-		if (ret == -ESTALE) {
-			/* the same inode number, another file */
-			file_stale(c, f);
-			goto again;
-		}
-		if (ret) {
-			cache_file_put(c, f);
-			return ret;
-		}
+	} else {
+		ret = 0;
 	}
+	if (ret == -ESTALE) {
+		/* the same inode number, another file */
+		file_stale(c, f);
+		goto again;
+	}
+	if (ret) {
+		cache_file_put(c, f);
+		goto err_close;
+	}
+	if (rwfd >= 0)
+		close(rwfd);
 	if (__atomic_load_n(&f->bk_missing, __ATOMIC_ACQUIRE))
 		file_late_check(c, f);
 	*out = f;
@@ -566,6 +577,22 @@ int file_reopen_ident(struct cache *c, struct cfile *f)
 	return 0;
 }
 
+/* Give f the descriptor nfd (read-only: ro) unless it has one meanwhile;
+ * nfd is taken or closed. */
+static int file_take_fd(struct cache *c, struct cfile *f, int nfd, int ro)
+{
+	pthread_mutex_lock(&c->lock);
+	if (f->fd < 0) {
+		f->fd = nfd;
+		f->ro = ro;
+		nfd = -1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (nfd >= 0)
+		close(nfd);
+	return 0;
+}
+
 /* Give a file found without a descriptor one again, from the caller's fd. */
 static int file_reopen(struct cache *c, struct cfile *f, int fd)
 {
@@ -581,16 +608,7 @@ static int file_reopen(struct cache *c, struct cfile *f, int fd)
 	}
 	if (nfd < 0)
 		return -errno;
-	pthread_mutex_lock(&c->lock);
-	if (f->fd < 0) {
-		f->fd = nfd;
-		f->ro = ro;
-		nfd = -1;
-	}
-	pthread_mutex_unlock(&c->lock);
-	if (nfd >= 0)
-		close(nfd);
-	return 0;
+	return file_take_fd(c, f, nfd, ro);
 }
 
 int cache_file_readonly(const struct cfile *f)
