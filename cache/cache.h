@@ -135,7 +135,8 @@ int cache_file_get(struct cache *c, int fd, struct cfile **out);
 int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
 		      struct stat *st);
 /* The same for a file this daemon has just created (O_EXCL): st as the create
- * left it, rwfd open for reading and writing (taken, or closed). */
+ * left it, rwfd open for reading and writing (taken, or closed); fd is not
+ * used and may be -1. */
 int cache_file_get_new(struct cache *c, int fd, int rwfd,
 		       const struct stat *st, struct cfile **out);
 void cache_file_put(struct cache *c, struct cfile *f);

@@ -123,7 +123,36 @@ int file_bk_busy(struct cache *c, struct cfile *f, int busy)
 	return ret;
 }
 
-/* Persist the file's record; the caller holds f->rec_lock. */
+/*
+ * Do the mirrors hold r already?  Every put of f's record happens under
+ * f->rec_lock (held here), and a mirror whose write failed is dropped, so
+ * the newest valid copy meta_get_file finds is what every mirror still in
+ * use holds, durably: persisting the same fields again would change no
+ * byte that recovery reads (the sequence number only orders the two
+ * mirrors' copies).  A mirror with a damaged copy is rewritten.
+ */
+static int file_record_held(struct cache *c, const struct cfile *f,
+			    const struct meta_file *r)
+{
+	struct meta_file now;
+	int bad;
+
+	if (!meta_get_file(&c->meta, f->rec - 1, &now, &bad) || bad ||
+	    !(now.flags & MF_USED))
+		return 0;
+	return !memcmp((const char *)&now + offsetof(struct meta_file, ino),
+		       (const char *)r + offsetof(struct meta_file, ino),
+		       offsetof(struct meta_file, csum) -
+			       offsetof(struct meta_file, ino));
+}
+
+/*
+ * Persist the file's record; the caller holds f->rec_lock.  A record the
+ * mirrors hold already is not written again: the release of a file just
+ * written (file_idle_fd_locked) would otherwise persist, per small file, the
+ * record its write persisted a moment before (two msyncs, or two FUA writes
+ * on block-device mirrors).
+ */
 int file_persist_record(struct cache *c, struct cfile *f)
 {
 	struct meta_file r;
@@ -132,6 +161,10 @@ int file_persist_record(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	file_fill_record(f, &r);
 	pthread_mutex_unlock(&c->lock);
+	if (file_record_held(c, f, &r)) {
+		__atomic_store_n(&f->psize, r.size, __ATOMIC_RELEASE);
+		return 0;
+	}
 	ret = meta_put_file(&c->meta, f->rec - 1, &r);
 	if (!ret)
 		__atomic_store_n(&f->psize, r.size, __ATOMIC_RELEASE);
@@ -220,6 +253,7 @@ void file_put_locked(struct cache *c, struct cfile *f)
 }
 
 static int file_reopen(struct cache *c, struct cfile *f, int fd);
+static int file_take_fd(struct cache *c, struct cfile *f, int nfd, int ro);
 
 struct handle {
 	struct file_handle fh;
@@ -364,7 +398,8 @@ static int file_get(struct cache *c, int fd, int rwfd, const struct stat *stp,
 		/* found by path: the handle plays no part */
 		h.fh.handle_bytes = 0;
 		h.fh.handle_type = 0;
-	} else if (name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH)) {
+	} else if (name_to_handle_at(rwfd >= 0 ? rwfd : fd, "", &h.fh, &mnt,
+				     AT_EMPTY_PATH)) {
 		ret = errno == EOVERFLOW ? -ENOTSUP : -errno;
 		log_msg(LOG_ERR,
 			"backing file system cannot give file handles (%s): it "
@@ -428,24 +463,33 @@ again:
 	*out = f;
 	return 0;
 found:
-	if (rwfd >= 0) {
-		close(rwfd);
-		rwfd = -1;
-	}
-	if (f->fd < 0) {
+	if (f->fd < 0 && rwfd >= 0) {
+		/* the descriptor of the file just created serves as one opened
+		 * again would, checked first: if f is another file, rwfd is
+		 * still this call's for the new object */
+		ret = c->by_path ? ident_verify(c, f, rwfd) : 0;
+		if (!ret) {
+			file_take_fd(c, f, rwfd, 0);
+			rwfd = -1;
+		}
+	} else if (f->fd < 0) {
 		ret = file_reopen(c, f, fd);
 		if (!ret && c->by_path)
 			ret = ident_verify(c, f, f->fd);
-		if (ret == -ESTALE) {
-			/* the same inode number, another file */
-			file_stale(c, f);
-			goto again;
-		}
-		if (ret) {
-			cache_file_put(c, f);
-			return ret;
-		}
+	} else {
+		ret = 0;
 	}
+	if (ret == -ESTALE) {
+		/* the same inode number, another file */
+		file_stale(c, f);
+		goto again;
+	}
+	if (ret) {
+		cache_file_put(c, f);
+		goto err_close;
+	}
+	if (rwfd >= 0)
+		close(rwfd);
 	if (__atomic_load_n(&f->bk_missing, __ATOMIC_ACQUIRE))
 		file_late_check(c, f);
 	*out = f;
@@ -533,6 +577,22 @@ int file_reopen_ident(struct cache *c, struct cfile *f)
 	return 0;
 }
 
+/* Give f the descriptor nfd (read-only: ro) unless it has one meanwhile;
+ * nfd is taken or closed. */
+static int file_take_fd(struct cache *c, struct cfile *f, int nfd, int ro)
+{
+	pthread_mutex_lock(&c->lock);
+	if (f->fd < 0) {
+		f->fd = nfd;
+		f->ro = ro;
+		nfd = -1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (nfd >= 0)
+		close(nfd);
+	return 0;
+}
+
 /* Give a file found without a descriptor one again, from the caller's fd. */
 static int file_reopen(struct cache *c, struct cfile *f, int fd)
 {
@@ -548,16 +608,7 @@ static int file_reopen(struct cache *c, struct cfile *f, int fd)
 	}
 	if (nfd < 0)
 		return -errno;
-	pthread_mutex_lock(&c->lock);
-	if (f->fd < 0) {
-		f->fd = nfd;
-		f->ro = ro;
-		nfd = -1;
-	}
-	pthread_mutex_unlock(&c->lock);
-	if (nfd >= 0)
-		close(nfd);
-	return 0;
+	return file_take_fd(c, f, nfd, ro);
 }
 
 int cache_file_readonly(const struct cfile *f)

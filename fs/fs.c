@@ -484,25 +484,31 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
  * invalidated from inside a request, which may hold them), its page cache
  * when the open's reply says not to keep it.  A new cache object does not
  * know what the kernel may hold from before: its attributes and pages go
- * too (for a file just created, the kernel knows no inode yet: nothing).
+ * too.  A file just created through the mount (created) is not notified:
+ * the kernel knows no inode for it yet, or one of a removed file whose
+ * number the store gave again, and either way the create's reply brings
+ * the new file's attributes after this, and its open does not keep pages
+ * (the notification was a system call per create answered with ENOENT).
  */
 static int open_revalidate(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
-			   const struct stat *st, struct fuse_file_info *fi)
+			   const struct stat *st, struct fuse_file_info *fi,
+			   int created)
 {
 	int changed, ret = cache_file_revalidate(fs->cache, cf, st, &changed);
 
 	if (ret)
 		return ret;
 	fi->keep_cache = changed == COH_UNCHANGED;
-	if (changed != COH_UNCHANGED && fs->se)
+	if (changed != COH_UNCHANGED && fs->se && !created)
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 	return 0;
 }
 
 /* The open of ino, whose cache object is cf (referenced; the handle takes
- * it) and whose backing file looked like *st. */
+ * it) and whose backing file looked like *st; created: by this request. */
 static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
-		      const struct stat *st, struct fuse_file_info *fi)
+		      const struct stat *st, struct fuse_file_info *fi,
+		      int created)
 {
 	struct fs_fh *fh = calloc(1, sizeof(*fh));
 	int ret;
@@ -512,7 +518,7 @@ static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 		return -ENOMEM;
 	}
 	fh->cf = cf;
-	ret = open_revalidate(fs, ino, fh->cf, st, fi);
+	ret = open_revalidate(fs, ino, fh->cf, st, fi, created);
 	if (ret) {
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);
@@ -547,7 +553,7 @@ static int open_fh(struct fs *fs, struct fs_inode *in, fuse_ino_t ino,
 	fd = fs_inode_fd(fs, in);
 	ret = fd < 0 ? fd : cache_file_get_st(fs->cache, fd, &cf, &st);
 	fs_inode_fd_put(in, fd);
-	return ret ? ret : open_fh_cf(fs, ino, cf, &st, fi);
+	return ret ? ret : open_fh_cf(fs, ino, cf, &st, fi, 0);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -643,23 +649,20 @@ err_drop:
 	return ret;
 }
 
-/* The open of a file create_entry made: its descriptor rwfd goes to the
- * cache's new object (which takes it, or closes it). */
+/*
+ * The open of a file create_entry made: its descriptor rwfd goes to the
+ * cache's new object (which takes it, or closes it).  rwfd is all the cache
+ * needs of the file (its handle, its data): the inode's O_PATH descriptor,
+ * which the inode table has just traded for the file's handle, is not opened
+ * again by handle for it.
+ */
 static int open_fh_new(struct fs *fs, fuse_ino_t ino, int rwfd,
 		       const struct stat *st, struct fuse_file_info *fi)
 {
-	struct fs_inode *in = fs_inode_of(fs, ino);
 	struct cfile *cf;
-	int fd, ret;
+	int ret = cache_file_get_new(fs->cache, -1, rwfd, st, &cf);
 
-	fd = fs_inode_fd(fs, in);
-	if (fd < 0) {
-		close(rwfd);
-		return fd;
-	}
-	ret = cache_file_get_new(fs->cache, fd, rwfd, st, &cf);
-	fs_inode_fd_put(in, fd);
-	return ret ? ret : open_fh_cf(fs, ino, cf, st, fi);
+	return ret ? ret : open_fh_cf(fs, ino, cf, st, fi, 1);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
