@@ -83,10 +83,11 @@ static const struct cfg_key keys[] = {
 	  NULL, "destage bandwidth cap per second (0: unlimited)" },
 	{ "destage", "on_unmount", T_ENUM, OFF(on_unmount), 0, 1, "flush", 1,
 	  unmount_names, "flush: destage all before exit; keep: leave dirty" },
-	{ "destage", "on_close", T_ENUM, OFF(on_close), 0, 1, "none", 1,
+	{ "destage", "on_close", T_ENUM, OFF(on_close), 0, 1, "none", 0,
 	  on_close_names,
 	  "flush: close(2) of a writer waits until the store holds the "
-	  "file's data written so far" },
+	  "file's data written so far (none: close(2) asks the daemon "
+	  "nothing)" },
 	{ "fuse", "workers", T_UINT, OFF(fuse_workers), 0, 256, "0", 0, NULL,
 	  "threads that read FUSE requests and answer reads and writes from "
 	  "io_uring completions, none waiting for its I/O (0: one per CPU)" },
