@@ -486,6 +486,9 @@ class Bench:
                 self.results[(name, x)] = {"skip": "not mounted (see notes)" if where is None else "not this workload"}
                 continue
             try:
+                # the backing disk's ext4 has no journal: it skips inodes freed in the last ~30 s when it hands
+                # out new ones, so each target's unlinks would slow the next one's creates (sync + drop evens it)
+                self.drop_caches()
                 self.results[(name, x)] = self.md_one(where, n)
             except OSError as e:
                 self.results[(name, x)] = {"skip": f"failed: {e.strerror} after some files"}
