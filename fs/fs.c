@@ -2,6 +2,8 @@
  * directory, data goes through the cache. */
 #define _GNU_SOURCE
 #include "fs.h"
+#include "killpriv.h"
+#include "proto.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -46,6 +48,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = 1024 * 1024;
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
+	proto_init(conn);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -145,6 +148,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		if (fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 			ret = -errno;
 	}
+	/* FATTR_KILL_SUIDGID: a truncate or chown by a caller without
+	 * CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2) */
+	if (!ret && (valid & FUSE_SET_ATTR_KILL_SUID))
+		ret = fs_kill_privs(fs, ino, in);
 	if (!ret && (valid & FUSE_SET_ATTR_SIZE)) {
 		struct cfile *cf;
 		int got;
@@ -533,6 +540,7 @@ static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 	}
 	fh->flags = fi->flags;
 	fi->fh = (uintptr_t)fh;
+	proto_open(fi);
 	return 0;
 }
 
@@ -543,6 +551,13 @@ static int open_fh(struct fs *fs, struct fs_inode *in, fuse_ino_t ino,
 	struct stat st;
 	int fd, ret;
 
+	/* an existing file opened with O_TRUNC by a caller without
+	 * CAP_FSETID (a file create_entry made is not truncated) */
+	if ((fi->flags & O_TRUNC) && proto_open_kill()) {
+		ret = fs_kill_privs(fs, ino, in);
+		if (ret)
+			return ret;
+	}
 	fd = fs_inode_fd(fs, in);
 	ret = fd < 0 ? fd : cache_file_get_st(fs->cache, fd, &cf, &st);
 	fs_inode_fd_put(in, fd);
@@ -724,8 +739,13 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 {
 	struct fs *fs = fs_of(req);
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
-	int ret = cache_write(fs->cache, fh->cf, buf, size, off);
+	int ret = 0;
 
+	/* a writer without CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2, direct io) */
+	if (proto_write_kill())
+		ret = fs_kill_privs(fs, ino, fs_inode_of(fs, ino));
+	if (!ret)
+		ret = cache_write(fs->cache, fh->cf, buf, size, off);
 	if (!ret && (fh->flags & (O_SYNC | O_DSYNC)))
 		ret = cache_fsync(fs->cache, fh->cf);
 	if (ret)

@@ -1,0 +1,188 @@
+"""The kernel protocol features negotiated through libfuse's custom io (fs/proto.c), proven with the daemon's
+request counters (logged at unmount): no GETXATTR per write (FUSE_HANDLE_KILLPRIV_V2), setuid and setgid killed
+by the daemon where the kernel asks, parallel O_DIRECT writes to one file, and coherence of direct and cached
+opens of one file."""
+import mmap
+import os
+import re
+import stat
+import threading
+
+import pytest
+
+from conftest import MiB
+
+NOBODY, NOGROUP = 65534, 65534
+
+
+def counters(c):
+    """The request counters the daemon logged at its last unmount."""
+    lines = [ln for ln in c.log_text().splitlines() if "fuse requests:" in ln]
+    assert lines, c.log_text()[-2000:]
+    line = lines[-1]
+    ops = {k: int(v) for k, v in re.findall(r" ([A-Z_]+|op\d+) (\d+)", line.split(";")[0])}
+    cap = int(re.search(r"GETXATTR security.capability (\d+)", line).group(1))
+    inflight = int(re.search(r"at most (-?\d+) WRITEs in flight", line).group(1))
+    granted = line.split("granted", 1)[1].split()
+    return ops, cap, inflight, granted
+
+
+def as_user(fn, uid=NOBODY, gid=NOGROUP):
+    """Run fn() in a forked child with the given ids and no capabilities; its exception text, or None."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        err = b""
+        try:
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            fn()
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            err = repr(e).encode() or b"error"
+        os.write(w, err)
+        os._exit(0)
+    os.close(w)
+    err = os.read(r, 4096)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return err.decode() or None
+
+
+def write_some(path, flags=0, off=0):
+    def fn():
+        buf = mmap.mmap(-1, 4096)
+        buf.write(b"u" * 4096)
+        fd = os.open(path, os.O_WRONLY | flags)
+        try:
+            assert os.pwrite(fd, buf, off) == 4096
+        finally:
+            os.close(fd)
+    return fn
+
+
+def setuid_file(c, name, mode=0o6775, size=64 * 1024):
+    """A file of nobody's with the given mode (setuid, setgid, group-executable by default)."""
+    p = c.path(name)
+    with open(p, "wb") as f:
+        f.write(os.urandom(size))
+    os.chown(p, NOBODY, NOGROUP)
+    os.chmod(p, mode)
+    assert stat.S_IMODE(os.stat(p).st_mode) == mode
+    return p
+
+
+def modes(c, name):
+    """The file's mode as the store has it and as the mount shows it."""
+    return (stat.S_IMODE(os.stat(os.path.join(c.backing, name)).st_mode),
+            stat.S_IMODE(os.stat(c.path(name)).st_mode))
+
+
+def test_writes_ask_no_getxattr_each(cache):
+    """Without FUSE_HANDLE_KILLPRIV_V2 every write through the mount brought a GETXATTR of
+    security.capability, a round trip under the kernel's inode lock: 100 writes, 100 GETXATTRs."""
+    p = cache.path("f")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    for i in range(100):
+        os.pwrite(fd, b"x" * 4096, i * 4096)
+    os.close(fd)
+    cache.unmount()
+    ops, cap, _, granted = counters(cache)
+    assert ops.get("WRITE") == 100, ops
+    assert cap <= 1, (cap, ops)
+    assert "KILLPRIV_V2" in granted, granted
+
+
+# O_DIRECT opens go the kernel's direct write path (FOPEN_DIRECT_IO), which leaves the kill to the daemon even
+# without FUSE_HANDLE_KILLPRIV_V2; buffered ones go the cached path, which leaves it to the daemon with it
+OPENS = pytest.mark.parametrize("flags", [0, os.O_DIRECT], ids=["buffered", "odirect"])
+
+
+@OPENS
+def test_unprivileged_write_kills_setuid_and_group_exec_setgid(public_cache, flags):
+    c = public_cache
+    p = setuid_file(c, "f")
+    assert as_user(write_some(p, flags)) is None
+    assert modes(c, "f") == (0o775, 0o775)
+
+
+@OPENS
+def test_unprivileged_write_keeps_setgid_without_group_exec(public_cache, flags):
+    """Without group execute, setgid marks mandatory locking and stays (the kernel's rule for FUSE)."""
+    c = public_cache
+    p = setuid_file(c, "f", mode=0o6765)
+    assert as_user(write_some(p, flags)) is None
+    assert modes(c, "f") == (0o2765, 0o2765)
+
+
+@OPENS
+def test_privileged_write_keeps_setuid(public_cache, flags):
+    """A writer with CAP_FSETID (root here) keeps the bits, as on any file system."""
+    c = public_cache
+    p = setuid_file(c, "f")
+    write_some(p, flags)()
+    assert modes(c, "f") == (0o6775, 0o6775)
+
+
+def test_unprivileged_truncate_kills_setuid(public_cache):
+    c = public_cache
+    p = setuid_file(c, "f")
+    assert as_user(lambda: os.truncate(p, 100)) is None
+    assert modes(c, "f") == (0o775, 0o775)
+    assert os.stat(p).st_size == 100
+
+
+def test_unprivileged_open_truncate_kills_setuid(public_cache):
+    c = public_cache
+    p = setuid_file(c, "f")
+    assert as_user(lambda: os.close(os.open(p, os.O_WRONLY | os.O_TRUNC))) is None
+    assert modes(c, "f") == (0o775, 0o775)
+    assert os.stat(p).st_size == 0
+
+
+def test_unprivileged_create_of_own_setuid_file_keeps_it(public_cache):
+    """O_CREAT | O_TRUNC making a new file truncates nothing: the mode asked for stays."""
+    c = public_cache
+    os.chmod(c.mnt, 0o777)
+    p = c.path("new")
+    assert as_user(lambda: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o4755))) is None
+    assert modes(c, "new") == (0o4755, 0o4755)
+
+
+def test_chown_kills_setuid(public_cache):
+    c = public_cache
+    p = setuid_file(c, "f")
+    os.chown(p, 0, 0)
+    assert modes(c, "f")[0] & 0o4000 == 0
+    assert modes(c, "f")[1] & 0o4000 == 0
+
+
+@OPENS
+def test_unprivileged_write_kills_file_capability(public_cache, flags):
+    import struct
+    c = public_cache
+    p = setuid_file(c, "f", mode=0o775)
+    os.setxattr(p, "security.capability", struct.pack("<IIIII", 0x02000001, 1 << 10, 0, 0, 0))
+    assert os.getxattr(os.path.join(c.backing, "f"), "security.capability")
+    assert as_user(write_some(p, flags)) is None
+    for where in (c.backing, c.mnt):
+        with pytest.raises(OSError) as e:
+            os.getxattr(os.path.join(where, "f"), "security.capability")
+        assert e.value.errno == 61  # ENODATA
+
+
+def test_unprivileged_write_data_lands(public_cache):
+    """The kill does not get in the way of the data (compared byte for byte, through the mount and after a
+    flush on the store)."""
+    c = public_cache
+    p = setuid_file(c, "f", size=8192)
+    with open(p, "rb") as f:
+        exp = bytearray(f.read())
+    assert as_user(write_some(p, 0, off=4096)) is None
+    exp[4096:8192] = b"u" * 4096
+    with open(p, "rb") as f:
+        assert f.read() == bytes(exp)
+    c.flush()
+    with open(os.path.join(c.backing, "f"), "rb") as f:
+        assert f.read() == bytes(exp)
