@@ -382,7 +382,7 @@ int main(int argc, char **argv)
 		cache_close(fs.cache, 0);
 		die("cannot mount on %s", mnt);
 	}
-	ret = proto_attach(se, PROTO_KILLPRIV_V2);
+	ret = proto_attach(se, PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO);
 	if (ret)
 		log_msg(LOG_WARNING,
 			"cannot see the FUSE requests (%s): running without "

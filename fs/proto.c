@@ -321,6 +321,11 @@ static const char *const op_names[NOPS] = {
 	[FUSE_BATCH_FORGET] = "BATCH_FORGET",
 	[FUSE_FALLOCATE] = "FALLOCATE",	  [FUSE_READDIRPLUS] = "READDIRPLUS",
 	[FUSE_RENAME2] = "RENAME2",	  [FUSE_LSEEK] = "LSEEK",
+	[FUSE_GETLK] = "GETLK",		  [FUSE_SETLK] = "SETLK",
+	[FUSE_SETLKW] = "SETLKW",	  [FUSE_BMAP] = "BMAP",
+	[FUSE_IOCTL] = "IOCTL",		  [FUSE_POLL] = "POLL",
+	[FUSE_COPY_FILE_RANGE] = "COPY_FILE_RANGE",
+	[FUSE_SYNCFS] = "SYNCFS",	  [FUSE_TMPFILE] = "TMPFILE",
 };
 
 int proto_stats(char *buf, size_t len)

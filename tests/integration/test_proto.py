@@ -186,3 +186,118 @@ def test_unprivileged_write_data_lands(public_cache):
     c.flush()
     with open(os.path.join(c.backing, "f"), "rb") as f:
         assert f.read() == bytes(exp)
+
+
+def aligned(data):
+    buf = mmap.mmap(-1, len(data))
+    buf.write(data)
+    return buf
+
+
+def test_direct_writes_to_one_file_run_in_parallel(cache):
+    """O_DIRECT writes inside the file to one file reach the daemon side by side
+    (FOPEN_PARALLEL_DIRECT_WRITES): the kernel's inode lock no longer takes them one at a time."""
+    p = cache.path("f")
+    nthreads, per, bs = 4, 300, 4096
+    size = nthreads * per * bs
+    with open(p, "wb") as f:
+        f.truncate(size)
+    exp = bytearray(size)
+    pats = [os.urandom(bs) for _ in range(nthreads)]
+    errors = []
+    fd = os.open(p, os.O_RDWR | os.O_DIRECT)
+
+    def writer(t):
+        try:
+            buf = aligned(pats[t])
+            for i in range(per):
+                off = (i * nthreads + t) * bs
+                assert os.pwrite(fd, buf, off) == bs
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    ths = [threading.Thread(target=writer, args=(t,)) for t in range(nthreads)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    os.close(fd)
+    assert not errors, errors
+    for t in range(nthreads):
+        for i in range(per):
+            off = (i * nthreads + t) * bs
+            exp[off:off + bs] = pats[t]
+    with open(p, "rb") as f:
+        assert f.read() == bytes(exp)
+    cache.unmount()
+    ops, _, inflight, granted = counters(cache)
+    assert ops.get("WRITE", 0) >= nthreads * per, ops
+    assert inflight > 1, (inflight, ops)
+    assert "DIRECT_IO_ALLOW_MMAP" in granted, granted
+    cache.mount()
+    with open(p, "rb") as f:
+        assert f.read() == bytes(exp)
+
+
+def test_direct_and_cached_opens_of_one_file_agree(cache):
+    """A buffered and an O_DIRECT descriptor of one file see each other's writes at once, both ways."""
+    p = cache.path("f")
+    exp = bytearray(os.urandom(64 * 1024))
+    with open(p, "wb") as f:
+        f.write(exp)
+    bfd = os.open(p, os.O_RDWR)
+    dfd = os.open(p, os.O_RDWR | os.O_DIRECT)
+    try:
+        assert os.pread(bfd, len(exp), 0) == bytes(exp)  # the page cache holds the file now
+        for i in range(8):
+            data = os.urandom(4096)
+            off = i * 8192
+            if i % 2:
+                os.pwrite(bfd, data, off)
+            else:
+                assert os.pwrite(dfd, aligned(data), off) == 4096
+            exp[off:off + 4096] = data
+            assert os.pread(bfd, len(exp), 0) == bytes(exp)
+            rbuf = mmap.mmap(-1, len(exp))
+            assert os.preadv(dfd, [rbuf], 0) == len(exp)
+            assert rbuf[:] == bytes(exp)
+        # past the end: a direct write that extends the file, seen by the buffered reader
+        tail = os.urandom(4096)
+        assert os.pwrite(dfd, aligned(tail), len(exp)) == 4096
+        exp += tail
+        assert os.fstat(bfd).st_size == len(exp)
+        assert os.pread(bfd, len(exp) + 10, 0) == bytes(exp)
+    finally:
+        os.close(bfd)
+        os.close(dfd)
+    cache.flush()
+    with open(os.path.join(cache.backing, "f"), "rb") as f:
+        assert f.read() == bytes(exp)
+
+
+def test_shared_map_of_a_direct_open(cache):
+    """MAP_SHARED of an O_DIRECT descriptor still works (FUSE_DIRECT_IO_ALLOW_MMAP), and the map and direct
+    writes see each other."""
+    p = cache.path("f")
+    exp = bytearray(os.urandom(32 * 1024))
+    with open(p, "wb") as f:
+        f.write(exp)
+    fd = os.open(p, os.O_RDWR | os.O_DIRECT)
+    try:
+        m = mmap.mmap(fd, len(exp), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        assert m[:] == bytes(exp)
+        m[100:200] = b"m" * 100
+        exp[100:200] = b"m" * 100
+        m.flush()
+        rbuf = mmap.mmap(-1, len(exp))
+        assert os.preadv(fd, [rbuf], 0) == len(exp)
+        assert rbuf[:] == bytes(exp)
+        data = os.urandom(4096)
+        assert os.pwrite(fd, aligned(data), 8192) == 4096
+        exp[8192:12288] = data
+        assert m[:] == bytes(exp)
+        m.close()
+    finally:
+        os.close(fd)
+    with open(p, "rb") as f:
+        assert f.read() == bytes(exp)
