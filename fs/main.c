@@ -382,7 +382,8 @@ int main(int argc, char **argv)
 		cache_close(fs.cache, 0);
 		die("cannot mount on %s", mnt);
 	}
-	ret = proto_attach(se, PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO);
+	ret = proto_attach(se, fuse_session_fd(se),
+			   PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO);
 	if (ret)
 		log_msg(LOG_WARNING,
 			"cannot see the FUSE requests (%s): running without "

@@ -240,7 +240,7 @@ static ssize_t proto_writev(int fd, struct iovec *iov, int count,
 	return writev(fd, iov, count);
 }
 
-int proto_attach(struct fuse_session *se, unsigned int features)
+int proto_attach(struct fuse_session *se, int fd, unsigned int features)
 {
 	static const struct fuse_custom_io io = {
 		.read = proto_read,
@@ -249,7 +249,7 @@ int proto_attach(struct fuse_session *se, unsigned int features)
 	int ret;
 
 	pr.want = features;
-	ret = fuse_session_custom_io(se, &io, fuse_session_fd(se));
+	ret = fuse_session_custom_io(se, &io, fd);
 	if (ret)
 		return ret < 0 ? ret : -EIO;
 	pr.attached = 1;

@@ -29,11 +29,12 @@ struct fuse_file_info;
 #define PROTO_DIRECT_IO 2u
 
 /*
- * Install the hooks on a mounted session, before its loop runs (the INIT
- * request comes in the loop).  0 or -errno; without the hooks no feature is
- * asked for.  One session per process.
+ * Install the hooks on a session, reading and writing fd (a mounted session's
+ * fuse_session_fd), before its loop runs (the INIT request comes in the
+ * loop).  0 or -errno; without the hooks no feature is asked for.  One session
+ * per process.
  */
-int proto_attach(struct fuse_session *se, unsigned int features);
+int proto_attach(struct fuse_session *se, int fd, unsigned int features);
 
 /* From the init op: ask through the library where it can. */
 void proto_init(struct fuse_conn_info *conn);
