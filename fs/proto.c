@@ -83,8 +83,8 @@ static void note_init(const struct fuse_init_in *in, size_t len)
 {
 	uint64_t flags = in->flags;
 
-	if ((flags & FUSE_INIT_EXT) && len >= offsetof(struct fuse_init_in,
-						       unused))
+	if ((flags & FUSE_INIT_EXT) &&
+	    len >= offsetof(struct fuse_init_in, unused))
 		flags |= (uint64_t)in->flags2 << 32;
 	pr.offered = flags;
 }
@@ -95,16 +95,16 @@ static void note_write(const struct fuse_write_in *in)
 	int64_t max = __atomic_load_n(&pr.writes_max, __ATOMIC_RELAXED);
 
 	cur.kill = !!(in->write_flags & FUSE_WRITE_KILL_SUIDGID);
-	while (n > max && !__atomic_compare_exchange_n(&pr.writes_max, &max, n,
-						       1, __ATOMIC_RELAXED,
-						       __ATOMIC_RELAXED))
+	while (n > max &&
+	       !__atomic_compare_exchange_n(&pr.writes_max, &max, n, 1,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		;
 }
 
 static void note_getxattr(const char *name, size_t len)
 {
-	if (len >= sizeof(CAP_XATTR) && !memcmp(name, CAP_XATTR,
-						sizeof(CAP_XATTR)))
+	if (len >= sizeof(CAP_XATTR) &&
+	    !memcmp(name, CAP_XATTR, sizeof(CAP_XATTR)))
 		__atomic_add_fetch(&pr.cap_getxattr, 1, __ATOMIC_RELAXED);
 }
 
@@ -131,9 +131,9 @@ static void note_request(const void *buf, size_t n)
 		break;
 	case FUSE_OPEN:
 		if (len >= sizeof(struct fuse_open_in))
-			cur.kill = !!(((const struct fuse_open_in *)arg)
-					      ->open_flags &
-				      FUSE_OPEN_KILL_SUIDGID);
+			cur.kill = !!(
+				((const struct fuse_open_in *)arg)->open_flags &
+				FUSE_OPEN_KILL_SUIDGID);
 		break;
 	case FUSE_CREATE:
 		if (len >= sizeof(struct fuse_create_in))
@@ -179,8 +179,8 @@ static void patch_init(struct iovec *iov, int count)
 	struct fuse_init_out *out = iov[1].iov_base;
 	uint64_t want = init_wanted(), got;
 
-	if (count != 2 || iov[1].iov_len < offsetof(struct fuse_init_out,
-						    unused))
+	if (count != 2 ||
+	    iov[1].iov_len < offsetof(struct fuse_init_out, unused))
 		return;
 	if (!(out->flags & FUSE_INIT_EXT))
 		want &= 0xffffffffu;
@@ -201,8 +201,7 @@ static void patch_open(struct iovec *iov, int count)
 
 	if (count != 2 || iov[1].iov_len < sizeof(*out))
 		return;
-	out = (void *)((char *)iov[1].iov_base + iov[1].iov_len -
-		       sizeof(*out));
+	out = (void *)((char *)iov[1].iov_base + iov[1].iov_len - sizeof(*out));
 	if (out->open_flags & FOPEN_DIRECT_IO)
 		out->open_flags |= FOPEN_PARALLEL_DIRECT_WRITES;
 #endif
@@ -302,30 +301,52 @@ int proto_open_kill(void)
 }
 
 static const char *const op_names[NOPS] = {
-	[FUSE_LOOKUP] = "LOOKUP",	  [FUSE_FORGET] = "FORGET",
-	[FUSE_GETATTR] = "GETATTR",	  [FUSE_SETATTR] = "SETATTR",
-	[FUSE_READLINK] = "READLINK",	  [FUSE_SYMLINK] = "SYMLINK",
-	[FUSE_MKNOD] = "MKNOD",		  [FUSE_MKDIR] = "MKDIR",
-	[FUSE_UNLINK] = "UNLINK",	  [FUSE_RMDIR] = "RMDIR",
-	[FUSE_RENAME] = "RENAME",	  [FUSE_LINK] = "LINK",
-	[FUSE_OPEN] = "OPEN",		  [FUSE_READ] = "READ",
-	[FUSE_WRITE] = "WRITE",		  [FUSE_STATFS] = "STATFS",
-	[FUSE_RELEASE] = "RELEASE",	  [FUSE_FSYNC] = "FSYNC",
-	[FUSE_SETXATTR] = "SETXATTR",	  [FUSE_GETXATTR] = "GETXATTR",
-	[FUSE_LISTXATTR] = "LISTXATTR",	  [FUSE_REMOVEXATTR] = "REMOVEXATTR",
-	[FUSE_FLUSH] = "FLUSH",		  [FUSE_INIT] = "INIT",
-	[FUSE_OPENDIR] = "OPENDIR",	  [FUSE_READDIR] = "READDIR",
-	[FUSE_RELEASEDIR] = "RELEASEDIR", [FUSE_FSYNCDIR] = "FSYNCDIR",
-	[FUSE_ACCESS] = "ACCESS",	  [FUSE_CREATE] = "CREATE",
-	[FUSE_INTERRUPT] = "INTERRUPT",	  [FUSE_DESTROY] = "DESTROY",
+	[FUSE_LOOKUP] = "LOOKUP",
+	[FUSE_FORGET] = "FORGET",
+	[FUSE_GETATTR] = "GETATTR",
+	[FUSE_SETATTR] = "SETATTR",
+	[FUSE_READLINK] = "READLINK",
+	[FUSE_SYMLINK] = "SYMLINK",
+	[FUSE_MKNOD] = "MKNOD",
+	[FUSE_MKDIR] = "MKDIR",
+	[FUSE_UNLINK] = "UNLINK",
+	[FUSE_RMDIR] = "RMDIR",
+	[FUSE_RENAME] = "RENAME",
+	[FUSE_LINK] = "LINK",
+	[FUSE_OPEN] = "OPEN",
+	[FUSE_READ] = "READ",
+	[FUSE_WRITE] = "WRITE",
+	[FUSE_STATFS] = "STATFS",
+	[FUSE_RELEASE] = "RELEASE",
+	[FUSE_FSYNC] = "FSYNC",
+	[FUSE_SETXATTR] = "SETXATTR",
+	[FUSE_GETXATTR] = "GETXATTR",
+	[FUSE_LISTXATTR] = "LISTXATTR",
+	[FUSE_REMOVEXATTR] = "REMOVEXATTR",
+	[FUSE_FLUSH] = "FLUSH",
+	[FUSE_INIT] = "INIT",
+	[FUSE_OPENDIR] = "OPENDIR",
+	[FUSE_READDIR] = "READDIR",
+	[FUSE_RELEASEDIR] = "RELEASEDIR",
+	[FUSE_FSYNCDIR] = "FSYNCDIR",
+	[FUSE_ACCESS] = "ACCESS",
+	[FUSE_CREATE] = "CREATE",
+	[FUSE_INTERRUPT] = "INTERRUPT",
+	[FUSE_DESTROY] = "DESTROY",
 	[FUSE_BATCH_FORGET] = "BATCH_FORGET",
-	[FUSE_FALLOCATE] = "FALLOCATE",	  [FUSE_READDIRPLUS] = "READDIRPLUS",
-	[FUSE_RENAME2] = "RENAME2",	  [FUSE_LSEEK] = "LSEEK",
-	[FUSE_GETLK] = "GETLK",		  [FUSE_SETLK] = "SETLK",
-	[FUSE_SETLKW] = "SETLKW",	  [FUSE_BMAP] = "BMAP",
-	[FUSE_IOCTL] = "IOCTL",		  [FUSE_POLL] = "POLL",
+	[FUSE_FALLOCATE] = "FALLOCATE",
+	[FUSE_READDIRPLUS] = "READDIRPLUS",
+	[FUSE_RENAME2] = "RENAME2",
+	[FUSE_LSEEK] = "LSEEK",
+	[FUSE_GETLK] = "GETLK",
+	[FUSE_SETLK] = "SETLK",
+	[FUSE_SETLKW] = "SETLKW",
+	[FUSE_BMAP] = "BMAP",
+	[FUSE_IOCTL] = "IOCTL",
+	[FUSE_POLL] = "POLL",
 	[FUSE_COPY_FILE_RANGE] = "COPY_FILE_RANGE",
-	[FUSE_SYNCFS] = "SYNCFS",	  [FUSE_TMPFILE] = "TMPFILE",
+	[FUSE_SYNCFS] = "SYNCFS",
+	[FUSE_TMPFILE] = "TMPFILE",
 };
 
 int proto_stats(char *buf, size_t len)
@@ -353,17 +374,16 @@ int proto_stats(char *buf, size_t len)
 	if (w < 0)
 		return w;
 	n += w;
-	w = snprintf(buf + (n < len ? n : len), n < len ? len - n : 0,
-		     "; GETXATTR %s %llu; at most %lld WRITEs in flight; "
-		     "granted%s%s",
-		     CAP_XATTR,
-		     (unsigned long long)__atomic_load_n(&pr.cap_getxattr,
-							 __ATOMIC_RELAXED),
-		     (long long)__atomic_load_n(&pr.writes_max,
-						__ATOMIC_RELAXED),
-		     pr.granted & FUSE_HANDLE_KILLPRIV_V2 ? " KILLPRIV_V2" : "",
-		     pr.granted & FUSE_DIRECT_IO_ALLOW_MMAP ?
-			     " DIRECT_IO_ALLOW_MMAP" :
-			     "");
+	w = snprintf(
+		buf + (n < len ? n : len), n < len ? len - n : 0,
+		"; GETXATTR %s %llu; at most %lld WRITEs in flight; "
+		"granted%s%s",
+		CAP_XATTR,
+		(unsigned long long)__atomic_load_n(&pr.cap_getxattr,
+						    __ATOMIC_RELAXED),
+		(long long)__atomic_load_n(&pr.writes_max, __ATOMIC_RELAXED),
+		pr.granted & FUSE_HANDLE_KILLPRIV_V2 ? " KILLPRIV_V2" : "",
+		pr.granted & FUSE_DIRECT_IO_ALLOW_MMAP ? " DIRECT_IO_ALLOW_MMAP"
+						       : "");
 	return w < 0 ? w : (int)(n + w);
 }

@@ -80,11 +80,10 @@ static ssize_t serve(uint32_t opcode, const void *arg, size_t len,
 	fuse_session_process_buf(se, &fbuf);
 	free(fbuf.mem);
 	n = read(peer, reply, rlen);
-	return n >= (ssize_t)sizeof(struct fuse_out_header) &&
-			       ((struct fuse_out_header *)reply)->unique ==
-				       h->unique ?
-		       n :
-		       -1;
+	if (n < (ssize_t)sizeof(struct fuse_out_header) ||
+	    ((struct fuse_out_header *)reply)->unique != h->unique)
+		return -1;
+	return n;
 }
 
 static struct fuse_init_out init(uint64_t offer)
@@ -131,7 +130,8 @@ static int write_kill(uint32_t wflags)
 	seen_kill = -1;
 	CHECK_EQ(serve(FUSE_WRITE, &in, sizeof(in), "data", 4, reply,
 		       sizeof(reply)),
-		 sizeof(struct fuse_out_header) + sizeof(struct fuse_write_out));
+		 sizeof(struct fuse_out_header) +
+			 sizeof(struct fuse_write_out));
 	return seen_kill;
 }
 
@@ -179,8 +179,7 @@ static void test_all_granted(void)
 	/* the write's kill flag, request by request */
 	CHECK_EQ(write_kill(FUSE_WRITE_KILL_SUIDGID), 1);
 	CHECK_EQ(write_kill(0), 0);
-	CHECK_EQ(write_kill(FUSE_WRITE_KILL_SUIDGID | FUSE_WRITE_LOCKOWNER),
-		 1);
+	CHECK_EQ(write_kill(FUSE_WRITE_KILL_SUIDGID | FUSE_WRITE_LOCKOWNER), 1);
 
 	CHECK(proto_stats(stats, sizeof(stats)) > 0);
 	CHECK(strstr(stats, " OPEN 2") != NULL);
@@ -238,8 +237,8 @@ static void in_child(void (*fn)(void), const char *name)
 	waitpid(pid, &status, 0);
 	if (!WIFEXITED(status) || WEXITSTATUS(status))
 		check_failures++;
-	printf("%s %s\n", WIFEXITED(status) && !WEXITSTATUS(status) ? "ok  " :
-								      "FAIL",
+	printf("%s %s\n",
+	       WIFEXITED(status) && !WEXITSTATUS(status) ? "ok  " : "FAIL",
 	       name);
 }
 
