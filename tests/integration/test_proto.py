@@ -301,3 +301,22 @@ def test_shared_map_of_a_direct_open(cache):
         os.close(fd)
     with open(p, "rb") as f:
         assert f.read() == bytes(exp)
+
+
+@OPENS
+def test_bits_and_capability_set_after_a_write_are_killed_by_the_next(public_cache, flags):
+    """The daemon remembers files it found without a capability (fs/killpriv.c) until their ctime moves: a
+    capability or setuid bit set after one write is gone after the next."""
+    import struct
+    c = public_cache
+    p = setuid_file(c, "f", mode=0o775)
+    for _ in range(3):
+        assert as_user(write_some(p, flags)) is None
+    os.setxattr(p, "security.capability", struct.pack("<IIIII", 0x02000001, 1 << 10, 0, 0, 0))
+    assert as_user(write_some(p, flags)) is None
+    with pytest.raises(OSError) as e:
+        os.getxattr(os.path.join(c.backing, "f"), "security.capability")
+    assert e.value.errno == 61  # ENODATA
+    os.chmod(p, 0o4775)
+    assert as_user(write_some(p, flags)) is None
+    assert modes(c, "f") == (0o775, 0o775)
