@@ -31,6 +31,7 @@
 struct fs_fh {
 	struct cfile *cf;
 	int flags;
+	int kfd; /* for the kill checks of its writes (killpriv.c), or -1 */
 };
 
 struct fs_dir {
@@ -518,6 +519,7 @@ static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 		return -ENOMEM;
 	}
 	fh->cf = cf;
+	fh->kfd = -1;
 	ret = open_revalidate(fs, ino, fh->cf, st, fi);
 	if (ret) {
 		cache_file_put(fs->cache, fh->cf);
@@ -743,7 +745,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 
 	/* a writer without CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2, direct io) */
 	if (proto_write_kill())
-		ret = fs_kill_privs(fs, ino, fs_inode_of(fs, ino));
+		ret = fs_kill_privs_fh(fs, ino, fs_inode_of(fs, ino), &fh->kfd);
 	if (!ret)
 		ret = cache_write(fs->cache, fh->cf, buf, size, off);
 	if (!ret && (fh->flags & (O_SYNC | O_DSYNC)))
@@ -780,6 +782,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 
 	cache_file_put(fs_of(req)->cache, fh->cf);
+	if (fh->kfd >= 0)
+		close(fh->kfd);
 	free(fh);
 	fuse_reply_err(req, 0);
 }
