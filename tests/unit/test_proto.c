@@ -72,7 +72,8 @@ static ssize_t serve(uint32_t opcode, const void *arg, size_t len,
 	next_unique += 2;
 	h->nodeid = opcode == FUSE_INIT ? 0 : 2;
 	memcpy(h + 1, arg, len);
-	memcpy((char *)(h + 1) + len, data, dlen);
+	if (dlen)
+		memcpy((char *)(h + 1) + len, data, dlen);
 	if (write(peer, msg, h->len) != (ssize_t)h->len)
 		return -1;
 	if (fuse_session_receive_buf(se, &fbuf) <= 0)
