@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "fs.h"
 #include "aio.h"
+#include "killpriv.h"
+#include "proto.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -30,6 +32,7 @@
 struct fs_fh {
 	struct cfile *cf;
 	int flags;
+	int kfd; /* for the kill checks of its writes (killpriv.c), or -1 */
 };
 
 struct fs_dir {
@@ -47,6 +50,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = 1024 * 1024;
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
+	proto_init(conn);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -146,6 +150,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		if (fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 			ret = -errno;
 	}
+	/* FATTR_KILL_SUIDGID: a truncate or chown by a caller without
+	 * CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2) */
+	if (!ret && (valid & FUSE_SET_ATTR_KILL_SUID))
+		ret = fs_kill_privs(fs, ino, in);
 	if (!ret && (valid & FUSE_SET_ATTR_SIZE)) {
 		struct cfile *cf;
 		int got;
@@ -518,6 +526,7 @@ static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 		return -ENOMEM;
 	}
 	fh->cf = cf;
+	fh->kfd = -1;
 	ret = open_revalidate(fs, ino, fh->cf, st, fi, created);
 	if (ret) {
 		cache_file_put(fs->cache, fh->cf);
@@ -540,6 +549,7 @@ static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 	}
 	fh->flags = fi->flags;
 	fi->fh = (uintptr_t)fh;
+	proto_open(fi);
 	return 0;
 }
 
@@ -550,6 +560,13 @@ static int open_fh(struct fs *fs, struct fs_inode *in, fuse_ino_t ino,
 	struct stat st;
 	int fd, ret;
 
+	/* an existing file opened with O_TRUNC by a caller without
+	 * CAP_FSETID (a file create_entry made is not truncated) */
+	if ((fi->flags & O_TRUNC) && proto_open_kill()) {
+		ret = fs_kill_privs(fs, ino, in);
+		if (ret)
+			return ret;
+	}
 	fd = fs_inode_fd(fs, in);
 	ret = fd < 0 ? fd : cache_file_get_st(fs->cache, fd, &cf, &st);
 	fs_inode_fd_put(in, fd);
@@ -759,10 +776,22 @@ static void write_sync(fuse_req_t req, void *fhp, const char *buf,
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		     size_t size, off_t off, struct fuse_file_info *fi)
 {
+	struct fs *fs = fs_of(req);
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
-	struct cache *c = fs_of(req)->cache;
+	struct cache *c = fs->cache;
 	uint64_t t0 = cache_clock(c);
+	int ret;
 
+	/* a writer without CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2, direct io):
+	 * on the thread that read the request (proto.c) */
+	if (proto_write_kill()) {
+		ret = fs_kill_privs_fh(fs, ino, fs_inode_of(fs, ino), &fh->kfd);
+		if (ret) {
+			fuse_reply_err(req, -ret);
+			fs_done(c, FS_WRITE, t0);
+			return;
+		}
+	}
 	/* an O_SYNC write waits for a flush: synchronous */
 	if (fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0, write_sync,
 		      !(fh->flags & (O_SYNC | O_DSYNC))))
@@ -799,6 +828,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 
 	cache_file_put(fs_of(req)->cache, fh->cf);
+	if (fh->kfd >= 0)
+		close(fh->kfd);
 	free(fh);
 	fuse_reply_err(req, 0);
 }

@@ -16,6 +16,7 @@
 
 #include "../devices/dev.h"
 #include "loop.h"
+#include "proto.h"
 
 /*
  * Workers, not a thread per request.  One worker per CPU reads requests
@@ -171,7 +172,9 @@ static void raw_run(struct fsloop_job *j)
 	struct raw_job *r = (struct raw_job *)j;
 	struct fuse_buf fbuf = { .size = r->len, .mem = r->data };
 
+	proto_request(r->data, r->len, 0);
 	fuse_session_process_buf(the_loop->se, &fbuf);
+	proto_request_done();
 	free(r);
 }
 
@@ -214,25 +217,37 @@ static int lock_free(uint32_t opcode)
 	return 0;
 }
 
+static void run_here(struct worker *w, size_t len, int sync)
+{
+	struct fuse_buf fbuf = { .size = len, .mem = w->buf };
+
+	if (sync)
+		fsloop_sync_begin();
+	fuse_session_process_buf(w->L->se, &fbuf);
+	if (sync)
+		fsloop_sync_end();
+	proto_request_done();
+}
+
 static void dispatch(struct worker *w, size_t len)
 {
 	const struct fuse_in_header *h = (const void *)w->buf;
-	struct fuse_buf fbuf = { .size = len, .mem = w->buf };
 	struct raw_job *r;
 
+	proto_request(w->buf, len, 1);
 	if (len < sizeof(*h) || always_here(h->opcode)) {
-		fuse_session_process_buf(w->L->se, &fbuf);
+		run_here(w, len, 0);
 		return;
 	}
 	if (!blocking_full(w->L) && (!loop_held || lock_free(h->opcode))) {
-		fsloop_sync_begin();
-		fuse_session_process_buf(w->L->se, &fbuf);
-		fsloop_sync_end();
+		run_here(w, len, 1);
 		return;
 	}
+	proto_request_done();
 	r = malloc(sizeof(*r) + len);
 	if (!r) { /* run it here, late rather than never */
-		fuse_session_process_buf(w->L->se, &fbuf);
+		proto_request(w->buf, len, 0);
+		run_here(w, len, 1);
 		return;
 	}
 	memcpy(r->data, w->buf, len);

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "fs.h"
 #include "loop.h"
+#include "proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -250,7 +251,7 @@ int main(int argc, char **argv)
 	struct cache_config cfg;
 	struct fuse_session *se;
 	struct fs fs;
-	char err[CFG_ERRLEN], mnt[PATH_MAX];
+	char err[CFG_ERRLEN], mnt[PATH_MAX], stats[1024];
 	const char *config = NULL, *mountpoint;
 	char **ov = calloc(argc, sizeof(char *));
 	int nov = 0, foreground = 0, debug = 0, opt, ret, flush;
@@ -381,6 +382,13 @@ int main(int argc, char **argv)
 		cache_close(fs.cache, 0);
 		die("cannot mount on %s", mnt);
 	}
+	ret = proto_attach(se, fuse_session_fd(se),
+			   PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO);
+	if (ret)
+		log_msg(LOG_WARNING,
+			"cannot see the FUSE requests (%s): running without "
+			"the protocol features libfuse %s cannot ask for",
+			strerror(-ret), fuse_pkgversion());
 	ret = fs_ctl_start(&fs, mnt);
 	if (ret)
 		log_msg(LOG_WARNING,
@@ -396,6 +404,8 @@ int main(int argc, char **argv)
 			 cfg.io_poll_us * 1000ull);
 
 	fuse_session_unmount(se);
+	proto_stats(stats, sizeof(stats));
+	log_msg(LOG_INFO, "%s", stats);
 	flush = cfg.on_unmount == UNMOUNT_FLUSH;
 	log_msg(LOG_NOTICE, "unmounted %s; %s", mnt,
 		flush ? "destaging all dirty data"

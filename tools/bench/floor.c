@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "loop.h"
+#include "proto.h"
 
 /*
  * What the floor measures: the cost of FUSE itself on this machine, as
@@ -33,8 +34,8 @@
  * Protocol negotiation: when nvcachefs negotiates more than libfuse 3.14
  * asks for (fs/proto.c: FUSE_HANDLE_KILLPRIV_V2 in the INIT reply,
  * FOPEN_PARALLEL_DIRECT_WRITES in open replies, through
- * fuse_session_custom_io), the floor must do the same: one call in main()
- * (marked PROTO below) and the library in tools/bench/meson.build.
+ * fuse_session_custom_io), the floor does the same: proto_attach in
+ * main(), proto_init and proto_open in its ops.
  *
  * Extended attributes are answered as a file without any: nvcachefs
  * implements them, and the kernel asks for security.capability before
@@ -226,6 +227,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = 1024 * 1024;
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
+	proto_init(conn);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -349,6 +351,7 @@ static void make(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_err(req, err);
 	} else if (fi) {
 		fi->keep_cache = 1; /* as nvcachefs for an unchanged file */
+		proto_open(fi);
 		fuse_reply_create(req, &e, fi);
 	} else {
 		fuse_reply_entry(req, &e);
@@ -417,6 +420,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fi->flags & O_TRUNC)
 		__atomic_store_n(&n->size, 0, __ATOMIC_RELAXED);
 	fi->keep_cache = 1; /* as nvcachefs (open_revalidate) when unchanged */
+	proto_open(fi);
 	fuse_reply_open(req, fi);
 }
 
@@ -711,13 +715,14 @@ int main(int argc, char **argv)
 	se = fuse_session_new(&args, &floor_ops, sizeof(floor_ops), NULL);
 	if (!se)
 		goto out_args;
-	/* PROTO: fs/main.c's protocol negotiation call goes here, before the
-	 * mount, with the same arguments; link its library in
-	 * tools/bench/meson.build */
 	if (fuse_set_signal_handlers(se))
 		goto out_session;
 	if (fuse_session_mount(se, mnt))
 		goto out_handlers;
+	/* the protocol features nvcachefs asks for (fs/main.c) */
+	if (proto_attach(se, fuse_session_fd(se),
+			 PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO))
+		fprintf(stderr, "fuse-floor: no protocol features\n");
 	ra_started = !pthread_create(&ra, NULL, readahead_main, mnt);
 	ret = fsloop_run(se, 0, threads, 0) ? 1 : 0;
 	fuse_session_unmount(se);

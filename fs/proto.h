@@ -1,0 +1,58 @@
+/* fs: kernel protocol features libfuse cannot ask for, and request counters,
+ * through libfuse's custom io hooks on /dev/fuse (shared with the FUSE floor). */
+#ifndef NVC_FS_PROTO_H
+#define NVC_FS_PROTO_H
+
+#include <stddef.h>
+
+struct fuse_session;
+struct fuse_conn_info;
+struct fuse_file_info;
+
+/*
+ * Features a daemon may ask for.  Both make the kernel leave the killing of
+ * setuid, setgid and file capabilities to the daemon: a daemon asking for
+ * either kills them when proto_write_kill() or proto_open_kill() says so, and
+ * in a setattr whose valid has FUSE_SET_ATTR_KILL_SUID (the kernel's
+ * FATTR_KILL_SUIDGID, which every libfuse passes on).
+ *
+ * PROTO_KILLPRIV_V2: FUSE_HANDLE_KILLPRIV_V2.  The kernel stops asking for
+ * security.capability before every write (a GETXATTR round trip under the
+ * inode lock) and asks the daemon to kill instead.
+ * PROTO_DIRECT_IO: O_DIRECT opens bypass the kernel's page cache
+ * (FOPEN_DIRECT_IO) and may write in parallel (FOPEN_PARALLEL_DIRECT_WRITES);
+ * MAP_SHARED maps of them stay allowed (FUSE_DIRECT_IO_ALLOW_MMAP).  The
+ * kernel's direct write path sends FUSE_WRITE_KILL_SUIDGID with or without
+ * KILLPRIV_V2.
+ */
+#define PROTO_KILLPRIV_V2 1u
+#define PROTO_DIRECT_IO 2u
+
+/*
+ * Install the hooks on a session, reading and writing fd (a mounted session's
+ * fuse_session_fd), before its loop runs (the INIT request comes in the
+ * loop).  0 or -errno; without the hooks no feature is asked for.  One session
+ * per process.
+ */
+int proto_attach(struct fuse_session *se, int fd, unsigned int features);
+
+/* A loop reading requests itself (fs/loop.c): the request this thread is
+ * about to serve (fresh: just read, count it), and the end of serving it. */
+void proto_request(const void *buf, size_t n, int fresh);
+void proto_request_done(void);
+
+/* From the init op: ask through the library where it can. */
+void proto_init(struct fuse_conn_info *conn);
+
+/* From the open and create ops, before the reply: the open's reply flags. */
+void proto_open(struct fuse_file_info *fi);
+
+/* Whether the write, or the open or create (with O_TRUNC), being served by
+ * this thread asks the daemon to kill setuid, setgid and capabilities. */
+int proto_write_kill(void);
+int proto_open_kill(void);
+
+/* The request counters, one line of text; its length (snprintf's). */
+int proto_stats(char *buf, size_t len);
+
+#endif
