@@ -38,6 +38,8 @@ struct cache_config {
 	uint64_t dirty_copies;
 	uint64_t max_files;
 	uint64_t io_poll_us;
+	uint64_t sequential_cutoff;
+	uint64_t backing_read_ahead;
 	char *backing_path;
 	int identity;
 	int on_conflict;

@@ -291,7 +291,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 /* Read [off, off+len) into buf, where buf holds the page at pbase. */
 static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		      uint64_t pbase, size_t len, uint64_t off, uint64_t wgen0,
-		      int *nmiss)
+		      int bypass, int *nmiss)
 {
 	struct span sp[SEG_MAX_BLOCKS + 2];
 	struct dev_io ios[SEG_MAX_BLOCKS * 4];
@@ -455,7 +455,9 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 	CNT_ADD(c, read_hit_bytes, hit);
 	CNT_ADD(c, read_miss_bytes, len - hit);
 	*nmiss |= (hit ? 1 : 0) | (miss ? 2 : 0);
-	if (miss && !f->unlinked)
+	if (miss && bypass)
+		CNT_ADD(c, read_bypass_bytes, miss);
+	else if (miss && !f->unlinked)
 		fill_from_backing(c, f, sp, nsp, buf, pstart, wgen0);
 out_unpin:
 	pthread_mutex_lock(&c->lock);
@@ -471,6 +473,7 @@ int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 {
 	uint64_t size, wgen0, pstart, cur,
 		chunk = (uint64_t)SEG_MAX_BLOCKS * c->bs;
+	struct admit_verdict v;
 	int ret = 0, nmiss = 0;
 
 	CNT_ADD(c, read_ops, 1);
@@ -489,6 +492,7 @@ int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		goto out_unlock;
 	if (len > size - off)
 		len = size - off;
+	admit_read(c, f, off, len, &v);
 	pstart = off & ~(uint64_t)(NVC_PAGE - 1);
 	/* chunks end on block boundaries, so the page layout of buf holds */
 	for (cur = off; cur < off + len && !ret;) {
@@ -497,11 +501,16 @@ int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		if (e > off + len)
 			e = off + len;
 		ret = read_chunk(c, f, vbuf, pstart, e - cur, cur, wgen0,
-				 &nmiss);
+				 v.bypass, &nmiss);
 		cur = e;
 	}
 	if (ret)
 		goto out_unlock;
+	if (nmiss & 2) {
+		admit_readahead(c, f, &v);
+		if (v.bypass)
+			CNT_ADD(c, bypass_ops, 1);
+	}
 	CNT_ADD(c, read_bytes, len);
 	if (nmiss == 1)
 		CNT_ADD(c, read_hit_ops, 1);
