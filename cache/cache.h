@@ -39,6 +39,7 @@ struct cache_config {
 	uint64_t max_files;
 	uint64_t io_poll_us;
 	uint64_t sequential_cutoff;
+	int async_fill;
 	uint64_t backing_read_ahead;
 	char *backing_path;
 	int identity;
@@ -190,6 +191,12 @@ void cache_file_meta_changed(struct cache *c, int fd, int times_set);
  * len + 2 * NVC_PAGE bytes; *data points at the first byte, *n is the count. */
 int cache_read(struct cache *c, struct cfile *f, void *buf, size_t len,
 	       uint64_t off, char **data, size_t *n);
+/* The same; with defer (and cache.async_fill on), the misses it keeps are
+ * written to the cache by cache_read_finish, which the same thread calls
+ * after the reply, before buf is used again (io.c: fills after the reply). */
+int cache_read_defer(struct cache *c, struct cfile *f, void *buf, size_t len,
+		     uint64_t off, char **data, size_t *n, int defer);
+void cache_read_finish(struct cache *c);
 int cache_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
 		uint64_t off);
 int cache_truncate(struct cache *c, struct cfile *f, uint64_t size);

@@ -699,6 +699,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	struct cache *cache = fs_of(req)->cache;
 	char *data;
 	size_t n;
 	int ret;
@@ -711,12 +712,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (size > READ_BUF - 2 * 4096 - 1024 * 1024)
 		size = READ_BUF - 2 * 4096 - 1024 * 1024;
-	ret = cache_read(fs_of(req)->cache, fh->cf, read_buf, size, off, &data,
-			 &n);
+	ret = cache_read_defer(cache, fh->cf, read_buf, size, off, &data, &n,
+			       1);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_buf(req, data, n);
+	/* the misses kept, off the reply's path (req is gone; read_buf is
+	 * untouched until then) */
+	cache_read_finish(cache);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,

@@ -250,6 +250,59 @@ static void test_dirty_data_in_a_stream(void)
 	free(old);
 }
 
+/* Fills after the reply: kept only by cache_read_finish, and never over a
+ * write that came between the read and the fill. */
+static void test_fill_after_reply(void)
+{
+	struct env e;
+	struct stat_snap *s = &snap;
+	size_t size = 2 * MiB;
+	char *ref, *data, w[8192];
+	struct cfile *f;
+	size_t n;
+	int fd;
+
+	env_init(&e, 256, 64 * KiB);
+	CHECK_EQ(e.cfg.async_fill, 1); /* the default */
+	f = backing_file(&e, "f", size, &ref, &fd);
+	CHECK_EQ(cache_read_defer(e.c, f, rbuf, 256 * KiB, 0, &data, &n, 1), 0);
+	CHECK(n == 256 * KiB && !memcmp(data, ref, n));
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), 0); /* not yet */
+	cache_read_finish(e.c);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), 256 * KiB);
+	CHECK(same(&e, f, ref, 256 * KiB, 0));
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, read_hit_bytes), 256 * KiB);
+
+	/* a write between the read and its fill: the fill keeps nothing */
+	CHECK_EQ(cache_read_defer(e.c, f, rbuf, 128 * KiB, MiB, &data, &n, 1),
+		 0);
+	fill(w, sizeof(w), 5);
+	CHECK_EQ(cache_write(e.c, f, w, sizeof(w), MiB + 64 * KiB), 0);
+	memcpy(ref + MiB + 64 * KiB, w, sizeof(w));
+	cache_read_finish(e.c);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), 256 * KiB);
+	CHECK(same(&e, f, ref + MiB, 128 * KiB, MiB));
+	CHECK(same(&e, f, ref, size, 0));
+
+	/* the file's last reference goes before the fill: the fill keeps it */
+	CHECK_EQ(cache_read_defer(e.c, f, rbuf, 64 * KiB, 1536 * KiB, &data,
+				  &n, 1),
+		 0);
+	cache_file_put(e.c, f);
+	cache_read_finish(e.c);
+	close(fd);
+	f = file_open(&e, "f", &fd);
+	CHECK(same(&e, f, ref, size, 0));
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -261,6 +314,7 @@ int main(void)
 	RUN(test_read_path_bypasses_past_cutoff);
 	RUN(test_cutoff_off_keeps_every_miss);
 	RUN(test_dirty_data_in_a_stream);
+	RUN(test_fill_after_reply);
 	free(rbuf);
 	return CHECK_DONE();
 }
