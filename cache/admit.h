@@ -18,6 +18,7 @@ struct admit_stream {
 /* Per file (struct cfile); all zero is a valid empty state. */
 struct admit_state {
 	int lock; /* a spin lock over the streams: a few compares */
+	int seq_hinted; /* the backing fd was told it is read sequentially */
 	uint64_t clock;
 	struct admit_stream st[ADMIT_STREAMS];
 };
@@ -26,6 +27,7 @@ struct admit_state {
 struct admit_verdict {
 	int bypass; /* serve misses from the backing store, keep nothing */
 	uint64_t seq; /* the stream's sequential bytes, this read included */
+	int stream; /* long enough to be owed readahead (ADMIT_RA_AFTER) */
 	uint64_t ra_off, ra_len; /* backing readahead to start (ra_len 0: none) */
 };
 

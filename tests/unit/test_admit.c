@@ -108,7 +108,9 @@ static void test_readahead_window(void)
 	memset(&a, 0, sizeof(a));
 	note(&a, 0, 256 * KiB, 8 * MiB, &v);
 	CHECK_EQ(v.ra_len, 0); /* not a stream yet */
+	CHECK_EQ(v.stream, 0);
 	note(&a, 256 * KiB, 256 * KiB, 8 * MiB, &v);
+	CHECK_EQ(v.stream, 1);
 	CHECK_EQ(v.ra_off, 512 * KiB);
 	CHECK_EQ(v.ra_len, 8 * MiB);
 	asked = v.ra_off + v.ra_len;
@@ -129,6 +131,7 @@ static void test_readahead_window(void)
 	for (i = 0; i < 100; i++) {
 		note(&a, i * 64 * MiB, 64 * KiB, 8 * MiB, &v);
 		CHECK_EQ(v.ra_len, 0);
+		CHECK_EQ(v.stream, 0);
 	}
 }
 
