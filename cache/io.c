@@ -338,6 +338,15 @@ static int fill_defer(struct cache *c, struct cfile *f, struct span *sp,
 
 	if (!tl_defer)
 		return 0;
+	/*
+	 * The record is had before the reply, as before fills were deferred:
+	 * a rename through the mount between ident_note and the record's
+	 * publication in c->recs is missed by ident_renamed (file.c
+	 * file_ensure_record), and an application renames a file it has just
+	 * read far more often than one being read.
+	 */
+	if (file_ensure_record(c, f))
+		return 0;
 	if (!d) {
 		pthread_once(&def_once, def_key_init);
 		d = tl_def = calloc(1, sizeof(*d));

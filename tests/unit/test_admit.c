@@ -266,7 +266,8 @@ static void test_fill_after_reply(void)
 	int fd;
 
 	env_init(&e, 256, 64 * KiB);
-	CHECK_EQ(e.cfg.async_fill, 1); /* the default */
+	CHECK_EQ(e.cfg.async_fill, 0); /* the default */
+	e.cfg.async_fill = 1;
 	f = backing_file(&e, "f", size, &ref, &fd);
 	CHECK_EQ(cache_read_defer(e.c, f, rbuf, 256 * KiB, 0, &data, &n, 1), 0);
 	CHECK(n == 256 * KiB && !memcmp(data, ref, n));
