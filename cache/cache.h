@@ -38,6 +38,9 @@ struct cache_config {
 	uint64_t dirty_copies;
 	uint64_t max_files;
 	uint64_t io_poll_us;
+	uint64_t sequential_cutoff;
+	int async_fill;
+	uint64_t backing_read_ahead;
 	char *backing_path;
 	int identity;
 	int on_conflict;
@@ -208,6 +211,12 @@ unsigned cache_aio_held(void);
 
 int cache_read(struct cache *c, struct cfile *f, void *buf, size_t len,
 	       uint64_t off, char **data, size_t *n);
+/* The same; with defer (and cache.async_fill on), the misses it keeps are
+ * written to the cache by cache_read_finish, which the same thread calls
+ * after the reply, before buf is used again (io.c: fills after the reply). */
+int cache_read_defer(struct cache *c, struct cfile *f, void *buf, size_t len,
+		     uint64_t off, char **data, size_t *n, int defer);
+void cache_read_finish(struct cache *c);
 int cache_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
 		uint64_t off);
 int cache_truncate(struct cache *c, struct cfile *f, uint64_t size);

@@ -58,6 +58,14 @@ static const struct cfg_key keys[] = {
 	  NULL,
 	  "spin this many microseconds for a device completion before "
 	  "sleeping" },
+	{ "cache", "sequential_cutoff", T_SIZE, OFF(sequential_cutoff), 0,
+	  1ull << 50, "4M", 1, NULL,
+	  "a read stream sequential past this many bytes is served from the "
+	  "backing store and not kept in the cache (0: keep every miss)" },
+	{ "cache", "async_fill", T_ENUM, OFF(async_fill), 0, 1, "off", 1,
+	  onoff_names,
+	  "keep read misses in the cache after the reply is sent (off: "
+	  "before)" },
 	{ "backing", "path", T_STR, OFF(backing_path), 0, 0, NULL, 0, NULL,
 	  "the backing directory" },
 	{ "backing", "identity", T_ENUM, OFF(identity), 0, 2, "auto", 0,
@@ -68,6 +76,11 @@ static const struct cfg_key keys[] = {
 	  "overwrite", 1, conflict_names,
 	  "dirty data of a file changed elsewhere: overwrite the store's "
 	  "pages, or keep-both (this node's version beside it)" },
+	{ "backing", "read_ahead", T_SIZE, OFF(backing_read_ahead), 0,
+	  1024 * MIB, "0", 1, NULL,
+	  "how far ahead of a sequential read stream that misses the backing "
+	  "store is also asked to read (posix_fadvise); 0: only the backing "
+	  "file system's own readahead, best on a local disk" },
 	{ "destage", "high_watermark", T_UINT, OFF(high_wm), 1, 100, "80", 1,
 	  NULL, "percent of cache blocks dirty at which destage starts" },
 	{ "destage", "low_watermark", T_UINT, OFF(low_wm), 0, 99, "50", 1, NULL,

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "admit.h"
 #include "cache.h"
 #include "meta.h"
 #include "slot.h"
@@ -221,6 +222,7 @@ struct cfile {
 	uint8_t stamp[META_STAMP_LEN]; /* identity stamp; all zero: none */
 	char *path; /* relative to the backing directory (rec_lock); or NULL */
 	struct coh coh;
+	struct admit_state adm; /* its read streams (admit.c) */
 	struct list slots;
 	struct list dlink; /* on c->dirty_files while ndirty > 0 */
 	struct cfile *hnext;

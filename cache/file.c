@@ -690,7 +690,11 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 		f->unlinked = 1;
 		f->refs++;
 		file_put_locked(c, f);
-	} else if (f && f->fd >= 0 && !fstat(f->fd, &st) && st.st_nlink == 0) {
+	} else if (f && f->fd >= 0 &&
+		   (c->by_path ? nlink <= 1 :
+				 !fstat(f->fd, &st) && st.st_nlink == 0)) {
+		/* by path, as file_gone: a store's fstat of an open file
+		 * whose last name went may still count the name (MooseFS) */
 		f->unlinked = 1;
 		f->refs++;
 		file_put_locked(c, f);

@@ -274,6 +274,10 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		if (bm_any(want)) {
 			for (p = x->p0; p < x->p1; p++)
 				if (bm_test(want, p)) {
+					/* s->rw held since want was taken: no
+					 * write reached these pages */
+					assert(!pb_test(slot_valid(c, s), p) &&
+					       !pb_test(slot_dirty(c, s), p));
 					pb_set(slot_valid(c, s), p);
 					pb_set(slot_unsynced(c, s), p);
 					pages_valid(c, s, 1);
@@ -288,10 +292,109 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 	}
 }
 
+/*
+ * Fills after the reply.  A read served through cache_read_defer records what
+ * its misses fetched (the spans as the read saw them, the page-aligned buffer,
+ * the write generation it started in) instead of writing it to the devices;
+ * cache_read_finish, called by the same thread once the reply is sent, keeps
+ * it, under the same rule as a fill in the read path: only pages that no write
+ * reached since the read began (f->wgen unchanged, checked under s->rw), so a
+ * fill never overwrites a write, and as clean, unsynced data (not persisted:
+ * the power-loss rule in engine.h).  The buffer is the caller's and must stay
+ * untouched until then; the file is referenced, since its last release may
+ * come as soon as the reply is out.  A request with more chunks than fit is
+ * filled at once for the rest.
+ */
+#define DEFER_CHUNKS 8
+
+struct deferred {
+	struct cfile *f; /* referenced while nchunks > 0 */
+	uint64_t wgen0;
+	int nchunks;
+	struct {
+		char *buf;
+		uint64_t pstart;
+		int nsp;
+		struct span sp[SEG_MAX_BLOCKS + 2];
+	} ch[DEFER_CHUNKS];
+};
+
+static __thread struct deferred *tl_def;
+static __thread int tl_defer; /* cache_read_defer is under way */
+static pthread_key_t def_key;
+static pthread_once_t def_once = PTHREAD_ONCE_INIT;
+
+static void def_key_init(void)
+{
+	pthread_key_create(&def_key, free);
+}
+
+/* Record a chunk's fill for cache_read_finish: 1, or 0 if it cannot be. */
+static int fill_defer(struct cache *c, struct cfile *f, struct span *sp,
+		      int nsp, char *buf, uint64_t pstart, uint64_t wgen0)
+{
+	struct deferred *d = tl_def;
+	int k;
+
+	if (!tl_defer)
+		return 0;
+	/*
+	 * The record is had before the reply, as before fills were deferred:
+	 * a rename through the mount between ident_note and the record's
+	 * publication in c->recs is missed by ident_renamed (file.c
+	 * file_ensure_record), and an application renames a file it has just
+	 * read far more often than one being read.
+	 */
+	if (file_ensure_record(c, f))
+		return 0;
+	if (!d) {
+		pthread_once(&def_once, def_key_init);
+		d = tl_def = calloc(1, sizeof(*d));
+		if (!d)
+			return 0;
+		pthread_setspecific(def_key, d);
+	}
+	if (d->nchunks == DEFER_CHUNKS || (d->nchunks && d->f != f))
+		return 0;
+	if (!d->nchunks) {
+		pthread_mutex_lock(&c->lock);
+		f->refs++;
+		pthread_mutex_unlock(&c->lock);
+		d->f = f;
+		d->wgen0 = wgen0;
+	}
+	assert(d->wgen0 == wgen0);
+	k = d->nchunks++;
+	d->ch[k].buf = buf;
+	d->ch[k].pstart = pstart;
+	d->ch[k].nsp = nsp;
+	memcpy(d->ch[k].sp, sp, nsp * sizeof(*sp));
+	return 1;
+}
+
+void cache_read_finish(struct cache *c)
+{
+	struct deferred *d = tl_def;
+	struct cfile *f;
+	int k;
+
+	if (!d || !d->nchunks)
+		return;
+	f = d->f;
+	pthread_rwlock_rdlock(&f->rw);
+	for (k = 0; k < d->nchunks && !f->unlinked; k++)
+		fill_from_backing(c, f, d->ch[k].sp, d->ch[k].nsp, d->ch[k].buf,
+				  d->ch[k].pstart, d->wgen0);
+	pthread_rwlock_unlock(&f->rw);
+	d->nchunks = 0;
+	d->f = NULL;
+	cache_file_put(c, f);
+}
+
 /* Read [off, off+len) into buf, where buf holds the page at pbase. */
 static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		      uint64_t pbase, size_t len, uint64_t off, uint64_t wgen0,
-		      int *nmiss)
+		      int bypass, int *nmiss)
 {
 	struct span sp[SEG_MAX_BLOCKS + 2];
 	struct dev_io ios[SEG_MAX_BLOCKS * 4];
@@ -455,7 +558,10 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 	CNT_ADD(c, read_hit_bytes, hit);
 	CNT_ADD(c, read_miss_bytes, len - hit);
 	*nmiss |= (hit ? 1 : 0) | (miss ? 2 : 0);
-	if (miss && !f->unlinked)
+	if (miss && bypass)
+		CNT_ADD(c, read_bypass_bytes, miss);
+	else if (miss && !f->unlinked &&
+		 !fill_defer(c, f, sp, nsp, buf, pstart, wgen0))
 		fill_from_backing(c, f, sp, nsp, buf, pstart, wgen0);
 out_unpin:
 	pthread_mutex_lock(&c->lock);
@@ -469,8 +575,18 @@ out_unpin:
 int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 	       uint64_t off, char **data, size_t *n)
 {
+	int ret = cache_read_defer(c, f, vbuf, len, off, data, n, 0);
+
+	assert(!tl_def || !tl_def->nchunks);
+	return ret;
+}
+
+int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
+		     uint64_t off, char **data, size_t *n, int defer)
+{
 	uint64_t size, wgen0, pstart, cur,
 		chunk = (uint64_t)SEG_MAX_BLOCKS * c->bs;
+	struct admit_verdict v;
 	int ret = 0, nmiss = 0;
 
 	/* waits for locks: never with asynchronous requests held (aio.c) */
@@ -492,6 +608,10 @@ int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		goto out_unlock;
 	if (len > size - off)
 		len = size - off;
+	admit_read(c, f, off, len, &v);
+	assert(!tl_def || !tl_def->nchunks); /* the last one was finished */
+	tl_defer = defer &&
+		   __atomic_load_n(&c->cfg->async_fill, __ATOMIC_RELAXED);
 	pstart = off & ~(uint64_t)(NVC_PAGE - 1);
 	/* chunks end on block boundaries, so the page layout of buf holds */
 	for (cur = off; cur < off + len && !ret;) {
@@ -500,11 +620,17 @@ int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		if (e > off + len)
 			e = off + len;
 		ret = read_chunk(c, f, vbuf, pstart, e - cur, cur, wgen0,
-				 &nmiss);
+				 v.bypass, &nmiss);
 		cur = e;
 	}
+	tl_defer = 0;
 	if (ret)
 		goto out_unlock;
+	if (nmiss & 2) {
+		admit_readahead(c, f, &v);
+		if (v.bypass)
+			CNT_ADD(c, bypass_ops, 1);
+	}
 	CNT_ADD(c, read_bytes, len);
 	if (nmiss == 1)
 		CNT_ADD(c, read_hit_ops, 1);

@@ -32,6 +32,9 @@
 	X(write_bytes, "bytes", "bytes written by the application")            \
 	X(bypass_ops, "ops",                                                   \
 	  "reads and writes that went to the backing store around the cache")  \
+	X(read_bypass_bytes, "bytes",                                          \
+	  "read misses served from the backing store and not kept: "          \
+	  "sequential streams past cache.sequential_cutoff")                   \
 	X(fsync_ops, "ops", "fsync and fdatasync requests")                    \
 	X(meta_ops, "ops", "metadata requests (lookup, getattr, create, ...)") \
 	X(fill_bytes, "bytes", "bytes of read misses kept in the cache")       \

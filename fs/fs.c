@@ -738,11 +738,14 @@ static void read_sync(fuse_req_t req, void *fhp, const char *unused,
 	}
 	if (size > READ_BUF - 2 * 4096 - 1024 * 1024)
 		size = READ_BUF - 2 * 4096 - 1024 * 1024;
-	ret = cache_read(c, fh->cf, read_buf, size, off, &data, &n);
+	ret = cache_read_defer(c, fh->cf, read_buf, size, off, &data, &n, 1);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_buf(req, data, n);
+	/* the misses kept, off the reply's path (req is gone; read_buf is
+	 * untouched until then) */
+	cache_read_finish(c);
 	fs_done(c, FS_READ, t0);
 }
 

@@ -1,0 +1,56 @@
+/* cache: the read admission policy — sequential streams, the sequential
+ * cutoff, and readahead of the backing store (admit.c). */
+#ifndef NVC_ADMIT_H
+#define NVC_ADMIT_H
+
+#include <stdint.h>
+
+/* Streams remembered per file: concurrent sequential readers of one file. */
+#define ADMIT_STREAMS 8
+
+struct admit_stream {
+	uint64_t end; /* the furthest byte a read of the stream reached */
+	uint64_t seq; /* bytes the stream read, this read included */
+	uint64_t ra_end; /* the backing store was asked to read ahead to here */
+	uint64_t used; /* the state's clock when it last matched */
+};
+
+/* Per file (struct cfile); all zero is a valid empty state. */
+struct admit_state {
+	int lock; /* a spin lock over the streams: a few compares */
+	int seq_hinted; /* the backing fd was told it is read sequentially */
+	uint64_t clock;
+	struct admit_stream st[ADMIT_STREAMS];
+};
+
+/* What a read does with its misses. */
+struct admit_verdict {
+	int bypass; /* serve misses from the backing store, keep nothing */
+	uint64_t seq; /* the stream's sequential bytes, this read included */
+	int stream; /* long enough to be owed readahead (ADMIT_RA_AFTER) */
+	uint64_t ra_off, ra_len; /* backing readahead to start (ra_len 0: none) */
+};
+
+/*
+ * The detector alone: note a read of [off, off+len) in a; a read that begins
+ * within tol of where a stream ended continues it, any other starts a new one
+ * (in the least recently used entry).  *v gets the stream's sequential bytes,
+ * whether they pass cutoff (0: never), and the readahead that keeps window
+ * bytes (0: none) ahead of the stream.
+ */
+void admit_note(struct admit_state *a, uint64_t off, uint64_t len,
+		uint64_t tol, uint64_t cutoff, uint64_t window,
+		struct admit_verdict *v);
+
+struct cache;
+struct cfile;
+
+/* A read of [off, off+len) of f (f->rw held): the verdict for its misses;
+ * starts the backing readahead the stream is owed. */
+void admit_read(struct cache *c, struct cfile *f, uint64_t off, uint64_t len,
+		struct admit_verdict *v);
+/* Start the readahead v is owed (a read of its stream missed). */
+void admit_readahead(struct cache *c, struct cfile *f,
+		     const struct admit_verdict *v);
+
+#endif

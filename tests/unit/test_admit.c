@@ -1,0 +1,324 @@
+/* tests: the read admission policy — the stream detector, the sequential
+ * cutoff and readahead (cache/admit.c), and the read path that obeys it. */
+#define _GNU_SOURCE
+#include "env.h"
+
+#include "../../cache/admit.h"
+
+#define TOL (2 * MiB)
+#define CUT (4 * MiB)
+#define GiB_TEST (1024ull * MiB)
+
+static int note(struct admit_state *a, uint64_t off, uint64_t len,
+		uint64_t window, struct admit_verdict *v)
+{
+	admit_note(a, off, len, TOL, CUT, window, v);
+	return v->bypass;
+}
+
+static void test_sequential_stream_passes_cutoff(void)
+{
+	struct admit_state a;
+	struct admit_verdict v;
+	int i;
+
+	memset(&a, 0, sizeof(a));
+	/* bcache's rule: the stream, this read included, longer than 4M */
+	for (i = 0; i < 4; i++) {
+		CHECK_EQ(note(&a, i * MiB, MiB, 0, &v), 0);
+		CHECK_EQ(v.seq, (i + 1) * MiB);
+	}
+	CHECK_EQ(note(&a, 4 * MiB, MiB, 0, &v), 1);
+	CHECK_EQ(note(&a, 5 * MiB, 128 * KiB, 0, &v), 1);
+	/* the same reads with the cutoff off: never */
+	memset(&a, 0, sizeof(a));
+	for (i = 0; i < 64; i++) {
+		admit_note(&a, i * MiB, MiB, TOL, 0, 0, &v);
+		CHECK_EQ(v.bypass, 0);
+	}
+	CHECK_EQ(v.seq, 64 * MiB);
+}
+
+static void test_random_and_rereads_are_not_streams(void)
+{
+	struct admit_state a;
+	struct admit_verdict v;
+	unsigned seed = 1, i, bypassed = 0;
+
+	memset(&a, 0, sizeof(a));
+	/* 4K reads at random in a 64 GiB file */
+	for (i = 0; i < 100000; i++) {
+		seed = seed * 1103515245 + 12345;
+		bypassed += note(&a, (uint64_t)(seed >> 8) * 4096, 4096, 0, &v);
+	}
+	CHECK_EQ(bypassed, 0);
+	/* one hot 64K block read again and again */
+	memset(&a, 0, sizeof(a));
+	for (i = 0; i < 10000; i++)
+		bypassed += note(&a, 7 * MiB, 64 * KiB, 0, &v);
+	CHECK_EQ(bypassed, 0);
+	CHECK_EQ(v.seq, 64 * KiB);
+	/* small reads back and forth inside one MiB */
+	memset(&a, 0, sizeof(a));
+	for (i = 0; i < 10000; i++)
+		bypassed += note(&a, (i * 7919 % 256) * 4096, 4096, 0, &v);
+	CHECK_EQ(bypassed, 0);
+}
+
+static void test_streams_interleaved_and_out_of_order(void)
+{
+	struct admit_state a;
+	struct admit_verdict v;
+	uint64_t base[3] = { 0, 100 * MiB, 900 * MiB };
+	int i, k, by[3] = { 0 };
+
+	/* three readers of one file, their requests interleaved */
+	memset(&a, 0, sizeof(a));
+	for (i = 0; i < 8; i++)
+		for (k = 0; k < 3; k++)
+			by[k] += note(&a, base[k] + i * MiB, MiB, 0, &v);
+	for (k = 0; k < 3; k++)
+		CHECK_EQ(by[k], 4); /* reads 5..8 of each */
+	/* the kernel's readahead answered out of order by FUSE threads */
+	memset(&a, 0, sizeof(a));
+	{
+		int order[] = { 0, 2, 1, 3, 5, 4, 7, 6, 8, 9 };
+
+		for (i = 0; i < 10; i++)
+			note(&a, order[i] * MiB, MiB, 0, &v);
+		CHECK_EQ(v.seq, 10 * MiB);
+		CHECK_EQ(v.bypass, 1);
+	}
+	/* more streams than entries: the least recently used one goes */
+	memset(&a, 0, sizeof(a));
+	for (k = 0; k <= ADMIT_STREAMS; k++)
+		note(&a, k * GiB_TEST, MiB, 0, &v);
+	note(&a, ADMIT_STREAMS * GiB_TEST + MiB, MiB, 0, &v);
+	CHECK_EQ(v.seq, 2 * MiB); /* the newest continues */
+	note(&a, MiB, MiB, 0, &v);
+	CHECK_EQ(v.seq, MiB); /* the oldest was forgotten */
+}
+
+static void test_readahead_window(void)
+{
+	struct admit_state a;
+	struct admit_verdict v;
+	uint64_t asked = 0, i;
+
+	memset(&a, 0, sizeof(a));
+	note(&a, 0, 256 * KiB, 8 * MiB, &v);
+	CHECK_EQ(v.ra_len, 0); /* not a stream yet */
+	CHECK_EQ(v.stream, 0);
+	note(&a, 256 * KiB, 256 * KiB, 8 * MiB, &v);
+	CHECK_EQ(v.stream, 1);
+	CHECK_EQ(v.ra_off, 512 * KiB);
+	CHECK_EQ(v.ra_len, 8 * MiB);
+	asked = v.ra_off + v.ra_len;
+	/* asked again only once half the window is used, from where the last
+	 * one ended, and never twice for the same bytes */
+	for (i = 2; i < 200; i++) {
+		note(&a, i * 256 * KiB, 256 * KiB, 8 * MiB, &v);
+		if (!v.ra_len)
+			continue;
+		CHECK_EQ(v.ra_off, asked);
+		CHECK(v.ra_off < (i + 1) * 256 * KiB + 4 * MiB + 1);
+		CHECK_EQ(v.ra_off + v.ra_len, (i + 1) * 256 * KiB + 8 * MiB);
+		asked = v.ra_off + v.ra_len;
+	}
+	CHECK(asked >= 200 * 256 * KiB + 4 * MiB);
+	/* random reads are owed none */
+	memset(&a, 0, sizeof(a));
+	for (i = 0; i < 100; i++) {
+		note(&a, i * 64 * MiB, 64 * KiB, 8 * MiB, &v);
+		CHECK_EQ(v.ra_len, 0);
+		CHECK_EQ(v.stream, 0);
+	}
+}
+
+/* A file of size bytes in the backing directory, its bytes in *ref. */
+static struct cfile *backing_file(struct env *e, const char *name, size_t size,
+				  char **ref, int *fd)
+{
+	int wfd = openat(e->backing_fd, name, O_RDWR | O_CREAT, 0644);
+
+	*ref = malloc(size);
+	fill(*ref, size, 77);
+	CHECK_EQ(pwrite(wfd, *ref, size, 0), (ssize_t)size);
+	close(wfd);
+	return file_open(e, name, fd);
+}
+
+static void read_seq(struct env *e, struct cfile *f, const char *ref,
+		     size_t size, size_t bs)
+{
+	uint64_t off;
+
+	for (off = 0; off < size; off += bs)
+		CHECK(same(e, f, ref + off, bs, off));
+}
+
+static void test_read_path_bypasses_past_cutoff(void)
+{
+	struct env e;
+	struct stat_snap *s = &snap;
+	size_t size = 16 * MiB;
+	struct cfile *f;
+	char *ref;
+	int fd;
+
+	env_init(&e, 256, 64 * KiB); /* 32 MiB: room for all of it */
+	CHECK_EQ(e.cfg.sequential_cutoff, CUT); /* the default */
+	f = backing_file(&e, "big", size, &ref, &fd);
+	read_seq(&e, f, ref, size, MiB);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), CUT);
+	CHECK_EQ(STAT_CTR(s, read_bypass_bytes), size - CUT);
+	CHECK_EQ(STAT_CTR(s, bypass_ops), 12);
+	CHECK_EQ(STAT_CTR(s, read_miss_bytes), size);
+	/* again: the head is cached now, the rest is read around again */
+	read_seq(&e, f, ref, size, MiB);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, read_hit_bytes), CUT);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), CUT);
+	CHECK_EQ(STAT_CTR(s, read_bypass_bytes), 2 * (size - CUT));
+	/* random reads of the tail are kept */
+	CHECK(same(&e, f, ref + 13 * MiB, 64 * KiB, 13 * MiB));
+	CHECK(same(&e, f, ref + 9 * MiB, 64 * KiB, 9 * MiB));
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), CUT + 128 * KiB);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+}
+
+static void test_cutoff_off_keeps_every_miss(void)
+{
+	struct env e;
+	struct stat_snap *s = &snap;
+	size_t size = 16 * MiB;
+	struct cfile *f;
+	char *ref;
+	int fd;
+
+	env_init(&e, 256, 64 * KiB);
+	e.cfg.sequential_cutoff = 0;
+	f = backing_file(&e, "big", size, &ref, &fd);
+	read_seq(&e, f, ref, size, MiB);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), size);
+	CHECK_EQ(STAT_CTR(s, read_bypass_bytes), 0);
+	CHECK_EQ(STAT_CTR(s, bypass_ops), 0);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+}
+
+/* Dirty data inside a bypassed stream comes from the cache: the backing file
+ * does not have it yet. */
+static void test_dirty_data_in_a_stream(void)
+{
+	struct env e;
+	struct stat_snap *s = &snap;
+	size_t size = 16 * MiB;
+	char *ref, *w = malloc(300 * KiB), *old = malloc(300 * KiB);
+	uint64_t at[] = { 6 * MiB + 5, 11 * MiB - 4096, 15 * MiB + 100 };
+	struct cfile *f;
+	int fd, i;
+
+	env_init(&e, 256, 64 * KiB);
+	f = backing_file(&e, "big", size, &ref, &fd);
+	for (i = 0; i < 3; i++) {
+		fill(w, 300 * KiB, 100 + i);
+		CHECK_EQ(cache_write(e.c, f, w, i == 2 ? 7 : 300 * KiB, at[i]),
+			 0);
+		memcpy(ref + at[i], w, i == 2 ? 7 : 300 * KiB);
+	}
+	/* not destaged: the backing file still has the old bytes */
+	CHECK_EQ(pread(fd, old, 300 * KiB, at[0]), 300 * KiB);
+	CHECK(memcmp(old, ref + at[0], 300 * KiB) != 0);
+	/* in 1M reads, and in 128K reads (the kernel's readahead size) */
+	read_seq(&e, f, ref, size, MiB);
+	read_seq(&e, f, ref, size, 128 * KiB);
+	cache_snapshot(e.c, s);
+	CHECK(STAT_CTR(s, read_bypass_bytes) > 0);
+	CHECK(STAT_CTR(s, read_partial_ops) > 0);
+	CHECK_EQ(STAT_GAUGE(s, dirty_bytes), (76 + 75 + 1) * 4096);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+	free(w);
+	free(old);
+}
+
+/* Fills after the reply: kept only by cache_read_finish, and never over a
+ * write that came between the read and the fill. */
+static void test_fill_after_reply(void)
+{
+	struct env e;
+	struct stat_snap *s = &snap;
+	size_t size = 2 * MiB;
+	char *ref, *data, w[8192];
+	struct cfile *f;
+	size_t n;
+	int fd;
+
+	env_init(&e, 256, 64 * KiB);
+	CHECK_EQ(e.cfg.async_fill, 0); /* the default */
+	e.cfg.async_fill = 1;
+	f = backing_file(&e, "f", size, &ref, &fd);
+	CHECK_EQ(cache_read_defer(e.c, f, rbuf, 256 * KiB, 0, &data, &n, 1), 0);
+	CHECK(n == 256 * KiB && !memcmp(data, ref, n));
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), 0); /* not yet */
+	cache_read_finish(e.c);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), 256 * KiB);
+	CHECK(same(&e, f, ref, 256 * KiB, 0));
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, read_hit_bytes), 256 * KiB);
+
+	/* a write between the read and its fill: the fill keeps nothing */
+	CHECK_EQ(cache_read_defer(e.c, f, rbuf, 128 * KiB, MiB, &data, &n, 1),
+		 0);
+	fill(w, sizeof(w), 5);
+	CHECK_EQ(cache_write(e.c, f, w, sizeof(w), MiB + 64 * KiB), 0);
+	memcpy(ref + MiB + 64 * KiB, w, sizeof(w));
+	cache_read_finish(e.c);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, fill_bytes), 256 * KiB);
+	CHECK(same(&e, f, ref + MiB, 128 * KiB, MiB));
+	CHECK(same(&e, f, ref, size, 0));
+
+	/* the file's last reference goes before the fill: the fill keeps it */
+	CHECK_EQ(cache_read_defer(e.c, f, rbuf, 64 * KiB, 1536 * KiB, &data,
+				  &n, 1),
+		 0);
+	cache_file_put(e.c, f);
+	cache_read_finish(e.c);
+	close(fd);
+	f = file_open(&e, "f", &fd);
+	CHECK(same(&e, f, ref, size, 0));
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+}
+
+int main(void)
+{
+	log_setup(LOG_TO_STDERR);
+	rbuf = dev_alloc_buf(2 * MiB + 8192);
+	RUN(test_sequential_stream_passes_cutoff);
+	RUN(test_random_and_rereads_are_not_streams);
+	RUN(test_streams_interleaved_and_out_of_order);
+	RUN(test_readahead_window);
+	RUN(test_read_path_bypasses_past_cutoff);
+	RUN(test_cutoff_off_keeps_every_miss);
+	RUN(test_dirty_data_in_a_stream);
+	RUN(test_fill_after_reply);
+	free(rbuf);
+	return CHECK_DONE();
+}
