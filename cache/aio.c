@@ -17,10 +17,11 @@
  *
  * Only the common case is taken this way, and it is decided before anything
  * changes: a read whose pages are all valid in the cache (a hit), or a
- * writeback write of whole pages into blocks the file already has in the
- * cache, one copy, on working devices.  Anything else (a miss, a new block,
- * a partial page, a second copy, a lock someone holds) is refused with
- * -EAGAIN and nothing done, and the caller takes the synchronous path
+ * writeback write into blocks the file already has in the cache, one copy,
+ * on working devices, whose partial first and last pages (if any) are cached
+ * or past the backing file's end.  Anything else (a miss, a new block, a
+ * partial page to read from the backing file, a second copy, a lock someone
+ * holds) is refused with -EAGAIN and nothing done, and the caller takes the synchronous path
  * (cache_read/cache_write).  The ordering rules are those of the synchronous
  * path, because the same code runs: a write's data reaches the device before
  * the map entry that finds it (wseg_end persists after the I/O completed),
@@ -84,8 +85,8 @@ void cache_aio_free(struct cache_aio *a)
 }
 
 /*
- * Pin the slots of pages [pstart, pend): every block must have one (else
- * -EAGAIN, nothing pinned).  c->lock held.
+ * Pin the slots of pages [pstart, pend) (page-aligned): every block must
+ * have one (else -EAGAIN, nothing pinned).  c->lock held.
  */
 static int aio_pin_locked(struct cache_aio *a, uint64_t pstart, uint64_t pend)
 {
@@ -93,6 +94,7 @@ static int aio_pin_locked(struct cache_aio *a, uint64_t pstart, uint64_t pend)
 	uint64_t blk;
 	int i;
 
+	assert(!(pstart % NVC_PAGE) && !(pend % NVC_PAGE) && pend > pstart);
 	a->nsp = 0;
 	for (blk = pstart / c->bs; blk * c->bs < pend; blk++) {
 		struct span *x = &a->sp[a->nsp];
@@ -222,11 +224,13 @@ static int awrite_begin(struct cache_aio *a, const char *src)
 	    !f->rec || c->cfg->dirty_copies > 1 ||
 	    __atomic_load_n(&c->cfg->mode, __ATOMIC_RELAXED) !=
 		    MODE_WRITEBACK ||
-	    (a->off | end) % NVC_PAGE ||
 	    a->len > IO_BUF_BYTES - 2 * NVC_PAGE - c->bs)
 		return -EAGAIN;
+	/* the spans cover whole pages; wseg_begin keeps a partial page's
+	 * other bytes */
 	pthread_mutex_lock(&c->lock);
-	ret = aio_pin_locked(a, a->off, end);
+	ret = aio_pin_locked(a, a->off & ~(uint64_t)(NVC_PAGE - 1),
+			     (end + NVC_PAGE - 1) & ~(uint64_t)(NVC_PAGE - 1));
 	pthread_mutex_unlock(&c->lock);
 	if (ret)
 		return ret;

@@ -44,6 +44,13 @@ static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
 	return backing_read(c, f, dst, NVC_PAGE, at);
 }
 
+/* page_prefill() would read page p (at byte at) from the backing file. */
+static int prefill_reads_backing(struct cache *c, struct cfile *f,
+				 struct cslot *s, uint32_t p, uint64_t at)
+{
+	return !pb_test(slot_valid(c, s), p) && at < f->bsize;
+}
+
 /*
  * Copy the pages in mask from slot s to its twin t (FUA), so that the twin
  * holds them before its entry says so.  A device error is charged to the
@@ -339,10 +346,12 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
  * prepares the I/O; wseg_end() commits and persists what the I/O did and
  * unlocks.  Both run on the same thread (the slots' locks are the thread's).
  *
- * nowait: the caller must not block, so the slots' locks are only tried, and
- * a segment that would need a device or backing read first (a partial page,
- * writethrough) is refused; -EAGAIN then means "take the synchronous path",
- * with nothing done.
+ * nowait: the caller must not wait for a lock or the backing store, so the
+ * slots' locks are only tried, and a segment that would need a backing read
+ * first (a partial page that is not cached, inside the backing file) or a
+ * backing write (writethrough) is refused; -EAGAIN then means "take the
+ * synchronous path", with nothing done.  A partial page that is cached is
+ * read from its device here (microseconds, no lock waited for).
  */
 int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 	       const char *src, int nowait)
@@ -356,7 +365,8 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 	w->s1 = last->blk * c->bs + last->p1 * NVC_PAGE;
 	w->hi = w->end < w->s1 ? w->end : w->s1;
 	head = w->lo % NVC_PAGE != 0;
-	if (nowait && (head || w->hi % NVC_PAGE || w->mode != MODE_WRITEBACK))
+	assert(w->hi > w->lo); /* the spans cover the bytes */
+	if (nowait && w->mode != MODE_WRITEBACK)
 		return -EAGAIN;
 	for (i = 0; i < nsp; i++) {
 		if (!nowait) {
@@ -370,6 +380,14 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 		}
 	}
 	w->locked = 1;
+	if (nowait && ((head && prefill_reads_backing(c, f, sp[0].s, sp[0].p0,
+						      w->s0)) ||
+		       (w->hi % NVC_PAGE &&
+			prefill_reads_backing(c, f, last->s, last->p1 - 1,
+					      w->s1 - NVC_PAGE)))) {
+		wseg_unlock(w);
+		return -EAGAIN;
+	}
 	ret = seg_mark_intent(c, f, sp, nsp);
 	if (ret)
 		return ret;

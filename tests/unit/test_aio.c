@@ -161,6 +161,54 @@ static void test_write(void)
 	free(upd);
 }
 
+/* A write of part of a page is taken when the page is cached (its other
+ * bytes come from the device), refused when the backing file must give
+ * them; either way the file reads back as written. */
+static void test_partial(void)
+{
+	struct env e;
+	struct dev_aring *r;
+	struct cache_aio *a;
+	char *ref = malloc(256 * KiB), *upd = malloc(8 * KiB), *data;
+	struct cfile *f;
+	size_t n;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	CHECK_EQ(dev_aring_new(64, &r), 0);
+	CHECK_EQ(cache_aio_new(&a), 0);
+	fill(ref, 256 * KiB, 8);
+	fill(upd, 8 * KiB, 9);
+	fd = openat(e.backing_fd, "f", O_RDWR | O_CREAT, 0644);
+	CHECK_EQ(pwrite(fd, ref, 256 * KiB, 0), 256 * KiB);
+	close(fd);
+	f = file_open(&e, "f", &fd);
+	CHECK_EQ(cache_write(e.c, f, ref, 64 * KiB, 0), 0); /* block 0 */
+	CHECK_EQ(cache_write(e.c, f, ref + 64 * KiB, 4 * KiB, 64 * KiB), 0);
+	/* within one cached page; across two cached pages */
+	CHECK_EQ(aio(&e, r, f, a, upd, 100, 4096 + 10, &data, &n), 0);
+	memcpy(ref + 4096 + 10, upd, 100);
+	CHECK_EQ(aio(&e, r, f, a, upd + 100, 5000, 3 * 4096 + 100, &data, &n),
+		 0);
+	memcpy(ref + 3 * 4096 + 100, upd + 100, 5000);
+	CHECK_EQ(cnt(&e, STAT_C_write_hit_ops), 2);
+	/* block 1 holds only its first page: its third comes from the file */
+	CHECK_EQ(cache_aio_begin(e.c, f, a, upd, 100, 72 * KiB + 5), -EAGAIN);
+	CHECK_EQ(cache_aio_held(), 0);
+	CHECK_EQ(cache_write(e.c, f, upd, 100, 72 * KiB + 5), 0);
+	memcpy(ref + 72 * KiB + 5, upd, 100);
+	CHECK(same(&e, f, ref, 256 * KiB, 0));
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(backing_same(fd, ref, 256 * KiB));
+	cache_aio_free(a);
+	dev_aring_free(r);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+	free(upd);
+}
+
 struct other {
 	struct env *e;
 	struct cfile *f;
@@ -208,8 +256,7 @@ static void test_refused(void)
 	fill(ref, 256 * KiB, 3);
 	f = file_open(&e, "f", &fd);
 	CHECK_EQ(cache_write(e.c, f, ref, 128 * KiB, 0), 0);
-	/* a partial page, a block not cached */
-	CHECK_EQ(cache_aio_begin(e.c, f, a, ref, 100, 4096), -EAGAIN);
+	/* a block not cached */
 	CHECK_EQ(cache_aio_begin(e.c, f, a, ref, 4096, 128 * KiB), -EAGAIN);
 	/* writethrough writes the backing file: not here */
 	e.cfg.mode = MODE_WRITETHROUGH;
@@ -309,6 +356,7 @@ int main(void)
 	rbuf = dev_alloc_buf(2 * MiB);
 	test_read();
 	test_write();
+	test_partial();
 	test_read_device_fails();
 	test_write_device_fails();
 	test_refused();
