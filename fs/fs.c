@@ -43,14 +43,7 @@ struct fs_dir {
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE; /* it would break kill -9 */
-	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
-		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
-	conn->max_write = 1024 * 1024;
-	conn->max_readahead = 1024 * 1024;
-	conn->max_background = 64;
-	conn->congestion_threshold = 48;
-	proto_init(conn);
+	proto_conn(conn);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)

@@ -315,6 +315,24 @@ int proto_attach(struct fuse_session *se, int fd, unsigned int features)
 	return 0;
 }
 
+/*
+ * The connection nvcachefs asks for, and the FUSE floor with it: no
+ * writeback cache (it would acknowledge writes from RAM and break kill -9),
+ * parallel directory operations, 1 MiB writes and read-ahead, 64 background
+ * requests; then the features of proto_attach.
+ */
+void proto_conn(struct fuse_conn_info *conn)
+{
+	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->max_write = 1024 * 1024;
+	conn->max_readahead = 1024 * 1024;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+	proto_init(conn);
+}
+
 void proto_init(struct fuse_conn_info *conn)
 {
 	if (!pr.attached)

@@ -43,6 +43,9 @@ void proto_request_done(void);
 
 /* From the init op: ask through the library where it can. */
 void proto_init(struct fuse_conn_info *conn);
+/* From the init op: the whole connection nvcachefs asks for (settings and
+ * proto_init), shared with the FUSE floor. */
+void proto_conn(struct fuse_conn_info *conn);
 
 /* From the open and create ops, before the reply: the open's reply flags. */
 void proto_open(struct fuse_file_info *fi);

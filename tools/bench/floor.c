@@ -217,17 +217,10 @@ static void node_unlink(struct node *n)
 
 /* ------------------------------------------------------------ requests */
 
-/* As nvcachefs's op_init (fs/fs.c): keep the two in step. */
+/* As nvcachefs's op_init (fs/fs.c): the same proto_conn. */
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
-	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
-		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
-	conn->max_write = 1024 * 1024;
-	conn->max_readahead = 1024 * 1024;
-	conn->max_background = 64;
-	conn->congestion_threshold = 48;
-	proto_init(conn);
+	proto_conn(conn);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
