@@ -33,22 +33,6 @@ static void run_ios(struct dev_aring *r, struct cache_aio *a)
 		CHECK(dev_aring_run(r, 1, 0) >= 0);
 }
 
-/* A whole asynchronous request: 0, or begin's or end's error. */
-static int aio(struct env *e, struct dev_aring *r, struct cfile *f,
-	       struct cache_aio *a, const char *src, size_t len, uint64_t off,
-	       char **data, size_t *n)
-{
-	int ret = cache_aio_begin(e->c, f, a, src, len, off);
-
-	if (ret)
-		return ret;
-	CHECK_EQ(cache_aio_held(), 1);
-	run_ios(r, a);
-	ret = cache_aio_end(a, data, n);
-	CHECK_EQ(cache_aio_held(), 0);
-	return ret;
-}
-
 static uint64_t cnt(struct env *e, enum stat_counter k)
 {
 	return cache_counter(e->c, k);
@@ -65,20 +49,51 @@ static uint64_t dirty_bytes(struct env *e)
 	return v;
 }
 
+/* Each test's cache (two in-memory devices of 64 slots of 64 KiB), ring and
+ * request. */
+static struct env e;
+static struct dev_aring *ring;
+static struct cache_aio *req;
+
+static void setup(void)
+{
+	env_init(&e, 64, 64 * KiB);
+	CHECK_EQ(dev_aring_new(64, &ring), 0);
+	CHECK_EQ(cache_aio_new(&req), 0);
+}
+
+static void teardown(void)
+{
+	cache_aio_free(req);
+	dev_aring_free(ring);
+	env_fini(&e);
+}
+
+/* A whole asynchronous request on the test's ring: 0, or begin's or end's
+ * error. */
+static int aio(struct cfile *f, const char *src, size_t len, uint64_t off,
+	       char **data, size_t *n)
+{
+	int ret = cache_aio_begin(e.c, f, req, src, len, off);
+
+	if (ret)
+		return ret;
+	CHECK_EQ(cache_aio_held(), 1);
+	run_ios(ring, req);
+	ret = cache_aio_end(req, data, n);
+	CHECK_EQ(cache_aio_held(), 0);
+	return ret;
+}
+
 /* A read of cached pages is a hit; one of pages not cached is refused. */
 static void test_read(void)
 {
-	struct env e;
-	struct dev_aring *r;
-	struct cache_aio *a;
 	char *ref = malloc(512 * KiB), *data;
 	struct cfile *f;
 	size_t n;
 	int fd;
 
-	env_init(&e, 64, 64 * KiB);
-	CHECK_EQ(dev_aring_new(64, &r), 0);
-	CHECK_EQ(cache_aio_new(&a), 0);
+	setup();
 	fill(ref, 512 * KiB, 7);
 	fd = openat(e.backing_fd, "f", O_RDWR | O_CREAT, 0644);
 	CHECK_EQ(pwrite(fd, ref, 512 * KiB, 0), 512 * KiB);
@@ -86,28 +101,26 @@ static void test_read(void)
 	f = file_open(&e, "f", &fd);
 	CHECK_EQ(cache_write(e.c, f, ref, 256 * KiB, 0), 0);
 	/* within one block, across blocks, unaligned */
-	CHECK_EQ(aio(&e, r, f, a, NULL, 4 * KiB, 8 * KiB, &data, &n), 0);
+	CHECK_EQ(aio(f, NULL, 4 * KiB, 8 * KiB, &data, &n), 0);
 	CHECK(n == 4 * KiB && !memcmp(data, ref + 8 * KiB, n));
-	CHECK_EQ(aio(&e, r, f, a, NULL, 200 * KiB, 10, &data, &n), 0);
+	CHECK_EQ(aio(f, NULL, 200 * KiB, 10, &data, &n), 0);
 	CHECK(n == 200 * KiB && !memcmp(data, ref + 10, n));
 	CHECK_EQ(cnt(&e, STAT_C_read_hit_ops), 2);
 	/* past 256 KiB nothing is cached: the synchronous path reads it */
-	CHECK_EQ(aio(&e, r, f, a, NULL, 8 * KiB, 252 * KiB, &data, &n),
+	CHECK_EQ(aio(f, NULL, 8 * KiB, 252 * KiB, &data, &n),
 		 -EAGAIN);
 	CHECK_EQ(cnt(&e, STAT_C_read_ops), 2);
 	CHECK(same(&e, f, ref, 512 * KiB, 0)); /* keeps what it read */
-	CHECK_EQ(aio(&e, r, f, a, NULL, 8 * KiB, 252 * KiB, &data, &n), 0);
+	CHECK_EQ(aio(f, NULL, 8 * KiB, 252 * KiB, &data, &n), 0);
 	CHECK(n == 8 * KiB && !memcmp(data, ref + 252 * KiB, n));
 	/* at and past the end of the file */
-	CHECK_EQ(aio(&e, r, f, a, NULL, 8 * KiB, 508 * KiB, &data, &n), 0);
+	CHECK_EQ(aio(f, NULL, 8 * KiB, 508 * KiB, &data, &n), 0);
 	CHECK(n == 4 * KiB && !memcmp(data, ref + 508 * KiB, n));
-	CHECK_EQ(aio(&e, r, f, a, NULL, 8 * KiB, 600 * KiB, &data, &n), 0);
+	CHECK_EQ(aio(f, NULL, 8 * KiB, 600 * KiB, &data, &n), 0);
 	CHECK_EQ(n, 0);
-	cache_aio_free(a);
-	dev_aring_free(r);
 	cache_file_put(e.c, f);
 	close(fd);
-	env_fini(&e);
+	teardown();
 	free(ref);
 }
 
@@ -115,26 +128,21 @@ static void test_read(void)
  * is in the cache after it is opened again (its entries persisted). */
 static void test_write(void)
 {
-	struct env e;
-	struct dev_aring *r;
-	struct cache_aio *a;
 	char *ref = malloc(256 * KiB), *upd = malloc(64 * KiB), *data;
 	struct cfile *f;
 	size_t n;
 	int fd;
 
-	env_init(&e, 64, 64 * KiB);
-	CHECK_EQ(dev_aring_new(64, &r), 0);
-	CHECK_EQ(cache_aio_new(&a), 0);
+	setup();
 	fill(ref, 256 * KiB, 1);
 	fill(upd, 64 * KiB, 2);
 	f = file_open(&e, "f", &fd);
 	CHECK_EQ(cache_write(e.c, f, ref, 256 * KiB, 0), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0); /* clean: the intent path */
-	CHECK_EQ(aio(&e, r, f, a, upd, 8 * KiB, 60 * KiB, &data, &n), 0);
+	CHECK_EQ(aio(f, upd, 8 * KiB, 60 * KiB, &data, &n), 0);
 	CHECK_EQ(n, 8 * KiB);
 	memcpy(ref + 60 * KiB, upd, 8 * KiB);
-	CHECK_EQ(aio(&e, r, f, a, upd + 8 * KiB, 4 * KiB, 200 * KiB, &data,
+	CHECK_EQ(aio(f, upd + 8 * KiB, 4 * KiB, 200 * KiB, &data,
 		     &n),
 		 0);
 	memcpy(ref + 200 * KiB, upd + 8 * KiB, 4 * KiB);
@@ -152,11 +160,9 @@ static void test_write(void)
 	CHECK(same(&e, f, ref, 256 * KiB, 0));
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK(backing_same(fd, ref, 256 * KiB));
-	cache_aio_free(a);
-	dev_aring_free(r);
 	cache_file_put(e.c, f);
 	close(fd);
-	env_fini(&e);
+	teardown();
 	free(ref);
 	free(upd);
 }
@@ -166,17 +172,12 @@ static void test_write(void)
  * them; either way the file reads back as written. */
 static void test_partial(void)
 {
-	struct env e;
-	struct dev_aring *r;
-	struct cache_aio *a;
 	char *ref = malloc(256 * KiB), *upd = malloc(8 * KiB), *data;
 	struct cfile *f;
 	size_t n;
 	int fd;
 
-	env_init(&e, 64, 64 * KiB);
-	CHECK_EQ(dev_aring_new(64, &r), 0);
-	CHECK_EQ(cache_aio_new(&a), 0);
+	setup();
 	fill(ref, 256 * KiB, 8);
 	fill(upd, 8 * KiB, 9);
 	fd = openat(e.backing_fd, "f", O_RDWR | O_CREAT, 0644);
@@ -186,25 +187,23 @@ static void test_partial(void)
 	CHECK_EQ(cache_write(e.c, f, ref, 64 * KiB, 0), 0); /* block 0 */
 	CHECK_EQ(cache_write(e.c, f, ref + 64 * KiB, 4 * KiB, 64 * KiB), 0);
 	/* within one cached page; across two cached pages */
-	CHECK_EQ(aio(&e, r, f, a, upd, 100, 4096 + 10, &data, &n), 0);
+	CHECK_EQ(aio(f, upd, 100, 4096 + 10, &data, &n), 0);
 	memcpy(ref + 4096 + 10, upd, 100);
-	CHECK_EQ(aio(&e, r, f, a, upd + 100, 5000, 3 * 4096 + 100, &data, &n),
+	CHECK_EQ(aio(f, upd + 100, 5000, 3 * 4096 + 100, &data, &n),
 		 0);
 	memcpy(ref + 3 * 4096 + 100, upd + 100, 5000);
 	CHECK_EQ(cnt(&e, STAT_C_write_hit_ops), 2);
 	/* block 1 holds only its first page: its third comes from the file */
-	CHECK_EQ(cache_aio_begin(e.c, f, a, upd, 100, 72 * KiB + 5), -EAGAIN);
+	CHECK_EQ(cache_aio_begin(e.c, f, req, upd, 100, 72 * KiB + 5), -EAGAIN);
 	CHECK_EQ(cache_aio_held(), 0);
 	CHECK_EQ(cache_write(e.c, f, upd, 100, 72 * KiB + 5), 0);
 	memcpy(ref + 72 * KiB + 5, upd, 100);
 	CHECK(same(&e, f, ref, 256 * KiB, 0));
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK(backing_same(fd, ref, 256 * KiB));
-	cache_aio_free(a);
-	dev_aring_free(r);
 	cache_file_put(e.c, f);
 	close(fd);
-	env_fini(&e);
+	teardown();
 	free(ref);
 	free(upd);
 }
@@ -240,9 +239,6 @@ static void *other_read(void *arg)
 /* What the pipeline cannot take is refused before anything changes. */
 static void test_refused(void)
 {
-	struct env e;
-	struct dev_aring *r;
-	struct cache_aio *a;
 	char *ref = malloc(256 * KiB), *data;
 	struct other o;
 	pthread_t t;
@@ -250,38 +246,34 @@ static void test_refused(void)
 	size_t n;
 	int fd;
 
-	env_init(&e, 64, 64 * KiB);
-	CHECK_EQ(dev_aring_new(64, &r), 0);
-	CHECK_EQ(cache_aio_new(&a), 0);
+	setup();
 	fill(ref, 256 * KiB, 3);
 	f = file_open(&e, "f", &fd);
 	CHECK_EQ(cache_write(e.c, f, ref, 128 * KiB, 0), 0);
 	/* a block not cached */
-	CHECK_EQ(cache_aio_begin(e.c, f, a, ref, 4096, 128 * KiB), -EAGAIN);
+	CHECK_EQ(cache_aio_begin(e.c, f, req, ref, 4096, 128 * KiB), -EAGAIN);
 	/* writethrough writes the backing file: not here */
 	e.cfg.mode = MODE_WRITETHROUGH;
-	CHECK_EQ(cache_aio_begin(e.c, f, a, ref, 4096, 0), -EAGAIN);
+	CHECK_EQ(cache_aio_begin(e.c, f, req, ref, 4096, 0), -EAGAIN);
 	e.cfg.mode = MODE_WRITEBACK;
 	CHECK_EQ(cache_aio_held(), 0);
 	CHECK_EQ(cnt(&e, STAT_C_write_ops), 1);
 	/* a write in flight holds its slot: another thread's read of it is
 	 * refused, not left waiting */
-	CHECK_EQ(cache_aio_begin(e.c, f, a, ref, 4096, 0), 0);
+	CHECK_EQ(cache_aio_begin(e.c, f, req, ref, 4096, 0), 0);
 	o.e = &e;
 	o.f = f;
 	CHECK_EQ(pthread_create(&t, NULL, other_read, &o), 0);
 	pthread_join(t, NULL);
 	CHECK_EQ(o.ret, -EAGAIN);
-	run_ios(r, a);
-	CHECK_EQ(cache_aio_end(a, &data, &n), 0);
+	run_ios(ring, req);
+	CHECK_EQ(cache_aio_end(req, &data, &n), 0);
 	CHECK_EQ(pthread_create(&t, NULL, other_read, &o), 0);
 	pthread_join(t, NULL);
 	CHECK_EQ(o.ret, 0);
-	cache_aio_free(a);
-	dev_aring_free(r);
 	cache_file_put(e.c, f);
 	close(fd);
-	env_fini(&e);
+	teardown();
 	free(ref);
 }
 
@@ -289,30 +281,23 @@ static void test_refused(void)
  * takes clean pages from the backing file. */
 static void test_read_device_fails(void)
 {
-	struct env e;
-	struct dev_aring *r;
-	struct cache_aio *a;
 	char *ref = malloc(128 * KiB), *data;
 	struct cfile *f;
 	size_t n;
 	int fd;
 
-	env_init(&e, 64, 64 * KiB);
-	CHECK_EQ(dev_aring_new(64, &r), 0);
-	CHECK_EQ(cache_aio_new(&a), 0);
+	setup();
 	fill(ref, 128 * KiB, 4);
 	f = file_open(&e, "f", &fd);
 	CHECK_EQ(cache_write(e.c, f, ref, 128 * KiB, 0), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	dev_faults(e.devs[0])->fail_reads = -EIO;
 	dev_faults(e.devs[1])->fail_reads = -EIO;
-	CHECK_EQ(aio(&e, r, f, a, NULL, 8 * KiB, 0, &data, &n), -EAGAIN);
+	CHECK_EQ(aio(f, NULL, 8 * KiB, 0, &data, &n), -EAGAIN);
 	CHECK(same(&e, f, ref, 128 * KiB, 0));
-	cache_aio_free(a);
-	dev_aring_free(r);
 	cache_file_put(e.c, f);
 	close(fd);
-	env_fini(&e);
+	teardown();
 	free(ref);
 }
 
@@ -320,17 +305,12 @@ static void test_read_device_fails(void)
  * as on the synchronous path, and is read back. */
 static void test_write_device_fails(void)
 {
-	struct env e;
-	struct dev_aring *r;
-	struct cache_aio *a;
 	char *ref = malloc(128 * KiB), *upd = malloc(8 * KiB), *data;
 	struct cfile *f;
 	size_t n;
 	int fd;
 
-	env_init(&e, 64, 64 * KiB);
-	CHECK_EQ(dev_aring_new(64, &r), 0);
-	CHECK_EQ(cache_aio_new(&a), 0);
+	setup();
 	fill(ref, 128 * KiB, 5);
 	fill(upd, 8 * KiB, 6);
 	f = file_open(&e, "f", &fd);
@@ -338,15 +318,13 @@ static void test_write_device_fails(void)
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	dev_faults(e.devs[0])->fail_writes = -EIO;
 	dev_faults(e.devs[1])->fail_writes = -EIO;
-	CHECK_EQ(aio(&e, r, f, a, upd, 8 * KiB, 16 * KiB, &data, &n), 0);
+	CHECK_EQ(aio(f, upd, 8 * KiB, 16 * KiB, &data, &n), 0);
 	memcpy(ref + 16 * KiB, upd, 8 * KiB);
 	CHECK(backing_same(fd, ref, 128 * KiB));
 	CHECK(same(&e, f, ref, 128 * KiB, 0));
-	cache_aio_free(a);
-	dev_aring_free(r);
 	cache_file_put(e.c, f);
 	close(fd);
-	env_fini(&e);
+	teardown();
 	free(ref);
 	free(upd);
 }
