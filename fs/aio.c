@@ -26,17 +26,22 @@ struct aop_cb {
 	struct aop *op;
 };
 
-struct aop {
-	struct aop *next; /* on the worker's free list */
+/* A read's or write's arguments, as fs_aio_rw() got them. */
+struct rw_args {
 	fuse_req_t req;
-	struct cache *c;
-	struct cache_aio *a;
 	void *fh;
 	fs_rw_sync_fn sync;
 	size_t size;
 	off_t off;
 	uint64_t t0;
 	int write;
+};
+
+struct aop {
+	struct aop *next; /* on the worker's free list */
+	struct rw_args r;
+	struct cache *c;
+	struct cache_aio *a;
 	unsigned pending; /* I/O not yet completed */
 	struct aop_cb cbs[CACHE_AIO_MAX_IOS];
 };
@@ -44,13 +49,7 @@ struct aop {
 /* A request for the pool: its arguments, and a write's data. */
 struct rw_job {
 	struct fsloop_job job;
-	fuse_req_t req;
-	void *fh;
-	fs_rw_sync_fn sync;
-	size_t size;
-	off_t off;
-	uint64_t t0;
-	int write;
+	struct rw_args r;
 	char data[];
 };
 
@@ -113,41 +112,35 @@ static void aop_put(struct aop *op)
 
 static void rw_job_run(struct fsloop_job *j)
 {
-	struct rw_job *r = (struct rw_job *)j;
+	struct rw_job *job = (struct rw_job *)j;
+	struct rw_args *r = &job->r;
 
-	r->sync(r->req, r->fh, r->write ? r->data : NULL, r->size, r->off,
+	r->sync(r->req, r->fh, r->write ? job->data : NULL, r->size, r->off,
 		r->t0);
-	free(r);
+	free(job);
 }
 
-/* Run the request synchronously: here if the worker holds nothing. */
-static void rw_sync(fuse_req_t req, void *fh, fs_rw_sync_fn sync,
-		    const char *wbuf, size_t size, off_t off, uint64_t t0)
+/* Run the request synchronously: here if the worker may, else on the pool. */
+static void rw_sync(const struct rw_args *r, const char *wbuf)
 {
-	struct rw_job *r;
+	struct rw_job *job;
 
 	if (!fsloop_must_defer()) {
 		fsloop_sync_begin();
-		sync(req, fh, wbuf, size, off, t0);
+		r->sync(r->req, r->fh, wbuf, r->size, r->off, r->t0);
 		fsloop_sync_end();
 		return;
 	}
-	r = malloc(sizeof(*r) + (wbuf ? size : 0));
-	if (!r) {
-		fuse_reply_err(req, ENOMEM);
+	job = malloc(sizeof(*job) + (wbuf ? r->size : 0));
+	if (!job) {
+		fuse_reply_err(r->req, ENOMEM);
 		return;
 	}
-	r->job.run = rw_job_run;
-	r->req = req;
-	r->fh = fh;
-	r->sync = sync;
-	r->size = size;
-	r->off = off;
-	r->t0 = t0;
-	r->write = wbuf != NULL;
+	job->job.run = rw_job_run;
+	job->r = *r;
 	if (wbuf)
-		memcpy(r->data, wbuf, size);
-	fsloop_defer(&r->job);
+		memcpy(job->data, wbuf, r->size);
+	fsloop_defer(&job->job);
 }
 
 static void aop_finish(struct aop *op)
@@ -157,21 +150,20 @@ static void aop_finish(struct aop *op)
 	int ret = cache_aio_end(op->a, &data, &n);
 
 	fsloop_hold(-1);
-	if (ret == -EAGAIN && !op->write) {
+	if (ret == -EAGAIN && !op->r.write) {
 		/* a device failed under the read: the slow path handles it */
-		rw_sync(op->req, op->fh, op->sync, NULL, op->size, op->off,
-			op->t0);
+		rw_sync(&op->r, NULL);
 		aop_put(op);
 		return;
 	}
 	if (ret)
-		fuse_reply_err(op->req, -ret);
-	else if (op->write)
-		fuse_reply_write(op->req, n);
+		fuse_reply_err(op->r.req, -ret);
+	else if (op->r.write)
+		fuse_reply_write(op->r.req, n);
 	else
-		fuse_reply_buf(op->req, data, n);
-	cache_note_latency(op->c, op->write ? STAT_L_write : STAT_L_read,
-			   op->t0);
+		fuse_reply_buf(op->r.req, data, n);
+	cache_note_latency(op->c, op->r.write ? STAT_L_write : STAT_L_read,
+			   op->r.t0);
 	aop_put(op);
 }
 
@@ -205,39 +197,31 @@ int fs_aio_rw(fuse_req_t req, struct cache *c, struct cfile *cf, void *fh,
 	      const char *wbuf, size_t size, off_t off, uint64_t t0,
 	      fs_rw_sync_fn sync, int may_async)
 {
+	struct rw_args r = { .req = req, .fh = fh, .sync = sync, .size = size,
+			     .off = off, .t0 = t0, .write = wbuf != NULL };
 	struct dev_aring *ring = fsloop_ring();
 	struct aop *op;
 	int ret;
 
 	if (!ring)
 		return -EAGAIN; /* not a worker: the caller runs it */
-	if (!may_async) {
-		rw_sync(req, fh, sync, wbuf, size, off, t0);
-		return 0;
-	}
-	op = aop_get();
+	op = may_async ? aop_get() : NULL;
 	if (!op) {
-		rw_sync(req, fh, sync, wbuf, size, off, t0);
+		rw_sync(&r, wbuf);
 		return 0;
 	}
 	ret = cache_aio_begin(c, cf, op->a, wbuf, size, off);
 	if (ret) {
 		aop_put(op);
 		if (ret == -EAGAIN)
-			rw_sync(req, fh, sync, wbuf, size, off, t0);
+			rw_sync(&r, wbuf);
 		else
 			fuse_reply_err(req, -ret);
 		return 0;
 	}
 	fsloop_hold(1);
-	op->req = req;
+	op->r = r;
 	op->c = c;
-	op->fh = fh;
-	op->sync = sync;
-	op->size = size;
-	op->off = off;
-	op->t0 = t0;
-	op->write = wbuf != NULL;
 	op->cbs[0].op = op;
 	aop_start(op, ring);
 	return 0;
