@@ -67,11 +67,6 @@ void dev_aring_free(struct dev_aring *r)
 	free(r);
 }
 
-unsigned dev_aring_inflight(const struct dev_aring *r)
-{
-	return r->nio;
-}
-
 static struct io_uring_sqe *aring_sqe(struct dev_aring *r)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);

@@ -66,8 +66,6 @@ int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb,
 		       int exclusive);
 /* Submit, wait (if asked) and run the callbacks of what completed. */
 int dev_aring_run(struct dev_aring *r, int wait, uint64_t spin_ns);
-/* Device I/O queued or in flight. */
-unsigned dev_aring_inflight(const struct dev_aring *r);
 
 /* Fault hooks, so that tests can make a device fail (issue 3 builds on it). */
 struct dev_faults {
