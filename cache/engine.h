@@ -537,7 +537,11 @@ struct wseg {
 	unsigned nio;
 	int prep_err; /* the I/O could not be prepared: goes around */
 	int locked;
+	int trim; /* partial pages written in sectors, not read first:
+		     WSEG_TRIM_HEAD, WSEG_TRIM_TAIL */
 };
+#define WSEG_TRIM_HEAD 1
+#define WSEG_TRIM_TAIL 2
 int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 	       const char *src, int nowait);
 int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err);

@@ -337,6 +337,91 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
 }
 
 /*
+ * Partial pages in sectors.  A write's partial first or last page that is
+ * valid in the cache keeps its other bytes where they are: the device write
+ * starts (or ends) at the write's edge instead of the page's, so the page is
+ * not read first.  Only when the edge is a multiple of the device's sector
+ * (dev_sector), and not for a slot with a second copy (its twin's page is
+ * written whole from the same buffer).  The page is valid, so it is dirty or
+ * clean with its intent marked before the write (seg_mark_intent), as for a
+ * whole page; the sectors outside the write are not touched.  If the device
+ * write fails, the backing file takes the write as whole pages
+ * (write_fallback): wseg_untrim then reads the other bytes.
+ */
+static int page_trimmable(struct cache *c, struct cslot *s, uint32_t p,
+			  uint64_t edge)
+{
+	return !s->twin && pb_test(slot_valid(c, s), p) &&
+	       !(edge % dev_sector(slot_dev(c, slot_idx(c, s))));
+}
+
+static void wseg_trim(struct cache *c, struct wseg *w)
+{
+	struct span *last = &w->sp[w->nsp - 1];
+	int head = w->lo % NVC_PAGE != 0, tail = w->hi % NVC_PAGE != 0;
+	int one = head && tail && w->s1 - NVC_PAGE == w->s0;
+
+	w->trim = 0;
+	if (head && page_trimmable(c, w->sp[0].s, w->sp[0].p0, w->lo))
+		w->trim |= WSEG_TRIM_HEAD;
+	if (tail && page_trimmable(c, last->s, last->p1 - 1, w->hi))
+		w->trim |= WSEG_TRIM_TAIL;
+	if (one && w->trim != (WSEG_TRIM_HEAD | WSEG_TRIM_TAIL))
+		w->trim = 0; /* the page is read for its other edge */
+}
+
+/* The device writes of a trimmed segment: from lo, to hi. */
+static void wseg_trim_ios(struct wseg *w)
+{
+	struct dev_io *first = &w->ios[0], *end = &w->ios[w->nsp - 1];
+	uint64_t cut;
+
+	if (w->trim & WSEG_TRIM_HEAD) {
+		cut = w->lo - w->s0;
+		assert(cut < NVC_PAGE && first->len > cut);
+		first->off += cut;
+		first->buf = (char *)first->buf + cut;
+		first->len -= cut;
+	}
+	if (w->trim & WSEG_TRIM_TAIL) {
+		cut = w->s1 - w->hi;
+		assert(cut < NVC_PAGE && end->len > cut);
+		end->len -= cut;
+	}
+}
+
+/* The trimmed pages' other bytes into buf, for whole pages after all. */
+static int wseg_untrim(struct cache *c, struct cfile *f, struct wseg *w)
+{
+	struct span *first = &w->sp[0], *last = &w->sp[w->nsp - 1];
+	uint64_t at = w->s1 - NVC_PAGE;
+	char *pg;
+	int ret = 0;
+
+	if (!w->trim)
+		return 0;
+	pg = dev_alloc_buf(NVC_PAGE);
+	if (!pg)
+		return -ENOMEM;
+	if (w->trim & WSEG_TRIM_HEAD) {
+		ret = page_prefill(c, f, first->s, first->p0, pg, w->s0,
+				   bm_test(first->valid, first->p0));
+		if (!ret)
+			memcpy(w->buf, pg, w->lo - w->s0);
+	}
+	if (!ret && (w->trim & WSEG_TRIM_TAIL)) {
+		ret = page_prefill(c, f, last->s, last->p1 - 1, pg, at,
+				   bm_test(last->valid, last->p1 - 1));
+		if (!ret)
+			memcpy(w->buf + (w->hi - w->s0), pg + (w->hi - at),
+			       w->s1 - w->hi);
+	}
+	free(pg);
+	w->trim = 0;
+	return ret;
+}
+
+/*
  * Write one segment: blocks [b0, b1) of the request, their slots pinned.
  * Data goes to the devices first; only then are the map entries that find it
  * persisted (on both mirrors, a twin before its slot) and the write
@@ -351,7 +436,9 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
  * first (a partial page that is not cached, inside the backing file) or a
  * backing write (writethrough) is refused; -EAGAIN then means "take the
  * synchronous path", with nothing done.  A partial page that is cached is
- * read from its device here (microseconds, no lock waited for).
+ * not read at all when the write's edge in it is a multiple of the device's
+ * sector (wseg_trim): only the sectors written reach the device.  Otherwise
+ * it is read from its device here (microseconds, no lock waited for).
  */
 int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 	       const char *src, int nowait)
@@ -393,10 +480,12 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 		return ret;
 
 	/* partial first and last pages keep their old bytes */
-	if (head)
+	wseg_trim(c, w);
+	if (head && !(w->trim & WSEG_TRIM_HEAD))
 		ret = page_prefill(c, f, sp[0].s, sp[0].p0, buf, w->s0,
 				   bm_test(sp[0].valid, sp[0].p0));
-	if (!ret && w->hi % NVC_PAGE && !(head && w->s1 - NVC_PAGE == w->s0))
+	if (!ret && w->hi % NVC_PAGE && !(w->trim & WSEG_TRIM_TAIL) &&
+	    !(head && w->s1 - NVC_PAGE == w->s0))
 		ret = page_prefill(c, f, last->s, last->p1 - 1,
 				   buf + (w->s1 - NVC_PAGE - w->s0),
 				   w->s1 - NVC_PAGE,
@@ -417,6 +506,8 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 	}
 	/* a second copy that cannot be seeded sends the write around */
 	w->prep_err = seg_prepare_ios(c, sp, nsp, buf, w->s0, w->ios, &w->nio);
+	if (!w->prep_err)
+		wseg_trim_ios(w);
 	return 0;
 }
 
@@ -443,8 +534,10 @@ int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err)
 
 	assert(w->locked);
 	if (ret) {
-		ret = write_fallback(c, f, sp, nsp, w->buf, w->s0, w->s1,
-				     w->hi);
+		ret = wseg_untrim(c, f, w);
+		if (!ret)
+			ret = write_fallback(c, f, sp, nsp, w->buf, w->s0,
+					     w->s1, w->hi);
 		goto out_unlock;
 	}
 

@@ -122,11 +122,17 @@ int dev_open(const char *path, struct dev **out)
 		ret = -errno;
 		goto err_close;
 	}
+	d->sector = DEV_ALIGN; /* a regular file: its file system's page */
 	if (S_ISBLK(st.st_mode)) {
+		int lbs;
+
 		if (ioctl(d->fd, BLKGETSIZE64, &d->size)) {
 			ret = -errno;
 			goto err_close;
 		}
+		if (!ioctl(d->fd, BLKSSZGET, &lbs) && lbs >= 512 &&
+		    lbs <= (int)DEV_ALIGN && !(DEV_ALIGN % lbs))
+			d->sector = lbs;
 	} else if (S_ISREG(st.st_mode)) {
 		d->size = st.st_size;
 	} else {
@@ -153,6 +159,7 @@ static struct dev *dev_new_mem(const char *path, uint64_t size)
 	d->kind = DEV_KIND_MEM;
 	d->fd = -1;
 	d->size = size;
+	d->sector = 512;
 	d->path = strdup(path);
 	if (!d->path) {
 		free(d);
@@ -202,6 +209,11 @@ void dev_close(struct dev *d)
 uint64_t dev_size(const struct dev *d)
 {
 	return d->size;
+}
+
+uint32_t dev_sector(const struct dev *d)
+{
+	return d->sector;
 }
 
 const char *dev_path(const struct dev *d)

@@ -7,7 +7,9 @@
 
 /*
  * A cache device is anything addressed in bytes that can be read and written
- * with 4 KiB-aligned buffers, offsets and lengths: a block device or regular
+ * with buffers, offsets and lengths that are multiples of its sector
+ * (dev_sector: a block device's logical block size, 512 in memory, 4 KiB for
+ * a regular file; never more than DEV_ALIGN): a block device or regular
  * file driven through io_uring with O_DIRECT (dev_open), or memory (dev_mem_*,
  * for unit tests of the engine).  Every function returns 0 or -errno.
  *
@@ -83,6 +85,8 @@ int dev_missing_create(const char *path, uint64_t size, struct dev **out);
 void dev_close(struct dev *d);
 
 uint64_t dev_size(const struct dev *d);
+/* The smallest unit of its offsets and lengths: 512 ... DEV_ALIGN. */
+uint32_t dev_sector(const struct dev *d);
 const char *dev_path(const struct dev *d);
 struct dev_faults *dev_faults(struct dev *d);
 

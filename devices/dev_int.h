@@ -12,6 +12,7 @@ struct dev {
 	int rec_id;
 	int fd;
 	uint64_t size;
+	uint32_t sector; /* the smallest I/O it takes (dev_sector) */
 	char *path;
 	unsigned char *mem;
 	struct dev_faults faults;

@@ -329,6 +329,116 @@ static void test_write_device_fails(void)
 	free(upd);
 }
 
+/* One write at off, by the pipeline (async) or the synchronous path. */
+static int put(struct cfile *f, char *ref, const char *src, size_t len,
+	       uint64_t off, int async)
+{
+	char *data;
+	size_t n;
+	int ret = async ? aio(f, src, len, off, &data, &n)
+			: cache_write(e.c, f, src, len, off);
+
+	if (!ret)
+		memcpy(ref + off, src, len);
+	return ret;
+}
+
+/*
+ * Partial pages at sector edges are written in sectors, not read first:
+ * with every device read failing, writes into dirty cached pages (whose old
+ * bytes are on the devices only) still succeed, and keep the pages' other
+ * bytes.  Edges off a sector still read the page.
+ */
+static void test_sector_writes(void)
+{
+	char *ref = malloc(256 * KiB), *upd = malloc(16 * KiB);
+	struct dev_io *ios;
+	struct cfile *f;
+	char *data;
+	size_t n;
+	int fd, async;
+
+	for (async = 0; async < 2; async++) {
+		setup();
+		fill(ref, 256 * KiB, 11);
+		fill(upd, 16 * KiB, 12 + async);
+		f = file_open(&e, "f", &fd);
+		CHECK_EQ(cache_write(e.c, f, ref, 256 * KiB, 0), 0);
+		dev_faults(e.devs[0])->fail_reads = -EIO;
+		dev_faults(e.devs[1])->fail_reads = -EIO;
+		/* inside one page; across two; from a sector to a page's end;
+		 * across a block's end; two partial pages around whole ones */
+		CHECK_EQ(put(f, ref, upd, 512, 4096 + 512, async), 0);
+		CHECK_EQ(put(f, ref, upd + 512, 1024, 2 * 4096 - 512, async), 0);
+		CHECK_EQ(put(f, ref, upd + 1536, 3584, 5 * 4096 + 512, async), 0);
+		CHECK_EQ(put(f, ref, upd + 5120, 2048, 64 * KiB - 1024, async),
+			 0);
+		CHECK_EQ(put(f, ref, upd, 3 * 4096, 9 * 4096 + 1536, async), 0);
+		/* the device writes start and end at the request's edges */
+		CHECK_EQ(cache_aio_begin(e.c, f, req, upd, 512, 30 * 4096 + 1024),
+			 0);
+		CHECK_EQ(cache_aio_ios(req, &ios), 1);
+		CHECK_EQ(ios[0].len, 512);
+		CHECK_EQ(ios[0].off % 4096, 1024);
+		run_ios(ring, req);
+		CHECK_EQ(cache_aio_end(req, &data, &n), 0);
+		memcpy(ref + 30 * 4096 + 1024, upd, 512);
+		dev_faults(e.devs[0])->fail_reads = 0;
+		dev_faults(e.devs[1])->fail_reads = 0;
+		CHECK(same(&e, f, ref, 256 * KiB, 0));
+		CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+		CHECK(backing_same(fd, ref, 256 * KiB));
+		/* an edge off a sector reads its page (failing here) */
+		CHECK_EQ(cache_write(e.c, f, upd, 4096, 0), 0);
+		dev_faults(e.devs[0])->fail_reads = -EIO;
+		dev_faults(e.devs[1])->fail_reads = -EIO;
+		CHECK(put(f, ref, upd, 100, 10, async) != 0);
+		cache_file_put(e.c, f);
+		close(fd);
+		teardown();
+	}
+	free(ref);
+	free(upd);
+}
+
+/* A write in sectors whose device write fails goes to the backing file as
+ * whole pages: their other bytes, dirty in the cache, are read then. */
+static void test_sector_write_fails(void)
+{
+	static const uint64_t offs[2] = { 4096 + 1024, 7 * 4096 - 512 };
+	static const size_t lens[2] = { 512, 5120 };
+	char *ref = malloc(128 * KiB), *upd = malloc(8 * KiB);
+	char *got = malloc(3 * 4096);
+	struct cfile *f;
+	int fd, k;
+
+	for (k = 0; k < 4; k++) {
+		uint64_t off = offs[k % 2], p0 = off / 4096 * 4096;
+		uint64_t p1 = (off + lens[k % 2] + 4095) / 4096 * 4096;
+
+		setup();
+		fill(ref, 128 * KiB, 14);
+		fill(upd, 8 * KiB, 15);
+		f = file_open(&e, "f", &fd);
+		CHECK_EQ(cache_write(e.c, f, ref, 128 * KiB, 0), 0);
+		dev_faults(e.devs[0])->fail_writes = -EIO;
+		dev_faults(e.devs[1])->fail_writes = -EIO;
+		CHECK_EQ(put(f, ref, upd, lens[k % 2], off, k / 2), 0);
+		/* the pages written, whole */
+		CHECK_EQ(pread(fd, got, p1 - p0, p0), (ssize_t)(p1 - p0));
+		CHECK(!memcmp(got, ref + p0, p1 - p0));
+		dev_faults(e.devs[0])->fail_writes = 0;
+		dev_faults(e.devs[1])->fail_writes = 0;
+		CHECK(same(&e, f, ref, 128 * KiB, 0));
+		cache_file_put(e.c, f);
+		close(fd);
+		teardown();
+	}
+	free(ref);
+	free(upd);
+	free(got);
+}
+
 int main(void)
 {
 	rbuf = dev_alloc_buf(2 * MiB);
@@ -337,6 +447,8 @@ int main(void)
 	test_partial();
 	test_read_device_fails();
 	test_write_device_fails();
+	test_sector_writes();
+	test_sector_write_fails();
 	test_refused();
 	printf("test_aio: ok\n");
 	return 0;
