@@ -21,8 +21,10 @@
  * on working devices, whose partial first and last pages (if any) are cached
  * or past the backing file's end.  Anything else (a miss, a new block, a
  * partial page to read from the backing file, a second copy, a lock someone
- * holds) is refused with -EAGAIN and nothing done, and the caller takes the synchronous path
- * (cache_read/cache_write).  The ordering rules are those of the synchronous
+ * holds) is refused with nothing done, and the caller takes the synchronous
+ * path (cache_read/cache_write).  A lock someone holds is told apart
+ * (-EBUSY, else -EAGAIN): the same request may be taken this way once the
+ * holder has finished.  The ordering rules are those of the synchronous
  * path, because the same code runs: a write's data reaches the device before
  * the map entry that finds it (wseg_end persists after the I/O completed),
  * and a clean page is overwritten only after its entry says dirty
@@ -33,7 +35,7 @@
  * rw (for reading, or writing).  pthread locks belong to a thread, so begin
  * and end run on the same thread (asserted).  That thread must never wait
  * for a lock while it holds one for a request in flight: it would wait for
- * itself.  So begin only tries the locks (-EAGAIN when one is taken), and the
+ * itself.  So begin only tries the locks (-EBUSY when one is taken), and the
  * thread does nothing that may wait for a file's or slot's lock while it has
  * requests in flight (cache_aio_held tells it).
  */
@@ -143,7 +145,7 @@ static int aread_lock(struct cache_aio *a)
 		if (!srw_tryrdlock(&a->sp[i].s->rw)) {
 			while (i-- > 0)
 				srw_unlock(&a->sp[i].s->rw);
-			return -EAGAIN;
+			return -EBUSY;
 		}
 	}
 	pthread_mutex_lock(&c->lock);
@@ -253,7 +255,9 @@ static int awrite_begin(struct cache_aio *a, const char *src)
  * Begin a read (src NULL) or a write of len bytes at off.  0: the I/O to run
  * is in cache_aio_ios() (none: done already, e.g. a read at the end of the
  * file), then call cache_aio_end(); -EAGAIN: take the synchronous path,
- * nothing was done; another -errno: the request fails.
+ * nothing was done; -EBUSY: the same, but only because a lock is taken (by
+ * a request in flight: trying again once it has ended may succeed); another
+ * -errno: the request fails.
  */
 int cache_aio_begin(struct cache *c, struct cfile *f, struct cache_aio *a,
 		    const void *src, size_t len, uint64_t off)
@@ -270,7 +274,7 @@ int cache_aio_begin(struct cache *c, struct cfile *f, struct cache_aio *a,
 	a->w.nio = 0;
 	a->w.prep_err = 0;
 	if (pthread_rwlock_tryrdlock(&f->rw))
-		return -EAGAIN;
+		return -EBUSY;
 	ret = a->write ? awrite_begin(a, src) : aread_begin(a);
 	if (ret) {
 		pthread_rwlock_unlock(&f->rw);

@@ -435,7 +435,7 @@ static int wseg_untrim(struct cache *c, struct cfile *f, struct wseg *w)
  * slots' locks are only tried, and a segment that would need a backing read
  * first (a partial page that is not cached, inside the backing file) or a
  * backing write (writethrough) is refused; -EAGAIN then means "take the
- * synchronous path", with nothing done.  A partial page that is cached is
+ * synchronous path", with nothing done (-EBUSY: the same, a lock is taken).  A partial page that is cached is
  * not read at all when the write's edge in it is a multiple of the device's
  * sector (wseg_trim): only the sectors written reach the device.  Otherwise
  * it is read from its device here (microseconds, no lock waited for).
@@ -463,7 +463,7 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 		if (!srw_trywrlock(&sp[i].s->rw)) {
 			while (i-- > 0)
 				srw_unlock(&sp[i].s->rw);
-			return -EAGAIN;
+			return -EBUSY;
 		}
 	}
 	w->locked = 1;

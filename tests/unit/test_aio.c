@@ -265,7 +265,7 @@ static void test_refused(void)
 	o.f = f;
 	CHECK_EQ(pthread_create(&t, NULL, other_read, &o), 0);
 	pthread_join(t, NULL);
-	CHECK_EQ(o.ret, -EAGAIN);
+	CHECK_EQ(o.ret, -EBUSY);
 	run_ios(ring, req);
 	CHECK_EQ(cache_aio_end(req, &data, &n), 0);
 	CHECK_EQ(pthread_create(&t, NULL, other_read, &o), 0);
@@ -369,13 +369,16 @@ static void test_sector_writes(void)
 		/* inside one page; across two; from a sector to a page's end;
 		 * across a block's end; two partial pages around whole ones */
 		CHECK_EQ(put(f, ref, upd, 512, 4096 + 512, async), 0);
-		CHECK_EQ(put(f, ref, upd + 512, 1024, 2 * 4096 - 512, async), 0);
-		CHECK_EQ(put(f, ref, upd + 1536, 3584, 5 * 4096 + 512, async), 0);
+		CHECK_EQ(put(f, ref, upd + 512, 1024, 2 * 4096 - 512, async),
+			 0);
+		CHECK_EQ(put(f, ref, upd + 1536, 3584, 5 * 4096 + 512, async),
+			 0);
 		CHECK_EQ(put(f, ref, upd + 5120, 2048, 64 * KiB - 1024, async),
 			 0);
 		CHECK_EQ(put(f, ref, upd, 3 * 4096, 9 * 4096 + 1536, async), 0);
 		/* the device writes start and end at the request's edges */
-		CHECK_EQ(cache_aio_begin(e.c, f, req, upd, 512, 30 * 4096 + 1024),
+		CHECK_EQ(cache_aio_begin(e.c, f, req, upd, 512,
+					 30 * 4096 + 1024),
 			 0);
 		CHECK_EQ(cache_aio_ios(req, &ios), 1);
 		CHECK_EQ(ios[0].len, 512);
