@@ -342,7 +342,13 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
  * starts (or ends) at the write's edge instead of the page's, so the page is
  * not read first.  Only when the edge is a multiple of the device's sector
  * (dev_sector), and not for a slot with a second copy (its twin's page is
- * written whole from the same buffer).  The page is valid, so it is dirty or
+ * written whole from the same buffer).  Only a page the persisted entry
+ * claims already (pvalid): one kept after a read miss may have its other
+ * sectors in the device's volatile cache (unsynced), and a FUA write of
+ * some sectors must not make the entry claim the whole page without the
+ * flush slot_persist would do (see "Power loss" in engine.h).  Overwriting
+ * part of a claimed page leaves the old or the new bytes of the same file,
+ * as overwriting all of it does.  The page is valid, so it is dirty or
  * clean with its intent marked before the write (seg_mark_intent), as for a
  * whole page; the sectors outside the write are not touched.  If the device
  * write fails, the backing file takes the write as whole pages
@@ -351,7 +357,8 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
 static int page_trimmable(struct cache *c, struct cslot *s, uint32_t p,
 			  uint64_t edge)
 {
-	return !s->twin && pb_test(slot_valid(c, s), p) &&
+	return !s->twin && pb_test(slot_pvalid(c, s), p) &&
+	       pb_test(slot_valid(c, s), p) &&
 	       !(edge % dev_sector(slot_dev(c, slot_idx(c, s))));
 }
 

@@ -404,6 +404,58 @@ static void test_sector_writes(void)
 	free(upd);
 }
 
+static uint64_t flushes(struct env *e)
+{
+	struct stat_snap *s = calloc(1, sizeof(*s));
+	uint64_t v = 0;
+	int d;
+
+	cache_snapshot(e->c, s);
+	for (d = 0; d < s->ndevs; d++)
+		v += STAT_DEV_LAT(s, d, flush).count;
+	free(s);
+	return v;
+}
+
+/*
+ * A page kept after a read miss (its bytes maybe in a device's volatile
+ * cache, not claimed by the persisted entry) is written in sectors only
+ * once its entry claims it after a flush: the write's intent is persisted
+ * first, with the flush that makes the kept bytes durable.
+ */
+static void test_sector_write_unclaimed(void)
+{
+	char *ref = malloc(128 * KiB), *upd = malloc(4096), *got;
+	struct dev_io *ios;
+	struct cfile *f;
+	uint64_t fl;
+	size_t n;
+	int fd;
+
+	setup();
+	fill(ref, 128 * KiB, 16);
+	fill(upd, 4096, 17);
+	fd = openat(e.backing_fd, "f", O_RDWR | O_CREAT, 0644);
+	CHECK_EQ(pwrite(fd, ref, 128 * KiB, 0), 128 * KiB);
+	close(fd);
+	f = file_open(&e, "f", &fd);
+	CHECK_EQ(cache_read(e.c, f, rbuf, 64 * KiB, 0, &got, &n), 0);
+	fl = flushes(&e);
+	CHECK_EQ(cache_aio_begin(e.c, f, req, upd, 512, 4096 + 512), 0);
+	CHECK(flushes(&e) > fl);
+	CHECK_EQ(cache_aio_ios(req, &ios), 1);
+	CHECK_EQ(ios[0].len, 512);
+	run_ios(ring, req);
+	CHECK_EQ(cache_aio_end(req, &got, &n), 0);
+	memcpy(ref + 4096 + 512, upd, 512);
+	CHECK(same(&e, f, ref, 128 * KiB, 0));
+	cache_file_put(e.c, f);
+	close(fd);
+	teardown();
+	free(ref);
+	free(upd);
+}
+
 /* A write in sectors whose device write fails goes to the backing file as
  * whole pages: their other bytes, dirty in the cache, are read then. */
 static void test_sector_write_fails(void)
@@ -452,6 +504,7 @@ int main(void)
 	test_write_device_fails();
 	test_sector_writes();
 	test_sector_write_fails();
+	test_sector_write_unclaimed();
 	test_refused();
 	printf("test_aio: ok\n");
 	return 0;
