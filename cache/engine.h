@@ -542,6 +542,12 @@ struct wseg {
 };
 #define WSEG_TRIM_HEAD 1
 #define WSEG_TRIM_TAIL 2
+/* wtrim.c: partial pages in sectors (see its essay) */
+void wseg_trim(struct cache *c, struct wseg *w);
+void wseg_trim_ios(struct wseg *w);
+int wseg_untrim(struct cache *c, struct cfile *f, struct wseg *w);
+int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
+		 uint32_t p, char *dst, uint64_t at, int clean);
 int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 	       const char *src, int nowait);
 int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err);

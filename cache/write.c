@@ -20,8 +20,8 @@
  * page was valid and clean before this write marked it dirty (its intent), so
  * the backing file holds it too.
  */
-static int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
-			uint32_t p, char *dst, uint64_t at, int clean)
+int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
+		 uint32_t p, char *dst, uint64_t at, int clean)
 {
 	if (pb_test(slot_valid(c, s), p)) {
 		struct dev_io io = { .dev = slot_dev(c, slot_idx(c, s)),
@@ -334,98 +334,6 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
 	/* crossing the high watermark wakes the destager at once */
 	if (!c->draining && dirty_occupancy(c) * 100 >= c->cfg->high_wm * c->nslots)
 		pthread_cond_signal(&c->destage_cond);
-}
-
-/*
- * Partial pages in sectors.  A write's partial first or last page that is
- * valid in the cache keeps its other bytes where they are: the device write
- * starts (or ends) at the write's edge instead of the page's, so the page is
- * not read first.  Only when the edge is a multiple of the device's sector
- * (dev_sector), and not for a slot with a second copy (its twin's page is
- * written whole from the same buffer).  Only a page the persisted entry
- * claims already (pvalid): one kept after a read miss may have its other
- * sectors in the device's volatile cache (unsynced), and a FUA write of
- * some sectors must not make the entry claim the whole page without the
- * flush slot_persist would do (see "Power loss" in engine.h).  Overwriting
- * part of a claimed page leaves the old or the new bytes of the same file,
- * as overwriting all of it does.  The page is valid, so it is dirty or
- * clean with its intent marked before the write (seg_mark_intent), as for a
- * whole page; the sectors outside the write are not touched.  If the device
- * write fails, the backing file takes the write as whole pages
- * (write_fallback): wseg_untrim then reads the other bytes.
- */
-static int page_trimmable(struct cache *c, struct cslot *s, uint32_t p,
-			  uint64_t edge)
-{
-	return !s->twin && pb_test(slot_pvalid(c, s), p) &&
-	       pb_test(slot_valid(c, s), p) &&
-	       !(edge % dev_sector(slot_dev(c, slot_idx(c, s))));
-}
-
-static void wseg_trim(struct cache *c, struct wseg *w)
-{
-	struct span *last = &w->sp[w->nsp - 1];
-	int head = w->lo % NVC_PAGE != 0, tail = w->hi % NVC_PAGE != 0;
-	int one = head && tail && w->s1 - NVC_PAGE == w->s0;
-
-	w->trim = 0;
-	if (head && page_trimmable(c, w->sp[0].s, w->sp[0].p0, w->lo))
-		w->trim |= WSEG_TRIM_HEAD;
-	if (tail && page_trimmable(c, last->s, last->p1 - 1, w->hi))
-		w->trim |= WSEG_TRIM_TAIL;
-	if (one && w->trim != (WSEG_TRIM_HEAD | WSEG_TRIM_TAIL))
-		w->trim = 0; /* the page is read for its other edge */
-}
-
-/* The device writes of a trimmed segment: from lo, to hi. */
-static void wseg_trim_ios(struct wseg *w)
-{
-	struct dev_io *first = &w->ios[0], *end = &w->ios[w->nsp - 1];
-	uint64_t cut;
-
-	if (w->trim & WSEG_TRIM_HEAD) {
-		cut = w->lo - w->s0;
-		assert(cut < NVC_PAGE && first->len > cut);
-		first->off += cut;
-		first->buf = (char *)first->buf + cut;
-		first->len -= cut;
-	}
-	if (w->trim & WSEG_TRIM_TAIL) {
-		cut = w->s1 - w->hi;
-		assert(cut < NVC_PAGE && end->len > cut);
-		end->len -= cut;
-	}
-}
-
-/* The trimmed pages' other bytes into buf, for whole pages after all. */
-static int wseg_untrim(struct cache *c, struct cfile *f, struct wseg *w)
-{
-	struct span *first = &w->sp[0], *last = &w->sp[w->nsp - 1];
-	uint64_t at = w->s1 - NVC_PAGE;
-	char *pg;
-	int ret = 0;
-
-	if (!w->trim)
-		return 0;
-	pg = dev_alloc_buf(NVC_PAGE);
-	if (!pg)
-		return -ENOMEM;
-	if (w->trim & WSEG_TRIM_HEAD) {
-		ret = page_prefill(c, f, first->s, first->p0, pg, w->s0,
-				   bm_test(first->valid, first->p0));
-		if (!ret)
-			memcpy(w->buf, pg, w->lo - w->s0);
-	}
-	if (!ret && (w->trim & WSEG_TRIM_TAIL)) {
-		ret = page_prefill(c, f, last->s, last->p1 - 1, pg, at,
-				   bm_test(last->valid, last->p1 - 1));
-		if (!ret)
-			memcpy(w->buf + (w->hi - w->s0), pg + (w->hi - at),
-			       w->s1 - w->hi);
-	}
-	free(pg);
-	w->trim = 0;
-	return ret;
 }
 
 /*
