@@ -895,14 +895,29 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 
 /* ---------------------------------------------------------------- fsync */
 
+/* Some cache device has failed while mounted. */
+static int any_dev_failed(struct cache *c)
+{
+	int d;
+
+	for (d = 0; d < c->ndevs; d++)
+		if (__atomic_load_n(&c->dev_failed[d], __ATOMIC_ACQUIRE))
+			return 1;
+	return 0;
+}
+
 int cache_fsync(struct cache *c, struct cfile *f)
 {
 	int d, ret = 0;
 
-	if (f) {
+	/*
+	 * Dirty data on a failed device cannot be made durable.  Only then
+	 * are the file's slots looked at: a walk of every slot of a large
+	 * file under c->lock would cost more than the fsync (issue 11).
+	 */
+	if (f && any_dev_failed(c)) {
 		struct list *l;
 
-		/* dirty data on a failed device cannot be made durable */
 		pthread_mutex_lock(&c->lock);
 		for (l = f->slots.next; l != &f->slots; l = l->next) {
 			struct cslot *s = list_entry(l, struct cslot, flink);
