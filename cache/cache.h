@@ -41,6 +41,7 @@ struct cache_config {
 	uint64_t sequential_cutoff;
 	int async_fill;
 	uint64_t backing_read_ahead;
+	uint64_t backing_direct_ra;
 	char *backing_path;
 	int identity;
 	int on_conflict;

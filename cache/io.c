@@ -83,6 +83,7 @@ int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
 			off + done);
 		done += n;
 	}
+	bks_changed(f); /* after the change: bkstream.c */
 	CNT_ADD(c, backing_write_bytes, len);
 	stat_lat_since(&c->stats, STAT_L_backing_write, t0);
 	return 0;
@@ -128,6 +129,7 @@ int cache_dev_sync(struct cache *c, int d)
 
 void file_bk_changed(struct cfile *f)
 {
+	bks_changed(f);
 	__atomic_add_fetch(&f->bk_wgen, 1, __ATOMIC_RELEASE);
 }
 
@@ -391,6 +393,22 @@ void cache_read_finish(struct cache *c)
 	cache_file_put(c, f);
 }
 
+/* Read a miss run [off, off+len) from the backing file: directly, with
+ * readahead, for a stream that bypasses the cache (bkstream.c). */
+static int miss_read(struct cache *c, struct cfile *f, char *buf, size_t len,
+		     uint64_t off, int bypass)
+{
+	if (bypass) {
+		int ret = bks_read(c, f, buf, len, off,
+				   __atomic_load_n(&c->cfg->backing_direct_ra,
+						   __ATOMIC_RELAXED));
+
+		if (ret != -EAGAIN)
+			return ret;
+	}
+	return backing_read(c, f, buf, len, off);
+}
+
 /* Read [off, off+len) into buf, where buf holds the page at pbase. */
 static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		      uint64_t pbase, size_t len, uint64_t off, uint64_t wgen0,
@@ -537,16 +555,16 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 					continue;
 				}
 				if (m1 > m0)
-					ret = backing_read(c, f,
-							   buf + (m0 - pstart),
-							   m1 - m0, m0);
+					ret = miss_read(c, f,
+							buf + (m0 - pstart),
+							m1 - m0, m0, bypass);
 				miss += m1 - m0;
 				m0 = at;
 				m1 = at + NVC_PAGE;
 			}
 			if (!x && m1 > m0) {
-				ret = backing_read(c, f, buf + (m0 - pstart),
-						   m1 - m0, m0);
+				ret = miss_read(c, f, buf + (m0 - pstart),
+						m1 - m0, m0, bypass);
 				miss += m1 - m0;
 			}
 		}
