@@ -66,7 +66,7 @@
  * file (/proc/self/fd), so it names the same file.
  */
 
-#define BKS_MAXSEG 16 /* window / BKS_SEG at most */
+#define BKS_MAXSEG 17 /* window / BKS_SEG + 1 at most */
 #define BKS_THREADS 2
 #define BKS_MAXSTREAMS 8
 #define BKS_FREEBUFS BKS_MAXSEG
@@ -87,7 +87,8 @@ struct bks_seg {
 
 struct bks {
 	int dfd;
-	int nseg;
+	int nseg; /* segments: the window's, and one a reply may pin */
+	int nwin; /* segments read ahead of the stream */
 	struct bks_seg seg[BKS_MAXSEG];
 };
 
@@ -248,11 +249,12 @@ static struct bks *bks_get(struct cache *c, struct bks_pool *p, struct cfile *f,
 		goto undo;
 	}
 	b->dfd = dfd;
-	b->nseg = window / BKS_SEG;
-	if (b->nseg < 1)
-		b->nseg = 1;
-	if (b->nseg > BKS_MAXSEG)
-		b->nseg = BKS_MAXSEG;
+	b->nwin = window / BKS_SEG;
+	if (b->nwin < 1)
+		b->nwin = 1;
+	if (b->nwin > BKS_MAXSEG - 1)
+		b->nwin = BKS_MAXSEG - 1;
+	b->nseg = b->nwin + 1;
 	for (i = 0; i < b->nseg; i++)
 		b->seg[i].owner = b;
 	pthread_mutex_lock(&p->lock);
@@ -291,7 +293,7 @@ static struct bks_seg *seg_find(struct bks *b, uint64_t at)
 }
 
 /*
- * Queue the reads of the segments in [from, from + nseg segments) below
+ * Queue the reads of the segments in [from, from + nwin segments) below
  * size that b has not got, in segments no longer wanted (p->lock held):
  * those behind done (the stream has passed them), outside the window, or
  * noted in another generation.
@@ -300,7 +302,7 @@ static void seg_readahead(struct bks_pool *p, struct bks *b, uint64_t done,
 			  uint64_t size, uint64_t g, uint64_t w)
 {
 	uint64_t from = done / BKS_SEG * BKS_SEG,
-		 to = from + (uint64_t)b->nseg * BKS_SEG, at;
+		 to = from + (uint64_t)b->nwin * BKS_SEG, at;
 	int i, queued = 0;
 
 	for (i = 0; i < b->nseg; i++) {
@@ -392,7 +394,8 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 				memset(buf + ((cur > have ? cur : have) - off),
 				       0, e - (cur > have ? cur : have));
 			pthread_mutex_lock(&p->lock);
-			s->users--;
+			if (!--s->users)
+				pthread_cond_broadcast(&p->done);
 			cur = e;
 			continue;
 		}
@@ -420,6 +423,51 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 		return -EAGAIN;
 	}
 	return ret;
+}
+
+int bks_read_pinned(struct cache *c, struct cfile *f, size_t len, uint64_t off,
+		    uint64_t window, const char **data, void **pin)
+{
+	struct bks_pool *p = __atomic_load_n(&c->bksp, __ATOMIC_ACQUIRE);
+	struct bks_seg *s = NULL;
+	uint64_t g, w, size;
+	int ret = -EAGAIN;
+
+	/* only a stream that is under way: bks_read makes one */
+	if (!window || !p || !f->bks || f->fd < 0)
+		return -EAGAIN;
+	pthread_mutex_lock(&c->lock);
+	size = f->size;
+	w = f->wgen;
+	pthread_mutex_unlock(&c->lock);
+	g = __atomic_load_n(&f->bks_gen, __ATOMIC_ACQUIRE);
+	pthread_mutex_lock(&p->lock);
+	while (f->bks && (s = seg_find(f->bks, off)) && s->state == SEG_LOADING)
+		pthread_cond_wait(&p->done, &p->lock);
+	if (!f->bks)
+		s = NULL;
+	if (s && s->gen == g && s->wgen == w && !s->res &&
+	    off + len <= s->off + s->len) {
+		s->users++;
+		*data = s->buf + (off - s->off);
+		*pin = s;
+		seg_readahead(p, f->bks, off + len, size, g, w);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+void bks_unpin(struct cache *c, void *pin)
+{
+	struct bks_pool *p = c->bksp;
+	struct bks_seg *s = pin;
+
+	pthread_mutex_lock(&p->lock);
+	assert(s->users > 0);
+	if (!--s->users)
+		pthread_cond_broadcast(&p->done);
+	pthread_mutex_unlock(&p->lock);
 }
 
 void bks_detach(struct cache *c, struct cfile *f)

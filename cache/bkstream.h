@@ -23,6 +23,16 @@ struct bks;
 int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 	     uint64_t off, uint64_t window);
 
+/*
+ * The same without a copy, when a segment read ahead holds all of [off,
+ * off+len): *data points into it, and the segment stays as it is until
+ * bks_unpin(c, *pin) (after the reply is sent).  0, or -EAGAIN: use bks_read.
+ * The caller has checked that no page of the range is valid in the cache.
+ */
+int bks_read_pinned(struct cache *c, struct cfile *f, size_t len, uint64_t off,
+		    uint64_t window, const char **data, void **pin);
+void bks_unpin(struct cache *c, void *pin);
+
 /* The daemon changed f's backing file, or it was opened (and revalidated):
  * data read ahead before this is not served.  Called after the change. */
 void bks_changed(struct cfile *f);
