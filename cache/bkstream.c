@@ -268,7 +268,7 @@ static struct bks *bks_get(struct cache *c, struct bks_pool *p, struct cfile *f,
 		free(b);
 		return other;
 	}
-	f->bks = b;
+	__atomic_store_n(&f->bks, b, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&p->lock);
 	return b;
 undo:
@@ -434,7 +434,8 @@ int bks_read_pinned(struct cache *c, struct cfile *f, size_t len, uint64_t off,
 	int ret = -EAGAIN;
 
 	/* only a stream that is under way: bks_read makes one */
-	if (!window || !p || !f->bks || f->fd < 0)
+	if (!window || !p || !__atomic_load_n(&f->bks, __ATOMIC_RELAXED) ||
+	    f->fd < 0)
 		return -EAGAIN;
 	pthread_mutex_lock(&c->lock);
 	size = f->size;
@@ -476,7 +477,7 @@ void bks_detach(struct cache *c, struct cfile *f)
 	struct bks *b;
 	int i;
 
-	if (!p || !f->bks)
+	if (!p || !__atomic_load_n(&f->bks, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&p->lock);
 	b = f->bks;
@@ -488,7 +489,7 @@ void bks_detach(struct cache *c, struct cfile *f)
 		}
 		i++;
 	}
-	f->bks = NULL;
+	__atomic_store_n(&f->bks, NULL, __ATOMIC_RELAXED);
 	if (b) {
 		p->nstreams--;
 		close(b->dfd);
