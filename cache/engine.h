@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "admit.h"
+#include "bkstream.h"
 #include "cache.h"
 #include "meta.h"
 #include "slot.h"
@@ -223,6 +224,9 @@ struct cfile {
 	char *path; /* relative to the backing directory (rec_lock); or NULL */
 	struct coh coh;
 	struct admit_state adm; /* its read streams (admit.c) */
+	struct bks *bks; /* its direct backing reads (bkstream.c) */
+	uint64_t bks_gen; /* backing changes and opens (atomic; bkstream.c) */
+	int bks_off; /* its store refused direct I/O (atomic) */
 	struct list slots;
 	struct list dlink; /* on c->dirty_files while ndirty > 0 */
 	struct cfile *hnext;
@@ -295,6 +299,7 @@ struct cache {
 	/* unlinks through the mount: under way, and finished (atomic); a file
 	 * that cannot be found meanwhile may be one of them, not lost */
 	uint64_t unlinking, unlinked_seq;
+	struct bks_pool *bksp; /* direct backing reads (bkstream.c) */
 };
 
 #define BK_HOOK(c, fn, ...)                                     \
