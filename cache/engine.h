@@ -532,6 +532,8 @@ struct wseg {
 	uint64_t off, end; /* the bytes of the request in this segment */
 	int mode;
 	char *buf; /* IO_BUF_BYTES, aligned */
+	const char *data; /* the segment's pages from s0: buf, or the
+			   * caller's src when it is whole pages, aligned */
 	uint64_t s0, s1, lo, hi;
 	struct dev_io ios[2 * SEG_MAX_BLOCKS];
 	unsigned nio;
