@@ -550,6 +550,7 @@ struct cslot *slot_find(struct cache *c, uint32_t rec, uint64_t blk);
 void slot_hash_add(struct cache *c, struct cslot *s);
 void slot_settle(struct cache *c, struct cslot *s);
 int slot_persist(struct cache *c, struct cslot *s);
+int slots_persist(struct cache *c, struct cslot **v, int n);
 void slot_drop_locked(struct cache *c, struct cslot *s);
 void slot_hash_del(struct cache *c, struct cslot *s);
 void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p);

@@ -462,6 +462,7 @@ void wseg_unlock(struct wseg *w)
 int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err)
 {
 	struct span *sp = w->sp;
+	struct cslot *v[SEG_MAX_BLOCKS];
 	int i, ret = err, nsp = w->nsp, size_changed = 0;
 
 	assert(w->locked);
@@ -483,12 +484,19 @@ int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err)
 	f->mtime_set = w->mode == MODE_WRITEBACK;
 	pthread_mutex_unlock(&c->lock);
 
-	/* the twin first: a slot's dirty pages are always in its twin */
-	for (i = 0; i < nsp && !ret; i++) {
-		if (sp[i].s->twin)
-			ret = twin_persist(c, sp[i].s);
-		if (!ret)
-			ret = slot_persist(c, sp[i].s);
+	for (i = 0; i < nsp && !sp[i].s->twin; i++)
+		v[i] = sp[i].s;
+	if (i == nsp) {
+		/* one persist per mirror for the segment's adjacent entries */
+		ret = slots_persist(c, v, nsp);
+	} else {
+		/* the twin first: a slot's dirty pages are always in its twin */
+		for (i = 0; i < nsp && !ret; i++) {
+			if (sp[i].s->twin)
+				ret = twin_persist(c, sp[i].s);
+			if (!ret)
+				ret = slot_persist(c, sp[i].s);
+		}
 	}
 	if (!ret && size_changed) {
 		pthread_mutex_lock(&f->rec_lock);
