@@ -164,9 +164,8 @@ static void *pool_main(void *arg)
 	return NULL;
 }
 
-/* A request a busy worker cannot run: a copy, run by the pool. */
-/* A request run on the pool; data in the same allocation, placed as in a
- * worker's buffer (WRITE_DATA). */
+/* A request a busy worker cannot run: a copy, run by the pool; the copy in
+ * the same allocation, placed as in a worker's buffer (WRITE_DATA). */
 struct raw_job {
 	struct fsloop_job job;
 	size_t len;
