@@ -537,6 +537,8 @@ struct wseg {
 	uint64_t off, end; /* the bytes of the request in this segment */
 	int mode;
 	char *buf; /* IO_BUF_BYTES, aligned */
+	const char *data; /* the segment's pages from s0: buf, or the
+			   * caller's src when it is whole pages, aligned */
 	uint64_t s0, s1, lo, hi;
 	struct dev_io ios[2 * SEG_MAX_BLOCKS];
 	unsigned nio;
@@ -553,6 +555,7 @@ struct cslot *slot_find(struct cache *c, uint32_t rec, uint64_t blk);
 void slot_hash_add(struct cache *c, struct cslot *s);
 void slot_settle(struct cache *c, struct cslot *s);
 int slot_persist(struct cache *c, struct cslot *s);
+int slots_persist(struct cache *c, struct cslot **v, int n);
 void slot_drop_locked(struct cache *c, struct cslot *s);
 void slot_hash_del(struct cache *c, struct cslot *s);
 void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p);

@@ -46,11 +46,12 @@ struct aop {
 	struct aop_cb cbs[CACHE_AIO_MAX_IOS];
 };
 
-/* A request for the pool: its arguments, and a write's data. */
+/* A request for the pool: its arguments, and a write's data, aligned for
+ * direct I/O in the same allocation (the cache writes it without a copy). */
 struct rw_job {
 	struct fsloop_job job;
 	struct rw_args r;
-	char data[];
+	char *data;
 };
 
 static __thread struct aop *free_ops;
@@ -131,13 +132,15 @@ static void rw_sync(const struct rw_args *r, const char *wbuf)
 		fsloop_sync_end();
 		return;
 	}
-	job = malloc(sizeof(*job) + (wbuf ? r->size : 0));
+	_Static_assert(sizeof(*job) <= DEV_ALIGN, "a job's data is aligned");
+	job = dev_alloc_buf(DEV_ALIGN + (wbuf ? r->size : 0));
 	if (!job) {
 		fuse_reply_err(r->req, ENOMEM);
 		return;
 	}
 	job->job.run = rw_job_run;
 	job->r = *r;
+	job->data = (char *)job + DEV_ALIGN;
 	if (wbuf)
 		memcpy(job->data, wbuf, r->size);
 	fsloop_defer(&job->job);
