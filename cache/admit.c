@@ -56,7 +56,10 @@
  * against 0.79x on MooseFS: it issues the reads on the request's thread and
  * takes the pages from under the kernel's own readahead.  These are only
  * hints to the backing file's page cache: they never change what a read
- * returns.
+ * returns.  A stream that bypasses does not read through the page cache at
+ * all where the store takes direct I/O: it reads with O_DIRECT and its own
+ * readahead (bkstream.c, backing.direct_read_ahead); the hints serve the
+ * head of a stream, and streams on stores that refuse O_DIRECT.
  *
  * Locking.  The streams of a file are under its admit lock, a spin lock held
  * for a few compares and never across I/O; the caller holds f->rw for reading,

@@ -41,6 +41,7 @@ struct cache_config {
 	uint64_t sequential_cutoff;
 	int async_fill;
 	uint64_t backing_read_ahead;
+	uint64_t backing_direct_ra;
 	char *backing_path;
 	int identity;
 	int on_conflict;
@@ -213,7 +214,9 @@ int cache_read(struct cache *c, struct cfile *f, void *buf, size_t len,
 	       uint64_t off, char **data, size_t *n);
 /* The same; with defer (and cache.async_fill on), the misses it keeps are
  * written to the cache by cache_read_finish, which the same thread calls
- * after the reply, before buf is used again (io.c: fills after the reply). */
+ * after the reply, before buf is used again (io.c: fills after the reply).
+ * With defer, *data may point into memory of the cache's (a segment read
+ * ahead, bkstream.c), which cache_read_finish gives back. */
 int cache_read_defer(struct cache *c, struct cfile *f, void *buf, size_t len,
 		     uint64_t off, char **data, size_t *n, int defer);
 void cache_read_finish(struct cache *c);

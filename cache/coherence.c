@@ -503,6 +503,8 @@ int cache_file_revalidate(struct cache *c, struct cfile *f,
 	int first, differs, kinval, ret = 0;
 
 	*changed = COH_UNCHANGED;
+	/* what was read ahead before this open is not served after it */
+	bks_changed(f);
 	if (seen)
 		st = *seen; /* a change since is found by the slow path */
 	else if (fstat(f->fd, &st))

@@ -81,6 +81,11 @@ static const struct cfg_key keys[] = {
 	  "how far ahead of a sequential read stream that misses the backing "
 	  "store is also asked to read (posix_fadvise); 0: only the backing "
 	  "file system's own readahead, best on a local disk" },
+	{ "backing", "direct_read_ahead", T_SIZE, OFF(backing_direct_ra), 0,
+	  32 * MIB, "8M", 1, NULL,
+	  "a read stream past cache.sequential_cutoff reads the backing "
+	  "store with direct I/O (O_DIRECT), this far ahead of itself in the "
+	  "background; 0: through the backing file's page cache" },
 	{ "destage", "high_watermark", T_UINT, OFF(high_wm), 1, 100, "80", 1,
 	  NULL, "percent of cache blocks dirty at which destage starts" },
 	{ "destage", "low_watermark", T_UINT, OFF(low_wm), 0, 99, "50", 1, NULL,

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "admit.h"
+#include "bkstream.h"
 #include "cache.h"
 #include "meta.h"
 #include "slot.h"
@@ -223,6 +224,9 @@ struct cfile {
 	char *path; /* relative to the backing directory (rec_lock); or NULL */
 	struct coh coh;
 	struct admit_state adm; /* its read streams (admit.c) */
+	struct bks *bks; /* its direct backing reads (bkstream.c) */
+	uint64_t bks_gen; /* backing changes and opens (atomic; bkstream.c) */
+	int bks_off; /* its store refused direct I/O (atomic) */
 	struct list slots;
 	struct list dlink; /* on c->dirty_files while ndirty > 0 */
 	struct cfile *hnext;
@@ -295,6 +299,7 @@ struct cache {
 	/* unlinks through the mount: under way, and finished (atomic); a file
 	 * that cannot be found meanwhile may be one of them, not lost */
 	uint64_t unlinking, unlinked_seq;
+	struct bks_pool *bksp; /* direct backing reads (bkstream.c) */
 };
 
 #define BK_HOOK(c, fn, ...)                                     \
@@ -532,6 +537,8 @@ struct wseg {
 	uint64_t off, end; /* the bytes of the request in this segment */
 	int mode;
 	char *buf; /* IO_BUF_BYTES, aligned */
+	const char *data; /* the segment's pages from s0: buf, or the
+			   * caller's src when it is whole pages, aligned */
 	uint64_t s0, s1, lo, hi;
 	struct dev_io ios[2 * SEG_MAX_BLOCKS];
 	unsigned nio;
@@ -558,6 +565,7 @@ struct cslot *slot_find(struct cache *c, uint32_t rec, uint64_t blk);
 void slot_hash_add(struct cache *c, struct cslot *s);
 void slot_settle(struct cache *c, struct cslot *s);
 int slot_persist(struct cache *c, struct cslot *s);
+int slots_persist(struct cache *c, struct cslot **v, int n);
 void slot_drop_locked(struct cache *c, struct cslot *s);
 void slot_hash_del(struct cache *c, struct cslot *s);
 void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p);

@@ -75,8 +75,9 @@ struct cfile *file_new(void)
 	return f;
 }
 
-static void file_free(struct cfile *f)
+static void file_free(struct cache *c, struct cfile *f)
 {
+	bks_detach(c, f);
 	if (f->fd >= 0)
 		close(f->fd);
 	pthread_rwlock_destroy(&f->rw);
@@ -249,7 +250,7 @@ void file_put_locked(struct cache *c, struct cfile *f)
 		f->rec = 0;
 	}
 	file_hash_del(c, f);
-	file_free(f);
+	file_free(c, f);
 }
 
 static int file_reopen(struct cache *c, struct cfile *f, int fd);
@@ -447,14 +448,14 @@ again:
 	other = file_lookup_locked(c, &st, &h, &stale);
 	if (stale) {
 		pthread_mutex_unlock(&c->lock);
-		file_free(f);
+		file_free(c, f);
 		file_stale(c, other);
 		goto again;
 	}
 	if (other) {
 		/* another open made it meanwhile */
 		pthread_mutex_unlock(&c->lock);
-		file_free(f);
+		file_free(c, f);
 		f = other;
 		goto found;
 	}
@@ -495,7 +496,7 @@ found:
 	*out = f;
 	return 0;
 err_free:
-	file_free(f);
+	file_free(c, f);
 err_close:
 	if (rwfd >= 0)
 		close(rwfd);
@@ -536,6 +537,7 @@ int file_idle_fd_locked(struct cache *c, struct cfile *f)
 	pthread_mutex_unlock(&f->rec_lock);
 	pthread_mutex_lock(&c->lock);
 	if (ok && file_idle(f)) {
+		bks_detach(c, f); /* its descriptor came from f->fd */
 		fd = f->fd;
 		f->fd = -1;
 		f->ro = 0; /* the next descriptor says */

@@ -83,6 +83,7 @@ int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
 			off + done);
 		done += n;
 	}
+	bks_changed(f); /* after the change: bkstream.c */
 	CNT_ADD(c, backing_write_bytes, len);
 	stat_lat_since(&c->stats, STAT_L_backing_write, t0);
 	return 0;
@@ -128,6 +129,7 @@ int cache_dev_sync(struct cache *c, int d)
 
 void file_bk_changed(struct cfile *f)
 {
+	bks_changed(f);
 	__atomic_add_fetch(&f->bk_wgen, 1, __ATOMIC_RELEASE);
 }
 
@@ -320,6 +322,7 @@ struct deferred {
 };
 
 static __thread struct deferred *tl_def;
+static __thread void *tl_pin; /* a segment a reply is sent from (bkstream.c) */
 static __thread int tl_defer; /* cache_read_defer is under way */
 static pthread_key_t def_key;
 static pthread_once_t def_once = PTHREAD_ONCE_INIT;
@@ -378,6 +381,10 @@ void cache_read_finish(struct cache *c)
 	struct cfile *f;
 	int k;
 
+	if (tl_pin) {
+		bks_unpin(c, tl_pin);
+		tl_pin = NULL;
+	}
 	if (!d || !d->nchunks)
 		return;
 	f = d->f;
@@ -389,6 +396,22 @@ void cache_read_finish(struct cache *c)
 	d->nchunks = 0;
 	d->f = NULL;
 	cache_file_put(c, f);
+}
+
+/* Read a miss run [off, off+len) from the backing file: directly, with
+ * readahead, for a stream that bypasses the cache (bkstream.c). */
+static int miss_read(struct cache *c, struct cfile *f, char *buf, size_t len,
+		     uint64_t off, int bypass)
+{
+	if (bypass) {
+		int ret = bks_read(c, f, buf, len, off,
+				   __atomic_load_n(&c->cfg->backing_direct_ra,
+						   __ATOMIC_RELAXED));
+
+		if (ret != -EAGAIN)
+			return ret;
+	}
+	return backing_read(c, f, buf, len, off);
 }
 
 /* Read [off, off+len) into buf, where buf holds the page at pbase. */
@@ -537,16 +560,16 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 					continue;
 				}
 				if (m1 > m0)
-					ret = backing_read(c, f,
-							   buf + (m0 - pstart),
-							   m1 - m0, m0);
+					ret = miss_read(c, f,
+							buf + (m0 - pstart),
+							m1 - m0, m0, bypass);
 				miss += m1 - m0;
 				m0 = at;
 				m1 = at + NVC_PAGE;
 			}
 			if (!x && m1 > m0) {
-				ret = backing_read(c, f, buf + (m0 - pstart),
-						   m1 - m0, m0);
+				ret = miss_read(c, f, buf + (m0 - pstart),
+						m1 - m0, m0, bypass);
 				miss += m1 - m0;
 			}
 		}
@@ -570,6 +593,57 @@ out_unpin:
 			slot_unpin_locked(c, f, sp[i].s);
 	pthread_mutex_unlock(&c->lock);
 	return ret;
+}
+
+/* No page of [off, off+len) is valid in the cache. */
+static int range_uncached(struct cache *c, struct cfile *f, uint64_t off,
+			  size_t len)
+{
+	uint64_t pstart = off & ~(uint64_t)(NVC_PAGE - 1),
+		 pend = (off + len + NVC_PAGE - 1) & ~(uint64_t)(NVC_PAGE - 1),
+		 blk;
+	int ok = 1;
+
+	pthread_mutex_lock(&c->lock);
+	for (blk = pstart / c->bs; ok && blk * c->bs < pend; blk++) {
+		struct cslot *s = slot_find(c, f->rec, blk);
+		uint64_t b0 = blk * c->bs;
+		uint32_t p = pstart > b0 ? (pstart - b0) / NVC_PAGE : 0,
+			 p1 = pend < b0 + c->bs ? (pend - b0) / NVC_PAGE
+						: c->ppb;
+
+		for (; s && p < p1 && ok; p++)
+			ok = !pb_test(slot_valid(c, s), p);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ok;
+}
+
+/*
+ * A read of a stream that bypasses, all of it misses, answered from a
+ * segment read ahead without a copy (bkstream.c): 1, with *data pointing
+ * into it until cache_read_finish; 0: read it the usual way.  f->rw held.
+ */
+static int read_pinned(struct cache *c, struct cfile *f, size_t len,
+		       uint64_t off, const struct admit_verdict *v,
+		       char **data)
+{
+	const char *p;
+
+	if (!v->bypass || tl_pin || !range_uncached(c, f, off, len) ||
+	    bks_read_pinned(c, f, len, off,
+			    __atomic_load_n(&c->cfg->backing_direct_ra,
+					    __ATOMIC_RELAXED),
+			    &p, &tl_pin))
+		return 0;
+	*data = (char *)p;
+	CNT_ADD(c, read_miss_bytes, len);
+	CNT_ADD(c, read_bypass_bytes, len);
+	CNT_ADD(c, bypass_ops, 1);
+	CNT_ADD(c, read_miss_ops, 1);
+	CNT_ADD(c, read_bytes, len);
+	admit_readahead(c, f, v);
+	return 1;
 }
 
 int cache_read(struct cache *c, struct cfile *f, void *vbuf, size_t len,
@@ -610,6 +684,10 @@ int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		len = size - off;
 	admit_read(c, f, off, len, &v);
 	assert(!tl_def || !tl_def->nchunks); /* the last one was finished */
+	if (defer && read_pinned(c, f, len, off, &v, data)) {
+		*n = len;
+		goto out_unlock;
+	}
 	tl_defer = defer &&
 		   __atomic_load_n(&c->cfg->async_fill, __ATOMIC_RELAXED);
 	pstart = off & ~(uint64_t)(NVC_PAGE - 1);

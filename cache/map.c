@@ -90,14 +90,18 @@ static void slot_unclaim_unsynced(struct cache *c, struct cslot *s, int err)
 	pthread_mutex_unlock(&c->lock);
 }
 
-int slot_persist(struct cache *c, struct cslot *s)
+/*
+ * What s's entry is to say, in *m; 0 if the media says it already (nothing
+ * to write), else 1.  Pages that are not known durable on the device are
+ * made so first.
+ */
+static int slot_persist_prep(struct cache *c, struct cslot *s,
+			     struct meta_slot *m)
 {
 	const uint8_t *valid = slot_valid(c, s),
 		      *unsynced = slot_unsynced(c, s);
-	uint8_t *pvalid = slot_pvalid(c, s);
-	struct meta_slot m;
-	uint64_t pw[META_MAX_WORDS];
-	int w, need = 0, ret;
+	const uint8_t *pvalid = slot_pvalid(c, s);
+	int need = 0, ret;
 	uint32_t i;
 
 	for (i = 0; i < c->pbytes; i++)
@@ -108,20 +112,30 @@ int slot_persist(struct cache *c, struct cslot *s)
 			slot_unclaim_unsynced(c, s, ret);
 		pb_zero(c, slot_unsynced(c, s));
 	}
-	memset(&m, 0, sizeof(m));
-	m.file = s->file;
-	m.blk = s->blk;
-	m.flags = s->is_twin ? SLOT_F_TWIN : 0;
-	pb_get(c, slot_valid(c, s), m.valid);
-	pb_get(c, slot_dirty(c, s), m.dirty);
+	memset(m, 0, sizeof(*m));
+	m->file = s->file;
+	m->blk = s->blk;
+	m->flags = s->is_twin ? SLOT_F_TWIN : 0;
+	pb_get(c, slot_valid(c, s), m->valid);
+	pb_get(c, slot_dirty(c, s), m->dirty);
 	/* an overwrite of dirty pages changes nothing the entry says */
-	if (s->persisted && meta_slot_same(&c->meta, slot_idx(c, s), &m)) {
-		pb_put(c, slot_pvalid(c, s), m.valid);
+	if (s->persisted && meta_slot_same(&c->meta, slot_idx(c, s), m)) {
+		pb_put(c, slot_pvalid(c, s), m->valid);
 		return 0;
 	}
-	ret = meta_put_slot(&c->meta, slot_idx(c, s), &m);
+	return 1;
+}
+
+/* The put of s's entry *m ended with ret. */
+static int slot_persist_done(struct cache *c, struct cslot *s,
+			     const struct meta_slot *m, int ret)
+{
+	uint8_t *pvalid = slot_pvalid(c, s);
+	uint64_t pw[META_MAX_WORDS];
+	int w;
+
 	if (!ret) {
-		pb_put(c, slot_pvalid(c, s), m.valid);
+		pb_put(c, pvalid, m->valid);
 		s->persisted = s->file != 0;
 		return 0;
 	}
@@ -132,11 +146,61 @@ int slot_persist(struct cache *c, struct cslot *s)
 	 */
 	pb_get(c, pvalid, pw);
 	for (w = 0; w < META_MAX_WORDS; w++)
-		pw[w] &= m.valid[w];
+		pw[w] &= m->valid[w];
 	pb_put(c, pvalid, pw);
 	s->persisted |= s->file != 0;
 	log_msg(LOG_ERR, "cannot persist the map entry of slot %llu: %s",
 		(unsigned long long)slot_idx(c, s), strerror(-ret));
+	return ret;
+}
+
+int slot_persist(struct cache *c, struct cslot *s)
+{
+	struct meta_slot m;
+
+	if (!slot_persist_prep(c, s, &m))
+		return 0;
+	return slot_persist_done(c, s, &m,
+				 meta_put_slot(&c->meta, slot_idx(c, s), &m));
+}
+
+static int slot_idx_cmp(const void *a, const void *b)
+{
+	const struct cslot *x = *(struct cslot *const *)a,
+			   *y = *(struct cslot *const *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * slot_persist() of n slots (v is sorted), with one persist per mirror for
+ * each run of adjacent entries (meta_put_slots): the slots of one write,
+ * whose caller acknowledges it after all of them.  Each slot's rw held for
+ * writing; at most SEG_MAX_BLOCKS.  The first error, or 0.
+ */
+int slots_persist(struct cache *c, struct cslot **v, int n)
+{
+	struct meta_slot m[SEG_MAX_BLOCKS];
+	uint64_t idx[SEG_MAX_BLOCKS];
+	int res[SEG_MAX_BLOCKS], put[SEG_MAX_BLOCKS];
+	int i, k = 0, ret = 0, err;
+
+	assert(n <= SEG_MAX_BLOCKS);
+	qsort(v, n, sizeof(*v), slot_idx_cmp); /* slots[] order: by index */
+	for (i = 0; i < n; i++) {
+		put[i] = slot_persist_prep(c, v[i], &m[k]);
+		if (put[i])
+			idx[k++] = slot_idx(c, v[i]);
+	}
+	meta_put_slots(&c->meta, idx, m, k, res);
+	for (i = 0, k = 0; i < n; i++) {
+		if (!put[i])
+			continue;
+		err = slot_persist_done(c, v[i], &m[k], res[k]);
+		k++;
+		if (!ret)
+			ret = err;
+	}
 	return ret;
 }
 

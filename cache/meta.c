@@ -884,6 +884,38 @@ int meta_put_slot(struct meta *m, uint64_t i, struct meta_slot *s)
 }
 
 /*
+ * Entries idx[0..n) (ascending, no two alike) as s[] says them, each mirror
+ * written and persisted before the other as by meta_put_slot(), but each run
+ * of adjacent entries as one record: one persist per mirror and run instead
+ * of one per entry.  res[j]: entry j's result.  The entries' order among
+ * themselves is free: their writer acknowledges nothing before all of them
+ * are persisted.
+ */
+void meta_put_slots(struct meta *m, const uint64_t *idx, struct meta_slot *s,
+		    int n, int *res)
+{
+	uint8_t buf[SLOTS_RUN_MAX * 128];
+	int j, k;
+
+	for (j = 0; j < n; j = k) {
+		int ret;
+
+		assert(j == 0 || idx[j] > idx[j - 1]);
+		for (k = j; k < n && k - j < SLOTS_RUN_MAX &&
+			    idx[k] == idx[j] + (uint64_t)(k - j);
+		     k++) {
+			s[k].seq = __atomic_fetch_add(&m->seq, 1,
+						      __ATOMIC_RELAXED);
+			slot_encode(m, &s[k], buf + (k - j) * m->slot_size);
+		}
+		ret = meta_put(m, m->slots_off + idx[j] * m->slot_size, buf,
+			       (k - j) * m->slot_size);
+		while (j < k)
+			res[j++] = ret;
+	}
+}
+
+/*
  * Every mirror in use already holds entry i as s says it (the sequence
  * number aside), with a valid checksum: writing it again would change
  * nothing the next mount reads, so the caller may skip the persist.  The

@@ -194,6 +194,10 @@ void meta_file_why(struct meta *m, uint32_t i, char *why, size_t len);
  * -EIO when none does (then the media may hold the old or the new record).
  */
 int meta_put_slot(struct meta *m, uint64_t i, struct meta_slot *s);
+/* adjacent entries persisted as one record by meta_put_slots, at most */
+#define SLOTS_RUN_MAX 64
+void meta_put_slots(struct meta *m, const uint64_t *idx, struct meta_slot *s,
+		    int n, int *res);
 int meta_slot_same(struct meta *m, uint64_t i, const struct meta_slot *s);
 int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f);
 /* One past the highest sequence number of any valid record in either mirror:

@@ -476,6 +476,7 @@ static void cache_free(struct cache *c)
 
 			for (; f; f = n) {
 				n = f->hnext;
+				bks_detach(c, f);
 				if (f->fd >= 0)
 					close(f->fd);
 				free(f->path);
@@ -489,6 +490,7 @@ static void cache_free(struct cache *c)
 	for (i = 0; i < (uint64_t)c->ndevs; i++)
 		if (c->devs[i])
 			dev_set_observer(c->devs[i], NULL, NULL, 0);
+	bks_pool_free(c);
 	stat_store_free(&c->stats);
 	free(c->stats_base);
 	free(c->slots);
@@ -932,6 +934,7 @@ int cache_close(struct cache *c, int flush)
 	if (flush)
 		ret = cache_flush(c, NULL, NULL);
 	destage_stop(c);
+	bks_stop(c);
 	/* remember how every backing file looked, for the check at the next
 	 * mount */
 	for (i = 0; i <= c->fmask; i++) {
@@ -951,5 +954,6 @@ int cache_close(struct cache *c, int flush)
 void cache_abandon(struct cache *c)
 {
 	destage_stop(c);
+	bks_stop(c);
 	cache_free(c);
 }

@@ -251,7 +251,7 @@ static int seg_mark_intent(struct cache *c, struct cfile *f, struct span *sp,
  * pages).  A write of pages the persisted entry does not claim yet is FUA.
  */
 static int seg_prepare_ios(struct cache *c, struct span *sp, int nsp,
-			   char *buf, uint64_t s0, struct dev_io *ios,
+			   const char *buf, uint64_t s0, struct dev_io *ios,
 			   unsigned *nio)
 {
 	int i, ret = 0;
@@ -265,8 +265,9 @@ static int seg_prepare_ios(struct cache *c, struct span *sp, int nsp,
 		ios[i].op = DEV_WRITE;
 		ios[i].off = slot_off(c, slot_idx(c, s)) + sp[i].p0 * NVC_PAGE;
 		ios[i].len = (sp[i].p1 - sp[i].p0) * NVC_PAGE;
-		ios[i].buf =
-			buf + (sp[i].blk * c->bs + sp[i].p0 * NVC_PAGE - s0);
+		/* a device write only reads its buffer */
+		ios[i].buf = (char *)buf +
+			     (sp[i].blk * c->bs + sp[i].p0 * NVC_PAGE - s0);
 		for (p = sp[i].p0; p < sp[i].p1; p++)
 			ios[i].fua |= !pb_test(slot_pvalid(c, s), p);
 	}
@@ -337,6 +338,21 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
 }
 
 /*
+ * The device writes may take the segment's bytes straight from the caller's
+ * src (no copy into w->buf): the segment is whole pages (no partial page to
+ * merge with old bytes), src is aligned for direct I/O, and the caller keeps
+ * src unchanged until wseg_end() (the synchronous path does; a server thread
+ * that goes on with other requests reuses its buffer, so nowait copies).
+ */
+static int seg_in_place(const struct wseg *w, const char *src, int nowait)
+{
+	const char *at = src + (w->lo - w->off);
+
+	return !nowait && w->lo == w->s0 && w->hi == w->s1 &&
+	       !((uintptr_t)at % DEV_ALIGN);
+}
+
+/*
  * Write one segment: blocks [b0, b1) of the request, their slots pinned.
  * Data goes to the devices first; only then are the map entries that find it
  * persisted (on both mirrors, a twin before its slot) and the write
@@ -350,10 +366,11 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
  * slots' locks are only tried, and a segment that would need a backing read
  * first (a partial page that is not cached, inside the backing file) or a
  * backing write (writethrough) is refused; -EAGAIN then means "take the
- * synchronous path", with nothing done (-EBUSY: the same, a lock is taken).  A partial page that is cached is
- * not read at all when the write's edge in it is a multiple of the device's
- * sector (wseg_trim): only the sectors written reach the device.  Otherwise
- * it is read from its device here (microseconds, no lock waited for).
+ * synchronous path", with nothing done (-EBUSY: the same, a lock is
+ * taken).  A partial page that is cached is not read at all when the
+ * write's edge in it is a multiple of the device's sector (wseg_trim): only
+ * the sectors written reach the device.  Otherwise it is read from its
+ * device here (microseconds, no lock waited for).
  */
 int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 	       const char *src, int nowait)
@@ -407,7 +424,13 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 				   bm_test(last->valid, last->p1 - 1));
 	if (ret)
 		return ret;
-	memcpy(buf + (w->lo - w->s0), src + (w->lo - w->off), w->hi - w->lo);
+	if (seg_in_place(w, src, nowait)) {
+		w->data = src + (w->lo - w->off);
+	} else {
+		memcpy(buf + (w->lo - w->s0), src + (w->lo - w->off),
+		       w->hi - w->lo);
+		w->data = buf;
+	}
 
 	if (w->mode != MODE_WRITEBACK) {
 		coh_bk_begin(c, f);
@@ -420,7 +443,8 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 			return ret;
 	}
 	/* a second copy that cannot be seeded sends the write around */
-	w->prep_err = seg_prepare_ios(c, sp, nsp, buf, w->s0, w->ios, &w->nio);
+	w->prep_err =
+		seg_prepare_ios(c, sp, nsp, w->data, w->s0, w->ios, &w->nio);
 	if (!w->prep_err)
 		wseg_trim_ios(w);
 	return 0;
@@ -445,13 +469,14 @@ void wseg_unlock(struct wseg *w)
 int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err)
 {
 	struct span *sp = w->sp;
+	struct cslot *v[SEG_MAX_BLOCKS];
 	int i, ret = err, nsp = w->nsp, size_changed = 0;
 
 	assert(w->locked);
 	if (ret) {
 		ret = wseg_untrim(c, f, w);
 		if (!ret)
-			ret = write_fallback(c, f, sp, nsp, w->buf, w->s0,
+			ret = write_fallback(c, f, sp, nsp, w->data, w->s0,
 					     w->s1, w->hi);
 		goto out_unlock;
 	}
@@ -468,12 +493,19 @@ int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err)
 	f->mtime_set = w->mode == MODE_WRITEBACK;
 	pthread_mutex_unlock(&c->lock);
 
-	/* the twin first: a slot's dirty pages are always in its twin */
-	for (i = 0; i < nsp && !ret; i++) {
-		if (sp[i].s->twin)
-			ret = twin_persist(c, sp[i].s);
-		if (!ret)
-			ret = slot_persist(c, sp[i].s);
+	for (i = 0; i < nsp && !sp[i].s->twin; i++)
+		v[i] = sp[i].s;
+	if (i == nsp) {
+		/* one persist per mirror for the segment's adjacent entries */
+		ret = slots_persist(c, v, nsp);
+	} else {
+		/* the twin first: a slot's dirty pages are always in its twin */
+		for (i = 0; i < nsp && !ret; i++) {
+			if (sp[i].s->twin)
+				ret = twin_persist(c, sp[i].s);
+			if (!ret)
+				ret = slot_persist(c, sp[i].s);
+		}
 	}
 	if (!ret && size_changed) {
 		pthread_mutex_lock(&f->rec_lock);
@@ -903,14 +935,29 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 
 /* ---------------------------------------------------------------- fsync */
 
+/* Some cache device has failed while mounted. */
+static int any_dev_failed(struct cache *c)
+{
+	int d;
+
+	for (d = 0; d < c->ndevs; d++)
+		if (__atomic_load_n(&c->dev_failed[d], __ATOMIC_ACQUIRE))
+			return 1;
+	return 0;
+}
+
 int cache_fsync(struct cache *c, struct cfile *f)
 {
 	int d, ret = 0;
 
-	if (f) {
+	/*
+	 * Dirty data on a failed device cannot be made durable.  Only then
+	 * are the file's slots looked at: a walk of every slot of a large
+	 * file under c->lock would cost more than the fsync (issue 11).
+	 */
+	if (f && any_dev_failed(c)) {
 		struct list *l;
 
-		/* dirty data on a failed device cannot be made durable */
 		pthread_mutex_lock(&c->lock);
 		for (l = f->slots.next; l != &f->slots; l = l->next) {
 			struct cslot *s = list_entry(l, struct cslot, flink);

@@ -61,6 +61,8 @@ void wseg_trim_ios(struct wseg *w)
 	struct dev_io *first = &w->ios[0], *end = &w->ios[w->nsp - 1];
 	uint64_t cut;
 
+	assert(!w->trim || w->data == w->buf); /* partial pages: copied */
+
 	if (w->trim & WSEG_TRIM_HEAD) {
 		assert(!w->sp[0].s->twin);
 		cut = w->lo - w->s0;
@@ -87,6 +89,7 @@ int wseg_untrim(struct cache *c, struct cfile *f, struct wseg *w)
 
 	if (!w->trim)
 		return 0;
+	assert(w->data == w->buf);
 	pg = dev_alloc_buf(NVC_PAGE);
 	if (!pg)
 		return -ENOMEM;

@@ -59,11 +59,13 @@ struct aop {
 	struct aop_cb cbs[CACHE_AIO_MAX_IOS];
 };
 
-/* A request for the pool or parked: its arguments, and a write's data. */
+/* A request for the pool or parked: its arguments, and a write's data,
+ * aligned for direct I/O in the same allocation (the cache writes it
+ * without a copy). */
 struct rw_job {
 	struct fsloop_job job;
 	struct rw_args r;
-	char data[];
+	char *data;
 };
 
 static __thread struct aop *free_ops;
@@ -138,13 +140,16 @@ static void rw_job_run(struct fsloop_job *j)
 
 static struct rw_job *rw_job_new(const struct rw_args *r, const char *wbuf)
 {
-	struct rw_job *job = malloc(sizeof(*job) + (wbuf ? r->size : 0));
+	struct rw_job *job;
 
+	_Static_assert(sizeof(*job) <= DEV_ALIGN, "a job's data is aligned");
+	job = dev_alloc_buf(DEV_ALIGN + (wbuf ? r->size : 0));
 	if (!job)
 		return NULL;
 	job->job.run = rw_job_run;
 	job->job.next = NULL;
 	job->r = *r;
+	job->data = (char *)job + DEV_ALIGN;
 	if (wbuf)
 		memcpy(job->data, wbuf, r->size);
 	return job;

@@ -50,6 +50,9 @@
 
 #define POOL_MAX 256
 #define REQ_BUF (1024 * 1024 + 64 * 1024) /* max_write and headers */
+/* where a WRITE request's data begins: the cache writes whole aligned pages
+ * to its devices from the request itself, without a copy (cache/write.c) */
+#define WRITE_DATA (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
 
 struct worker;
 
@@ -75,7 +78,8 @@ struct worker {
 	pthread_t thread;
 	struct dev_aring *ring;
 	struct dev_acb req_cb, stop_cb;
-	char *buf;
+	char *mem; /* REQ_BUF + DEV_ALIGN, aligned */
+	char *buf; /* in mem: a WRITE's data lands aligned (WRITE_DATA) */
 	int started, failed;
 };
 
@@ -160,11 +164,12 @@ static void *pool_main(void *arg)
 	return NULL;
 }
 
-/* A request a busy worker cannot run: a copy, run by the pool. */
+/* A request a busy worker cannot run: a copy, run by the pool; the copy in
+ * the same allocation, placed as in a worker's buffer (WRITE_DATA). */
 struct raw_job {
 	struct fsloop_job job;
 	size_t len;
-	char data[];
+	char *data;
 };
 
 static void raw_run(struct fsloop_job *j)
@@ -244,12 +249,14 @@ static void dispatch(struct worker *w, size_t len)
 		return;
 	}
 	proto_request_done();
-	r = malloc(sizeof(*r) + len);
+	_Static_assert(sizeof(*r) <= DEV_ALIGN - WRITE_DATA, "data after r");
+	r = dev_alloc_buf(DEV_ALIGN + len);
 	if (!r) { /* run it here, late rather than never */
 		proto_request(w->buf, len, 0);
 		run_here(w, len, 1);
 		return;
 	}
+	r->data = (char *)r + DEV_ALIGN - WRITE_DATA;
 	memcpy(r->data, w->buf, len);
 	r->len = len;
 	r->job.run = raw_run;
@@ -321,7 +328,7 @@ static void loop_free(struct loop *L)
 
 	for (i = 0; i < L->nworkers; i++) {
 		dev_aring_free(L->workers[i].ring);
-		free(L->workers[i].buf);
+		free(L->workers[i].mem);
 	}
 	free(L->workers);
 	if (L->stopfd >= 0)
@@ -359,9 +366,10 @@ static int loop_new(struct fuse_session *se, unsigned nworkers,
 		struct worker *w = &L->workers[i];
 
 		w->L = L;
-		w->buf = malloc(REQ_BUF);
-		if (!w->buf)
+		w->mem = dev_alloc_buf(REQ_BUF + DEV_ALIGN);
+		if (!w->mem)
 			goto err;
+		w->buf = w->mem + DEV_ALIGN - WRITE_DATA;
 		ret = dev_aring_new(256, &w->ring);
 		if (ret)
 			goto err;
