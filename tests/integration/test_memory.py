@@ -64,7 +64,7 @@ def test_idle_daemon_gives_buffers_back(cache):
         time.sleep(0.5)
         now = rss_anon(pid)
     print(f"anon: at mount {at_mount / MiB:.1f} MiB, after the burst {busy / MiB:.1f}, idle {now / MiB:.1f}")
-    assert busy > at_mount + 16 * MiB, "the burst made no buffers: the test tests nothing"
+    assert busy > at_mount + 4 * MiB, "the burst made no buffers: the test tests nothing"
     assert now <= bound, (
         f"idle daemon keeps {(now - at_mount) / MiB:.1f} MiB of the {(busy - at_mount) / MiB:.1f} MiB "
         f"the burst added")
