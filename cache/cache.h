@@ -220,6 +220,9 @@ int cache_read(struct cache *c, struct cfile *f, void *buf, size_t len,
 int cache_read_defer(struct cache *c, struct cfile *f, void *buf, size_t len,
 		     uint64_t off, char **data, size_t *n, int defer);
 void cache_read_finish(struct cache *c);
+/* The calling thread is idle, with nothing under way: it gives back its
+ * buffers (they are made again on use). */
+void cache_thread_idle(void);
 int cache_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
 		uint64_t off);
 int cache_truncate(struct cache *c, struct cfile *f, uint64_t size);

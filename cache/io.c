@@ -332,6 +332,21 @@ static void def_key_init(void)
 	pthread_key_create(&def_key, free);
 }
 
+/* The thread's I/O buffer and deferred fills back (made again on use). */
+void cache_thread_idle(void)
+{
+	if (tl_buf) {
+		pthread_setspecific(buf_key, NULL);
+		free(tl_buf);
+		tl_buf = NULL;
+	}
+	if (tl_def && !tl_def->nchunks && !tl_defer) {
+		pthread_setspecific(def_key, NULL);
+		free(tl_def);
+		tl_def = NULL;
+	}
+}
+
 /* Record a chunk's fill for cache_read_finish: 1, or 0 if it cannot be. */
 static int fill_defer(struct cache *c, struct cfile *f, struct span *sp,
 		      int nsp, char *buf, uint64_t pstart, uint64_t wgen0)

@@ -203,14 +203,8 @@ static unsigned aring_reap(struct dev_aring *r)
 	return n;
 }
 
-/*
- * Submit what is queued; then, if wait and nothing has completed, spin up
- * to spin_ns looking for a completion and sleep until one comes.  Runs the
- * callbacks of every completion there is.  Returns how many completed, or
- * -errno when the kernel refused the queued requests (they have completed
- * with the error).
- */
-int dev_aring_run(struct dev_aring *r, int wait, uint64_t spin_ns)
+static int aring_run(struct dev_aring *r, int wait, uint64_t spin_ns,
+		     uint64_t timeout_ns)
 {
 	struct io_uring_cqe *cqe;
 	unsigned n;
@@ -236,9 +230,38 @@ int dev_aring_run(struct dev_aring *r, int wait, uint64_t spin_ns)
 		}
 	}
 	if (io_uring_peek_cqe(&r->ring, &cqe)) {
-		ret = io_uring_wait_cqe(&r->ring, &cqe);
+		struct __kernel_timespec ts = {
+			.tv_sec = timeout_ns / 1000000000,
+			.tv_nsec = timeout_ns % 1000000000,
+		};
+
+		ret = timeout_ns ? io_uring_wait_cqe_timeout(&r->ring, &cqe, &ts)
+				 : io_uring_wait_cqe(&r->ring, &cqe);
+		if (ret == -ETIME) {
+			n = aring_reap(r);
+			return n ? (int)n : -ETIME;
+		}
 		if (ret && ret != -EINTR && ret != -EAGAIN)
 			return ret;
 	}
 	return aring_reap(r);
+}
+
+/*
+ * Submit what is queued; then, if wait and nothing has completed, spin up
+ * to spin_ns looking for a completion and sleep until one comes.  Runs the
+ * callbacks of every completion there is.  Returns how many completed, or
+ * -errno when the kernel refused the queued requests (they have completed
+ * with the error).
+ */
+int dev_aring_run(struct dev_aring *r, int wait, uint64_t spin_ns)
+{
+	return aring_run(r, wait, spin_ns, 0);
+}
+
+/* The same, waiting; but -ETIME once timeout_ns pass with nothing done. */
+int dev_aring_run_timeout(struct dev_aring *r, uint64_t spin_ns,
+			  uint64_t timeout_ns)
+{
+	return aring_run(r, 1, spin_ns, timeout_ns);
 }

@@ -68,6 +68,9 @@ int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb,
 		       int exclusive);
 /* Submit, wait (if asked) and run the callbacks of what completed. */
 int dev_aring_run(struct dev_aring *r, int wait, uint64_t spin_ns);
+/* The same, waiting at most timeout_ns (> 0): -ETIME when nothing came. */
+int dev_aring_run_timeout(struct dev_aring *r, uint64_t spin_ns,
+			  uint64_t timeout_ns);
 
 /* Fault hooks, so that tests can make a device fail (issue 3 builds on it). */
 struct dev_faults {

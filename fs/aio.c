@@ -92,6 +92,17 @@ static void ops_drop(void *p)
 	}
 }
 
+/* The worker is idle, nothing in flight: its free requests back. */
+void fs_aio_idle(void)
+{
+	if (!free_ops)
+		return;
+	ops_drop(free_ops);
+	free_ops = NULL;
+	nfree = 0;
+	pthread_setspecific(ops_key, NULL);
+}
+
 static void ops_key_init(void)
 {
 	pthread_key_create(&ops_key, ops_drop);

@@ -18,4 +18,8 @@ int fs_aio_rw(fuse_req_t req, struct cache *c, struct cfile *cf, void *fh,
 	      const char *wbuf, size_t size, off_t off, uint64_t t0,
 	      fs_rw_sync_fn sync, int may_async);
 
+/* The calling worker is idle (nothing in flight): its free requests and
+ * their buffers go. */
+void fs_aio_idle(void);
+
 #endif

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -708,6 +709,21 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 #define READ_BUF (2u * 1024 * 1024 + 2 * 4096)
 static __thread void *read_buf;
+
+/*
+ * A worker or pool thread idle for a while (fs/loop.c): its buffers back,
+ * and the allocator's free memory back to the system (its arenas keep what
+ * requests freed, up to several MiB each, until trimmed).  Once per thread
+ * and idle spell: off every request's path.
+ */
+void fs_thread_idle(void)
+{
+	free(read_buf);
+	read_buf = NULL;
+	fs_aio_idle();
+	cache_thread_idle();
+	malloc_trim(0);
+}
 
 enum fs_kind { FS_READ, FS_WRITE, FS_FSYNC, FS_META };
 static void fs_done(struct cache *c, enum fs_kind kind, uint64_t t0);

@@ -80,5 +80,7 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 /* ctl.c: the control socket */
 int fs_ctl_start(struct fs *fs, const char *mountpoint);
 void fs_ctl_stop(void);
+/* The calling worker or pool thread is idle: its buffers back (fs/loop.c). */
+void fs_thread_idle(void);
 
 #endif

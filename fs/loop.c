@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../devices/dev.h"
@@ -42,6 +43,13 @@
  * nworkers - 1 workers (at least one) run requests synchronously at a time,
  * and what comes meanwhile goes to the pool, whose threads wait in parallel.
  *
+ * Idle.  A thread's buffers stay with it while it works (a worker's free
+ * requests with their 2 MiB I/O buffers, a pool thread's read buffer):
+ * taking them again for every request would cost more than the request.
+ * A worker or pool thread that has served something and then sees no work
+ * for LOOP_IDLE_NS calls the idle hook (fsloop_on_idle), with nothing in
+ * flight, once, and gives them back; then it sleeps without a timeout.
+ *
  * Exit.  A signal (libfuse's handlers set the session's exit flag) or an
  * unmount (/dev/fuse reads fail with ENODEV) ends the loop: the main thread
  * sees the flag, sets stop and wakes every worker through an eventfd each
@@ -49,6 +57,7 @@
  */
 
 #define POOL_MAX 256
+#define LOOP_IDLE_NS 1000000000ull
 #define REQ_BUF (1024 * 1024 + 64 * 1024) /* max_write and headers */
 /* where a WRITE request's data begins: the cache writes whole aligned pages
  * to its devices from the request itself, without a copy (cache/write.c) */
@@ -81,9 +90,16 @@ struct worker {
 	char *mem; /* REQ_BUF + DEV_ALIGN, aligned */
 	char *buf; /* in mem: a WRITE's data lands aligned (WRITE_DATA) */
 	int started, failed;
+	int used; /* served a request since the idle hook last ran */
 };
 
 static struct loop *the_loop;
+static void (*idle_fn)(void);
+
+void fsloop_on_idle(void (*fn)(void))
+{
+	idle_fn = fn;
+}
 static __thread struct worker *cur_worker;
 static __thread unsigned loop_held;
 
@@ -139,9 +155,24 @@ void fsloop_defer(struct fsloop_job *j)
 	pthread_mutex_unlock(&L->lock);
 }
 
+/* Wait for a job; 1 once the thread has waited LOOP_IDLE_NS in vain. */
+static int pool_wait(struct loop *L, int used)
+{
+	struct timespec ts;
+
+	if (!used || !idle_fn) {
+		pthread_cond_wait(&L->cond, &L->lock);
+		return 0;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += LOOP_IDLE_NS / 1000000000;
+	return pthread_cond_timedwait(&L->cond, &L->lock, &ts) == ETIMEDOUT;
+}
+
 static void *pool_main(void *arg)
 {
 	struct loop *L = arg;
+	int used = 0;
 
 	pthread_mutex_lock(&L->lock);
 	for (;;) {
@@ -150,7 +181,12 @@ static void *pool_main(void *arg)
 		if (!j) {
 			if (L->stop)
 				break;
-			pthread_cond_wait(&L->cond, &L->lock);
+			if (pool_wait(L, used) && !L->head) {
+				pthread_mutex_unlock(&L->lock);
+				idle_fn();
+				used = 0;
+				pthread_mutex_lock(&L->lock);
+			}
 			continue;
 		}
 		L->head = j->next;
@@ -158,6 +194,7 @@ static void *pool_main(void *arg)
 			L->tail = &L->head;
 		pthread_mutex_unlock(&L->lock);
 		j->run(j);
+		used = 1;
 		pthread_mutex_lock(&L->lock);
 	}
 	pthread_mutex_unlock(&L->lock);
@@ -239,6 +276,8 @@ static void dispatch(struct worker *w, size_t len)
 	const struct fuse_in_header *h = (const void *)w->buf;
 	struct raw_job *r;
 
+	if (!w->used) /* no store a request: the line is shared */
+		w->used = 1;
 	proto_request(w->buf, len, 1);
 	if (len < sizeof(*h) || always_here(h->opcode)) {
 		run_here(w, len, 0);
@@ -312,8 +351,19 @@ static void *worker_main(void *arg)
 		return NULL;
 	}
 	while (!__atomic_load_n(&L->stop, __ATOMIC_ACQUIRE) || loop_held) {
-		int ret = dev_aring_run(w->ring, 1, loop_held ? L->spin_ns : 0);
+		int ret;
 
+		if (!loop_held && w->used && idle_fn) {
+			ret = dev_aring_run_timeout(w->ring, 0, LOOP_IDLE_NS);
+			if (ret == -ETIME) {
+				w->used = 0;
+				idle_fn(); /* nothing in flight: loop_held 0 */
+				continue;
+			}
+		} else {
+			ret = dev_aring_run(w->ring, 1,
+					    loop_held ? L->spin_ns : 0);
+		}
 		if (ret < 0 && ret != -EINTR && ret != -EAGAIN &&
 		    ret != -EBUSY && !loop_held)
 			loop_stop(L);
@@ -342,13 +392,17 @@ static int loop_new(struct fuse_session *se, unsigned nworkers,
 		    struct loop **out)
 {
 	struct loop *L = calloc(1, sizeof(*L));
+	pthread_condattr_t ca;
 	unsigned i;
 	int ret = -ENOMEM, fl;
 
 	if (!L)
 		return -ENOMEM;
 	pthread_mutex_init(&L->lock, NULL);
-	pthread_cond_init(&L->cond, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* pool_wait */
+	pthread_cond_init(&L->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	L->tail = &L->head;
 	L->se = se;
 	L->fd = fuse_session_fd(se);

@@ -18,6 +18,11 @@ int fsloop_run(struct fuse_session *se, unsigned workers, unsigned pool,
 /* libfuse's own multi-threaded loop: a thread per request in progress. */
 int fsloop_run_mt(struct fuse_session *se, unsigned int threads);
 
+/* fn is called on a worker or pool thread that served requests and then had
+ * nothing to do for a second, with nothing in flight: it gives back the
+ * thread's buffers (fsloop_run's essay, Idle).  Set before fsloop_run. */
+void fsloop_on_idle(void (*fn)(void));
+
 /* On a worker: its ring; elsewhere NULL (then run requests synchronously). */
 struct dev_aring *fsloop_ring(void);
 /* Requests the calling worker has in flight (their locks held): +1 / -1. */

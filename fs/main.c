@@ -400,6 +400,7 @@ int main(int argc, char **argv)
 
 	if (!pthread_create(&ra_thread, NULL, readahead_main, &fs))
 		pthread_detach(ra_thread);
+	fsloop_on_idle(fs_thread_idle);
 	ret = fsloop_run(se, cfg.fuse_workers, cfg.fuse_threads,
 			 cfg.io_poll_us * 1000ull);
 

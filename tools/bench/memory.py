@@ -75,20 +75,40 @@ def measure(b, gib, daemon, ctl, wait_mounted, sh):
         del b.loops[loops0:], b.images[images0:]
 
 
+def marginal(rows):
+    """Set each measured row's "marginal": own bytes per extra GiB of cache since the previous measured row (the
+    per-slot cost, without the fixed part that own_per_gib spreads over small caches); None on the first."""
+    prev = None
+    for r in rows:
+        if "skip" in r:
+            continue
+        r["marginal"] = ((r["own"] - prev["own"]) / ((r["capacity"] - prev["capacity"]) / GiB)
+                         if prev and r["capacity"] > prev["capacity"] else None)
+        prev = r
+    return rows
+
+
 def report(rows):
     """Markdown lines."""
+    marginal(rows)
     md = ["## Memory: the daemon's own DRAM after mount\n",
           "Two sparse emulated DIMMs per cache, default block size, mirrors in /dev/shm. Own = VmRSS less the "
           "resident pages of the two mirror mappings (summed from /proc/PID/smaps; RssShmem, the same pages, shown "
-          "as a check). Target (issue 11): at most 2 MiB per GiB.\n",
-          "| cache | VmRSS MiB | mirrors mapped MiB (RssShmem) | own MiB (anon + file) | own MiB per GiB |",
-          "|---|---|---|---|---|"]
+          "as a check): anonymous memory (the daemon's heap, tables, stacks) plus the file-backed pages of its "
+          "program and shared libraries (about 4 MiB, shared with every other process that maps them). Marginal: "
+          "own MiB per extra GiB of cache since the row above, the per-slot cost without the fixed part. "
+          "Target (issue 11): at most 2 MiB per GiB.\n",
+          "| cache | VmRSS MiB | mirrors mapped MiB (RssShmem) | own MiB (anon + file) | own MiB per GiB "
+          "| anon MiB per GiB | marginal MiB per extra GiB |",
+          "|---|---|---|---|---|---|---|"]
     for r in rows:
         if "skip" in r:
-            md.append(f"| {r['gib']} GiB | {r['skip']} | | | |")
+            md.append(f"| {r['gib']} GiB | {r['skip']} | | | | | |")
             continue
-        md.append(f"| {r['capacity'] / GiB:.2f} GiB | {r['rss'] / MiB:.1f} | {r['mirrors_mapped'] / MiB:.1f} "
+        gib = r["capacity"] / GiB
+        m = "" if r["marginal"] is None else f"{r['marginal'] / MiB:.2f}"
+        md.append(f"| {gib:.2f} GiB | {r['rss'] / MiB:.1f} | {r['mirrors_mapped'] / MiB:.1f} "
                   f"({r['shmem'] / MiB:.1f}) | {r['own'] / MiB:.1f} ({r['anon'] / MiB:.1f} + {r['file'] / MiB:.1f}) "
-                  f"| {r['own_per_gib'] / MiB:.2f} |")
+                  f"| {r['own_per_gib'] / MiB:.2f} | {r['anon'] / MiB / gib:.2f} | {m} |")
     md.append("")
     return md
