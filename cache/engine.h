@@ -293,6 +293,9 @@ struct cache {
 	const char *stamp_xattr; /* the stamp's attribute, or NULL */
 	int by_path; /* files are found by path, not by handle */
 	uint64_t rename_seq; /* renames through the mount (atomic) */
+	/* tests only: run by file_ensure_record between the path's reading
+	 * and the record's publication (the window a rename can fall in) */
+	void (*test_noted)(struct cache *c, struct cfile *f);
 	uint8_t store_stamp[META_STAMP_LEN]; /* of the backing directory */
 	int store_foreign; /* not the one the headers name */
 	int coarse_times; /* the store keeps whole seconds (coherence.c) */
@@ -651,7 +654,7 @@ int ident_rel_path(struct cache *c, int fd, char *out, size_t len);
 /* Give f (f->fd open, rec_lock held) its path and stamp, before its record
  * is first persisted; an error when files are found by path and it has
  * none. */
-int ident_note(struct cache *c, struct cfile *f);
+int ident_note(struct cache *c, struct cfile *f, uint64_t *seq);
 /* 0 if fd is f's backing file, -ESTALE if not. */
 int ident_verify(struct cache *c, struct cfile *f, int fd);
 /* f's backing file opened again and verified: fd, -ESTALE (not found), or

@@ -704,10 +704,34 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/*
+ * A rename through the mount between the path's reading (ident_note) and the
+ * record's publication in c->recs is not seen by ident_renamed, which only
+ * walks published records: the record would keep the old path, and after a
+ * crash its dirty data would go to lost+found.  So once published, the path
+ * is read again if rename_seq moved since it was read.  A rename after that
+ * finds the record (it waits for f->rec_lock, held here, and then sees
+ * whether the path is still under its old name).  f->rec_lock held.
+ */
+static void file_recheck_path(struct cache *c, struct cfile *f, uint64_t seq)
+{
+	while (seq != __atomic_load_n(&c->rename_seq, __ATOMIC_ACQUIRE)) {
+		if (ident_note(c, f, &seq)) {
+			log_msg(LOG_WARNING,
+				"%s: renamed while it got its record, and its "
+				"new path cannot be read; after a crash its "
+				"dirty data would go to %s",
+				f->path ? f->path : "a file", LOST_FOUND_DIR);
+			return;
+		}
+	}
+}
+
 /* Give the file a persistent record before any slot entry names it; -ENOSPC
  * when none can be had now (the caller does without the cache). */
 int file_ensure_record(struct cache *c, struct cfile *f)
 {
+	uint64_t seq = 0;
 	int ret = 0;
 
 	if (__atomic_load_n(&f->rec, __ATOMIC_ACQUIRE))
@@ -715,12 +739,14 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&f->rec_lock);
 	if (f->rec)
 		goto out_unlock;
-	ret = ident_note(c, f);
+	ret = ident_note(c, f, &seq);
 	if (ret) {
 		/* cannot be found again after a crash: not cached */
 		ret = ret == -ENOMEM ? ret : -ENOSPC;
 		goto out_unlock;
 	}
+	if (c->test_noted)
+		c->test_noted(c, f);
 	pthread_mutex_lock(&c->lock);
 	while (!c->nfree_recs) {
 		/* evict clean data of files nobody has open */
@@ -759,6 +785,7 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 	f->rec = c->free_recs[--c->nfree_recs] + 1;
 	c->recs[f->rec - 1] = f;
 	pthread_mutex_unlock(&c->lock);
+	file_recheck_path(c, f, seq);
 	ret = file_persist_record(c, f);
 out_unlock:
 	pthread_mutex_unlock(&f->rec_lock);

@@ -386,7 +386,7 @@ static void ident_stamp(struct cache *c, struct cfile *f)
 	memcpy(f->stamp, s, sizeof(s));
 }
 
-int ident_note(struct cache *c, struct cfile *f)
+int ident_note(struct cache *c, struct cfile *f, uint64_t *seqp)
 {
 	char path[META_PATH_MAX];
 	uint64_t seq;
@@ -411,6 +411,8 @@ int ident_note(struct cache *c, struct cfile *f)
 		if (!ret && !f->path)
 			return -ENOMEM;
 	} while (seq != __atomic_load_n(&c->rename_seq, __ATOMIC_ACQUIRE));
+	if (seqp)
+		*seqp = seq;
 	return 0;
 }
 
