@@ -25,6 +25,28 @@ def mounted(path):
         return any(line.split()[1] == path for line in f)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def stale_sockets():
+    """A daemon killed with -9 leaves its control socket in /run/nvcachefs (a mount at the same place takes it
+    over); the tests mount at fresh places, so the ones they leave are removed: made in this session, and no
+    daemon answers."""
+    import socket
+    start = time.time() - 1
+    yield
+    d = "/run/nvcachefs"
+    for name in os.listdir(d) if os.path.isdir(d) else ():
+        path = os.path.join(d, name)
+        try:
+            if not name.endswith(".sock") or os.stat(path).st_mtime < start:
+                continue
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(path)
+        except ConnectionRefusedError:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 class Cache:
     """One cache: loop devices over /dev/shm files, two mirror files, a backing dir, a mount point."""
 
