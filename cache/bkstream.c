@@ -344,6 +344,17 @@ static void seg_readahead(struct bks_pool *p, struct bks *b, uint64_t done,
 		pthread_cond_broadcast(&p->work);
 }
 
+/* The file's size and generations a read is checked against (essay). */
+static void bks_snap(struct cache *c, struct cfile *f, uint64_t *size,
+		     uint64_t *wgen, uint64_t *bks_gen)
+{
+	pthread_mutex_lock(&c->lock);
+	*size = f->size;
+	*wgen = f->wgen;
+	pthread_mutex_unlock(&c->lock);
+	*bks_gen = __atomic_load_n(&f->bks_gen, __ATOMIC_ACQUIRE);
+}
+
 int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 	     uint64_t off, uint64_t window)
 {
@@ -360,11 +371,7 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 	b = p ? bks_get(c, p, f, window) : NULL;
 	if (!b)
 		return -EAGAIN;
-	pthread_mutex_lock(&c->lock);
-	size = f->size;
-	w = f->wgen;
-	pthread_mutex_unlock(&c->lock);
-	g = __atomic_load_n(&f->bks_gen, __ATOMIC_ACQUIRE);
+	bks_snap(c, f, &size, &w, &g);
 
 	pthread_mutex_lock(&p->lock);
 	for (cur = off; cur < end && !ret;) {
@@ -437,11 +444,7 @@ int bks_read_pinned(struct cache *c, struct cfile *f, size_t len, uint64_t off,
 	if (!window || !p || !__atomic_load_n(&f->bks, __ATOMIC_RELAXED) ||
 	    f->fd < 0)
 		return -EAGAIN;
-	pthread_mutex_lock(&c->lock);
-	size = f->size;
-	w = f->wgen;
-	pthread_mutex_unlock(&c->lock);
-	g = __atomic_load_n(&f->bks_gen, __ATOMIC_ACQUIRE);
+	bks_snap(c, f, &size, &w, &g);
 	pthread_mutex_lock(&p->lock);
 	while (f->bks && (s = seg_find(f->bks, off)) && s->state == SEG_LOADING)
 		pthread_cond_wait(&p->done, &p->lock);
