@@ -6,10 +6,12 @@
 
 /* A run of a pass: up to DESTAGE_BUF contiguous bytes of the file. */
 #define DESTAGE_BUF (1024u * 1024)
-/* Buffers of a pipeline: the one being read and the one written behind (4
- * measured no faster than 2 here: the reads of a run take longer than its
- * write). */
-#define DPIPE_NBUF 2
+/* Buffers of a pipeline: the one being read and up to DPIPE_NBUF - 1 written
+ * behind, by DPIPE_WRITERS helpers (direct writes want more than one in
+ * flight: destage_io.c).  Buffers are allocated as the pass needs them, so
+ * a small file's pass takes one. */
+#define DPIPE_NBUF 4
+#define DPIPE_WRITERS 2
 
 struct dpipe_job {
 	char *buf;
@@ -20,17 +22,20 @@ struct dpipe_job {
 struct dpipe {
 	struct cache *c;
 	struct cfile *f;
+	int dfd; /* f's backing file opened with O_DIRECT, or -1 */
 	char *cur; /* the buffer the pass reads into now */
 	char *bufs[DPIPE_NBUF];
+	unsigned nbufs; /* allocated */
 	char *free[DPIPE_NBUF];
 	unsigned nfree;
-	struct dpipe_job q[DPIPE_NBUF]; /* submitted, not yet written: a ring */
+	struct dpipe_job q[DPIPE_NBUF]; /* submitted, not yet taken: a ring */
 	unsigned head, nq;
-	int writing; /* the helper is writing q[head] */
+	unsigned writing; /* jobs taken by helpers and not yet done */
 	int err; /* the first write error: nothing after it is written */
-	int threaded, stop;
+	unsigned nthreads;
+	int stop;
 	uint64_t end; /* end of the last write submitted (offsets ascend) */
-	pthread_t thr;
+	pthread_t thr[DPIPE_WRITERS];
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 };

@@ -623,6 +623,9 @@ void file_check_backing(struct cache *c, struct cfile *f);
 
 int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
 		  uint64_t off);
+/* The same through another descriptor of f's backing file (O_DIRECT). */
+int backing_write_fd(struct cache *c, struct cfile *f, int fd, const void *buf,
+		     size_t len, uint64_t off);
 int backing_sync(struct cache *c, struct cfile *f, int data_only);
 
 /* engine.c */

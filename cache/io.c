@@ -67,11 +67,17 @@ int backing_read(struct cache *c, struct cfile *f, void *buf, size_t len,
 int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
 		  uint64_t off)
 {
+	return backing_write_fd(c, f, f->fd, buf, len, off);
+}
+
+int backing_write_fd(struct cache *c, struct cfile *f, int fd, const void *buf,
+		     size_t len, uint64_t off)
+{
 	uint64_t t0 = stat_clock(&c->stats);
 	size_t done = 0;
 
 	while (done < len) {
-		ssize_t n = pwrite(f->fd, (const char *)buf + done, len - done,
+		ssize_t n = pwrite(fd, (const char *)buf + done, len - done,
 				   off + done);
 
 		if (n < 0) {

@@ -1,10 +1,13 @@
 /* tests: destage — runs of many small blocks, flush on a busy mount, a backing
- * write failing in the middle of a pipelined pass. */
+ * write failing in the middle of a pipelined pass, direct and buffered
+ * backing writes. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "../../cache/engine.h"
 #include "env.h"
 
 /* 4 KiB blocks: a 1 MiB run of destage reads spans 256 slots, each still
@@ -133,6 +136,56 @@ static void test_flush_on_a_busy_mount(void)
 	free(buf);
 }
 
+/* Pages of the backing file in the page cache. */
+static size_t resident_pages(int fd, size_t size)
+{
+	size_t n = (size + 4095) / 4096, i, k = 0;
+	unsigned char *v = calloc(n, 1);
+	void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+
+	CHECK(m != MAP_FAILED);
+	CHECK_EQ(mincore(m, size, v), 0);
+	for (i = 0; i < n; i++)
+		k += v[i] & 1;
+	munmap(m, size);
+	free(v);
+	return k;
+}
+
+/*
+ * A pass writes whole pages to the backing file with O_DIRECT (they do not
+ * land in the page cache) and the file's last partial page through it
+ * (destage_io.c); on a store that refuses direct I/O (bks_off) everything
+ * goes through the page cache.  Either way the backing file ends up holding
+ * exactly what was written.
+ */
+static void test_direct_and_buffered_writes(void)
+{
+	size_t size = 5 * MiB + 1234;
+	char *buf = malloc(size);
+	struct cfile *f;
+	int fd, off;
+
+	for (off = 0; off < 2; off++) {
+		env_init(&e_err, 256, 64 * KiB);
+		f = file_open(&e_err, "f", &fd);
+		if (off)
+			__atomic_store_n(&f->bks_off, 1, __ATOMIC_RELAXED);
+		fill(buf, size, 7 + off);
+		CHECK_EQ(cache_write(e_err.c, f, buf, size, 0), 0);
+		CHECK_EQ(cache_flush(e_err.c, NULL, NULL), 0);
+		if (off)
+			CHECK_EQ(resident_pages(fd, size), (size + 4095) / 4096);
+		else /* only the tail page went through the page cache */
+			CHECK(resident_pages(fd, size) <= 1);
+		CHECK(backing_same(fd, buf, size));
+		cache_file_put(e_err.c, f);
+		close(fd);
+		env_fini(&e_err);
+	}
+	free(buf);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -140,6 +193,7 @@ int main(void)
 	RUN(test_destage_runs_of_small_blocks);
 	RUN(test_flush_on_a_busy_mount);
 	RUN(test_pipelined_pass_write_error);
+	RUN(test_direct_and_buffered_writes);
 	free(rbuf);
 	return CHECK_DONE();
 }
