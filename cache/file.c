@@ -757,7 +757,9 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 		struct cslot *s, *n;
 		int freed = 0, lru;
 
-		for (lru = SL_LRU_FIRST; lru <= SL_LRU_LAST && !freed; lru++)
+		/* pinned data is not dropped for a record: the request
+		 * goes around the cache instead */
+		for (lru = SL_LRU_FIRST; lru <= SL_LRU_HIGH && !freed; lru++)
 		for (s = slot_list_next(c, lru, NULL); s; s = n) {
 			struct cfile *o = c->recs[s->file - 1];
 

@@ -118,18 +118,21 @@ static int file_to_bypass(struct cache *c, struct cfile *f)
 
 int cache_file_policy_match(struct cache *c, struct cfile *f)
 {
-	struct pol_set *set = pol_live_get(&c->cfg->policies);
+	struct pol_set *set;
 	struct pol_match m;
 	char path[PATH_MAX];
 	uint64_t size;
-	int had, ret, old_lru;
+	int ret, old_lru;
 
+	/* no rules, and none held: nothing to do, and no lock taken (an open
+	 * costs what it did before policies) */
+	if (!__atomic_load_n(&c->cfg->policies, __ATOMIC_ACQUIRE) &&
+	    !__atomic_load_n(&f->pol.name, __ATOMIC_ACQUIRE))
+		return 0;
+	set = pol_live_get(&c->cfg->policies);
 	pthread_mutex_lock(&c->lock);
-	had = f->pol.name != NULL;
 	size = f->size;
 	pthread_mutex_unlock(&c->lock);
-	if (!set && !had)
-		return 0; /* no rules, and none held: nothing to do */
 	ret = f->fd >= 0 ? ident_rel_path(c, f->fd, path, sizeof(path))
 			 : -EBADF;
 	pol_match(set, ret ? NULL : path, size, &m);

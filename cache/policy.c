@@ -672,7 +672,8 @@ void pol_live_swap(struct pol_set **slot, struct pol_set **next)
 
 	pthread_mutex_lock(&pol_lock);
 	old = *slot;
-	*slot = *next;
+	/* read without the lock by an open's fast path (fpolicy.c) */
+	__atomic_store_n(slot, *next, __ATOMIC_RELEASE);
 	*next = NULL;
 	pthread_mutex_unlock(&pol_lock);
 	pol_set_put(old);

@@ -391,6 +391,44 @@ static void test_priority_change_moves_clean_data(void)
 	env_fini(&e);
 }
 
+/* pin = yes: evicted after every priority, high included. */
+static void test_pinned_outlasts_high(void)
+{
+	const size_t n = 256 * KiB;
+	char *p = malloc(n), *h = malloc(n), *x = malloc(n / 2);
+	struct cfile *fp, *fh, *fx;
+	int fdp, fdh, fdx;
+
+	env_init(&e, 4, 64 * KiB); /* 8 slots */
+	set_rules("[policy keep]\nmatch = *.pin\npin = yes\n"
+		  "[policy hi]\nmatch = *.high\npriority = high\n");
+	fill(p, n, 11);
+	fill(h, n, 12);
+	fill(x, n / 2, 13);
+	make_file("p.pin", p, n);
+	make_file("h.high", h, n);
+	make_file("x", x, n / 2);
+	fp = popen_f("p.pin", &fdp);
+	fh = popen_f("h.high", &fdh);
+	fx = popen_f("x", &fdx);
+	read_all(fp, p, n); /* the least recently used */
+	read_all(fh, h, n);
+	read_all(fx, x, n / 2); /* 2 blocks: the high file gives one */
+	CHECK_EQ(nslots(fp), 4);
+	CHECK_EQ(nslots(fh), 3);
+	CHECK(same(&e, fp, p, n, 0));
+	cache_file_put(e.c, fp);
+	cache_file_put(e.c, fh);
+	cache_file_put(e.c, fx);
+	close(fdp);
+	close(fdh);
+	close(fdx);
+	free(p);
+	free(h);
+	free(x);
+	env_fini(&e);
+}
+
 /* A bypass file never gets a slot, reads and writes are the backing
  * file's, byte for byte; data cached before it became bypass is destaged
  * and dropped at the open that made it so. */
@@ -560,6 +598,7 @@ int main(void)
 	RUN(test_reload_swaps_rules);
 	RUN(test_priority_eviction_order);
 	RUN(test_priority_change_moves_clean_data);
+	RUN(test_pinned_outlasts_high);
 	RUN(test_bypass_never_allocates);
 	RUN(test_modes_by_policy);
 	RUN(test_destage_after_picks_the_file);
