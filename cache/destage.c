@@ -459,9 +459,9 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 			continue;
 		if (urgent)
 			return f;
-		if (!bound || f->dirty_since + bound >=
-				      (best < now + *wait_ms ? best
-							     : now + *wait_ms))
+		if (!bound ||
+		    f->dirty_since + bound >=
+			    (best < now + *wait_ms ? best : now + *wait_ms))
 			break; /* none after it is due sooner */
 		age = file_age_ms(c, f);
 		if (!age)

@@ -74,14 +74,7 @@ struct slink {
  * level moves its clean slots (file_relist_locked), under c->lock, and every
  * slot put on an LRU list goes on slot_lru()'s.
  */
-enum {
-	SL_FREE,
-	SL_LRU_LOW,
-	SL_LRU,
-	SL_LRU_HIGH,
-	SL_LRU_PINNED,
-	SL_NHEADS
-};
+enum { SL_FREE, SL_LRU_LOW, SL_LRU, SL_LRU_HIGH, SL_LRU_PINNED, SL_NHEADS };
 #define SL_LRU_FIRST SL_LRU_LOW /* the LRU lists, in eviction order */
 #define SL_LRU_LAST SL_LRU_PINNED
 _Static_assert(SL_LRU_LOW + PRIO_NORMAL == SL_LRU &&

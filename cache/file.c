@@ -760,21 +760,21 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 		/* pinned data is not dropped for a record: the request
 		 * goes around the cache instead */
 		for (lru = SL_LRU_FIRST; lru <= SL_LRU_HIGH && !freed; lru++)
-		for (s = slot_list_next(c, lru, NULL); s; s = n) {
-			struct cfile *o = c->recs[s->file - 1];
+			for (s = slot_list_next(c, lru, NULL); s; s = n) {
+				struct cfile *o = c->recs[s->file - 1];
 
-			n = slot_list_next(c, lru, s);
-			if (s->pins || o->refs)
-				continue;
-			o->refs++;
-			slot_drop_locked(c, s);
-			CNT_ADD(c, evictions, 1);
-			file_put_locked(c, o);
-			if (c->nfree_recs) {
-				freed = 1;
-				break;
+				n = slot_list_next(c, lru, s);
+				if (s->pins || o->refs)
+					continue;
+				o->refs++;
+				slot_drop_locked(c, s);
+				CNT_ADD(c, evictions, 1);
+				file_put_locked(c, o);
+				if (c->nfree_recs) {
+					freed = 1;
+					break;
+				}
 			}
-		}
 		if (freed)
 			break;
 		/*

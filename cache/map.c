@@ -363,21 +363,21 @@ int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
 	int lru;
 
 	for (lru = SL_LRU_FIRST; lru <= SL_LRU_LAST; lru++)
-	for (v = slot_list_next(c, lru, NULL); v;
-	     v = slot_list_next(c, lru, v)) {
-		struct cfile *o = c->recs[v->file - 1];
+		for (v = slot_list_next(c, lru, NULL); v;
+		     v = slot_list_next(c, lru, v)) {
+			struct cfile *o = c->recs[v->file - 1];
 
-		if (v->pins || v == keep || slot_failed(c, v) ||
-		    (int)(slot_idx(c, v) % c->ndevs) == avoid)
-			continue;
-		slot_drop_locked(c, v);
-		CNT_ADD(c, evictions, 1);
-		if (!o->refs && !o->nslots) {
-			o->refs++;
-			file_put_locked(c, o);
+			if (v->pins || v == keep || slot_failed(c, v) ||
+			    (int)(slot_idx(c, v) % c->ndevs) == avoid)
+				continue;
+			slot_drop_locked(c, v);
+			CNT_ADD(c, evictions, 1);
+			if (!o->refs && !o->nslots) {
+				o->refs++;
+				file_put_locked(c, o);
+			}
+			return 0;
 		}
-		return 0;
-	}
 	return -ENOSPC;
 }
 
