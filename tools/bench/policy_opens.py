@@ -1,5 +1,5 @@
-"""Bench: the cost of [policy] rules at open — opens through the mount with no rules vs 20 rules (none matching
-every rule is tried). Alternating rounds in one mount each; prints opens per second and the ratio."""
+"""Bench: the cost of [policy] rules at open — opens through the mount with no rules vs 20 rules (none
+matching the files, so every rule is tried). Alternating rounds in one mount; opens per second and the ratio."""
 import os, sys, signal, time, tempfile, subprocess
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "integration"))
 os.environ.setdefault("NVC_BUILD", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build"))
