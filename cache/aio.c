@@ -160,7 +160,7 @@ static int aread_lock(struct cache_aio *a)
 
 		if (s->state == SLOT_CLEAN) {
 			slot_list_del(c, s);
-			slot_list_add_tail(c, SL_LRU, s);
+			slot_list_add_tail(c, slot_lru(c, s), s);
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -224,8 +224,7 @@ static int awrite_begin(struct cache_aio *a, const char *src)
 
 	if (f->ro || !a->len || end < a->off || end > c->max_file_size ||
 	    !f->rec || c->cfg->dirty_copies > 1 ||
-	    __atomic_load_n(&c->cfg->mode, __ATOMIC_RELAXED) !=
-		    MODE_WRITEBACK ||
+	    file_mode(c, f) != MODE_WRITEBACK ||
 	    a->len > IO_BUF_BYTES - 2 * NVC_PAGE - c->bs)
 		return -EAGAIN;
 	/* the spans cover whole pages; wseg_begin keeps a partial page's

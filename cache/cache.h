@@ -26,6 +26,8 @@ enum identity_mode { IDENT_AUTO, IDENT_HANDLE, IDENT_PATH };
 enum conflict_policy { CONFLICT_OVERWRITE, CONFLICT_KEEP_BOTH };
 enum on_close_policy { ON_CLOSE_NONE, ON_CLOSE_FLUSH };
 
+struct pol_set;
+
 /* Every tunable is a row of the table in config.c; this struct holds values. */
 struct cache_config {
 	char *devices; /* comma-separated, split into dev_paths */
@@ -60,6 +62,9 @@ struct cache_config {
 	uint64_t read_ahead;
 	int stats_latency;
 	char *stats_readers;
+	/* [policy NAME] sections, in order (policy.c); NULL: none.  Replaced
+	 * by a reload (pol_live_swap) while opens read it (pol_live_get). */
+	struct pol_set *policies;
 	/* where each key was set, for FILE:LINE messages */
 	const char *file;
 	int line[32];
@@ -76,8 +81,9 @@ int cfg_override(struct cache_config *c, const char *kv, char *err,
 		 size_t errlen);
 /* Check values against each other; fills err on contradiction. */
 int cfg_validate(struct cache_config *c, char *err, size_t errlen);
-/* Copy the tunables that may change while mounted; logs each change. */
-int cfg_reload_into(struct cache_config *live, const struct cache_config *next);
+/* Copy the tunables that may change while mounted; logs each change.  The
+ * policies are taken from next (which keeps none). */
+int cfg_reload_into(struct cache_config *live, struct cache_config *next);
 void cfg_help(FILE *f);
 void cfg_print(const struct cache_config *c, FILE *f);
 void cfg_free(struct cache_config *c);
@@ -144,6 +150,15 @@ int cache_file_get_st(struct cache *c, int fd, struct cfile **out,
 int cache_file_get_new(struct cache *c, int fd, int rwfd,
 		       const struct stat *st, struct cfile **out);
 void cache_file_put(struct cache *c, struct cfile *f);
+/*
+ * At an open (after cache_file_revalidate, before O_TRUNC): match f against
+ * the [policy] rules loaded now, by its path and size; f keeps what it got
+ * until its next open (fpolicy.c).  0, or -ENOMEM.
+ */
+int cache_file_policy_match(struct cache *c, struct cfile *f);
+/* The name of the policy f got at its last open, or NULL (none); valid for
+ * the life of the process. */
+const char *cache_file_policy(const struct cfile *f);
 /* The backing file could only be opened for reading. */
 int cache_file_readonly(const struct cfile *f);
 /* Size and mtime as the mount must show them, if the cache tracks the file. */

@@ -2,6 +2,7 @@
  * them. */
 #define _GNU_SOURCE
 #include "cache.h"
+#include "policy.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -163,7 +164,7 @@ static int parse_u64(const char *s, uint64_t *out, const char **end)
 	return 0;
 }
 
-static int parse_size(const char *s, uint64_t *out)
+int cfg_parse_size(const char *s, uint64_t *out)
 {
 	const char *e;
 	uint64_t v, mul = 1;
@@ -201,7 +202,7 @@ static int parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-static int parse_time_ms(const char *s, uint64_t *out)
+int cfg_parse_time_ms(const char *s, uint64_t *out)
 {
 	const char *e;
 	uint64_t v, mul;
@@ -253,7 +254,7 @@ static int cfg_set_key(struct cache_config *c, const struct cfg_key *k,
 		*(char **)field = dup;
 		return 0;
 	case T_SIZE:
-		ret = parse_size(value, &v);
+		ret = cfg_parse_size(value, &v);
 		if (ret) {
 			snprintf(msg, len,
 				 "%s.%s: '%s' is not a size (use K, M, G, T)",
@@ -268,7 +269,7 @@ static int cfg_set_key(struct cache_config *c, const struct cfg_key *k,
 		end = strstr(tmp, "/s");
 		if (end && !end[2])
 			*end = 0;
-		ret = strlen(value) < sizeof(tmp) ? parse_size(tmp, &v)
+		ret = strlen(value) < sizeof(tmp) ? cfg_parse_size(tmp, &v)
 						  : -EINVAL;
 		if (ret) {
 			snprintf(msg, len,
@@ -288,7 +289,7 @@ static int cfg_set_key(struct cache_config *c, const struct cfg_key *k,
 		}
 		break;
 	case T_TIME:
-		ret = parse_time_ms(value, &v);
+		ret = cfg_parse_time_ms(value, &v);
 		if (ret) {
 			snprintf(msg, len,
 				 "%s.%s: '%s' is not a time (use s, ms or min)",
@@ -352,6 +353,33 @@ static char *reader_refuse(struct parse_ctx *p, const char *what)
 }
 
 /*
+ * A section header: a [policy NAME] section begins a rule here, before inih
+ * hands over its keys, so that a section without keys, or with a name taken
+ * already, is seen at its own line.  inih reads the name between the
+ * brackets as it is; so does pol_is_section.
+ */
+static int section_seen(struct parse_ctx *p, const char *line)
+{
+	char name[INI_MAX_LINE + 1], msg[CFG_ERRLEN];
+	const char *end, *pname;
+
+	while (isspace((unsigned char)*line))
+		line++;
+	if (*line != '[' || !(end = strchr(line, ']')) ||
+	    (size_t)(end - line) > sizeof(name))
+		return 0;
+	snprintf(name, sizeof(name), "%.*s", (int)(end - line - 1), line + 1);
+	if (!pol_is_section(name, &pname))
+		return 0;
+	if (pol_section_begin(&p->c->policies, pname, p->line, msg,
+			      sizeof(msg))) {
+		reader_refuse(p, msg);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
  * One line for inih, or NULL.  inih cuts a line at its buffer and parses the
  * rest as a line of its own, and ends it at a NUL byte: both would change what
  * the file says without a word, so both are refused here.
@@ -382,6 +410,8 @@ static char *counting_reader(char *str, int num, void *stream)
 		}
 		/* exactly a full buffer: the newline is all that is left */
 	}
+	if (section_seen(p, str))
+		return NULL;
 	return r;
 }
 
@@ -391,9 +421,20 @@ static int cfg_ini_handler(void *user, const char *section, const char *name,
 	struct parse_ctx *p = user;
 	const struct cfg_key *k = key_find(section, name);
 	char msg[CFG_ERRLEN];
+	const char *pname;
 
 	if (p->failed)
 		return 0;
+	if (pol_is_section(section, &pname)) {
+		if (pol_set_key(p->c->policies, name, value, p->line, msg,
+				sizeof(msg))) {
+			snprintf(p->err, p->errlen, "%s:%d: %s", p->c->file,
+				 p->line, msg);
+			p->failed = 1;
+			return 0;
+		}
+		return 1;
+	}
 	if (!k) {
 		snprintf(p->err, p->errlen, "%s:%d: unknown key '%s.%s'",
 			 p->c->file, p->line, section, name);
@@ -437,6 +478,15 @@ int cfg_load(struct cache_config *c, const char *path, char *err, size_t errlen)
 	if (ret < 0) {
 		snprintf(err, errlen, "%s: cannot parse", path);
 		return -EIO;
+	}
+	{
+		char msg[CFG_ERRLEN];
+		int line = 0;
+
+		if (pol_validate(c->policies, &line, msg, sizeof(msg))) {
+			snprintf(err, errlen, "%s:%d: %s", path, line, msg);
+			return -EINVAL;
+		}
 	}
 	return 0;
 }
@@ -624,7 +674,7 @@ int cfg_validate(struct cache_config *c, char *err, size_t errlen)
 	return 0;
 }
 
-int cfg_reload_into(struct cache_config *live, const struct cache_config *next)
+int cfg_reload_into(struct cache_config *live, struct cache_config *next)
 {
 	size_t i;
 	int changed = 0;
@@ -662,6 +712,14 @@ int cfg_reload_into(struct cache_config *live, const struct cache_config *next)
 		log_msg(LOG_WARNING,
 			"reload: %s.%s cannot change while mounted; kept",
 			k->section, k->key);
+	}
+	if (!pol_set_equal(live->policies, next->policies)) {
+		log_msg(LOG_NOTICE,
+			"reload: policies: %d rules -> %d; files opened from "
+			"now on match the new ones",
+			pol_count(live->policies), pol_count(next->policies));
+		pol_live_swap(&live->policies, &next->policies);
+		changed++;
 	}
 	if (!changed)
 		log_msg(LOG_NOTICE, "reload: no tunable changed");
@@ -703,6 +761,7 @@ void cfg_help(FILE *f)
 			k->reload ? " (SIGHUP)" : "",
 			k->def ? k->def : "required");
 	}
+	pol_help(f);
 }
 
 void cfg_print(const struct cache_config *c, FILE *f)
@@ -724,6 +783,7 @@ void cfg_print(const struct cache_config *c, FILE *f)
 				(unsigned long long)*(const uint64_t *)v,
 				k->type == T_TIME ? "ms" : "");
 	}
+	pol_print(c->policies, f);
 }
 
 void cfg_free(struct cache_config *c)
@@ -739,5 +799,6 @@ void cfg_free(struct cache_config *c)
 	free(c->meta_paths[0]);
 	free(c->meta_paths[1]);
 	free((char *)c->file);
+	pol_set_put(c->policies);
 	memset(c, 0, sizeof(*c));
 }

@@ -415,14 +415,22 @@ out_free:
  * Which file to destage now, if any (c->lock held).  *wait_ms says how long
  * to sleep otherwise.  Reasons, strongest first: a flush is waiting; writers
  * wait for space; dirty slots are above the high watermark (then destage goes
- * on down to the low one); the oldest dirty data passed max_dirty_age; the
- * mount has been idle for idle_after.
+ * on down to the low one); a file's oldest dirty data passed its age (its
+ * policy's destage_after, else max_dirty_age: file_age_ms); the mount has
+ * been idle for idle_after.
+ *
+ * The dirty files are listed oldest first (dirty_since), but their ages
+ * differ, so the one due first need not be the first.  No age is below
+ * bound (the shortest one a file has had, or max_dirty_age), so no file
+ * after one whose dirty_since + bound is past the earliest due time found
+ * (or past the longest sleep) can be due sooner: the walk stops there.
+ * Without policies it stops at the first file, as before.
  */
 static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 {
 	struct cache_config *cfg = c->cfg;
-	uint64_t now = now_ms(), pct, age = cfg->max_dirty_age_ms;
-	uint64_t idle = cfg->idle_ms, last = c->last_io;
+	uint64_t now = now_ms(), pct, bound = cfg->max_dirty_age_ms;
+	uint64_t idle = cfg->idle_ms, last = c->last_io, due, best = UINT64_MAX;
 	int urgent;
 	struct list *l;
 
@@ -441,17 +449,31 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 		 c->stopping;
 	if (!urgent && idle && now - last >= idle)
 		urgent = 1;
+	if (c->pol_min_age && (!bound || c->pol_min_age < bound))
+		bound = c->pol_min_age;
 	for (l = c->dirty_files.next; l != &c->dirty_files; l = l->next) {
 		struct cfile *f = list_entry(l, struct cfile, dlink);
+		uint64_t age;
 
 		if (f->destaging || (f->fd < 0 && !f->hbytes && !f->path))
 			continue;
-		if (urgent || (age && now - f->dirty_since >= age))
+		if (urgent)
 			return f;
-		if (age && f->dirty_since + age - now < *wait_ms)
-			*wait_ms = f->dirty_since + age - now;
-		break; /* the list is oldest first */
+		if (!bound ||
+		    f->dirty_since + bound >=
+			    (best < now + *wait_ms ? best : now + *wait_ms))
+			break; /* none after it is due sooner */
+		age = file_age_ms(c, f);
+		if (!age)
+			continue; /* never by age */
+		due = f->dirty_since + age;
+		if (due <= now)
+			return f;
+		if (due < best)
+			best = due;
 	}
+	if (best != UINT64_MAX && best - now < *wait_ms)
+		*wait_ms = best - now;
 	if (idle && now - last < idle && last + idle - now < *wait_ms)
 		*wait_ms = last + idle - now;
 	return NULL;

@@ -14,6 +14,7 @@
 #include "bkstream.h"
 #include "cache.h"
 #include "meta.h"
+#include "policy.h"
 #include "slot.h"
 #include "srw.h"
 #include "stats.h"
@@ -51,18 +52,34 @@ static inline void list_add_tail(struct list *head, struct list *e)
 	((type *)((char *)(p)-offsetof(type, member)))
 
 /*
- * The free list and the LRU list link slots by index, 8 bytes a slot instead
+ * The free list and the LRU lists link slots by index, 8 bytes a slot instead
  * of two pointers.  They are circular like struct list: a node id below
- * c->nslots is that slot, c->nslots + SL_FREE and c->nslots + SL_LRU are the
- * two heads (c->lheads), so a slot leaves a list without knowing which one it
- * is on, and a slot on no list links to itself.  Ids are 32 bits, like the
+ * c->nslots is that slot, c->nslots + SL_FREE etc. are the heads
+ * (c->lheads), so a slot leaves a list without knowing which one it is on,
+ * and a slot on no list links to itself.  Ids are 32 bits, like the
  * hash chains and twins: a cache has fewer than 2^32 - 2 slots (recover.c).
  */
 struct slink {
 	uint32_t prev, next;
 };
 
-enum { SL_FREE, SL_LRU, SL_NHEADS };
+/*
+ * Eviction levels (policies by path, fpolicy.c).  A clean slot is on the LRU
+ * list of its file's level: low, normal (SL_LRU) or high priority, or pinned.
+ * Eviction takes the least recently used slot of the lowest level that has
+ * one it may take, so low-priority clean data goes before normal, normal
+ * before high, LRU within a level; pinned data goes last, only when nothing
+ * else can.  The level is the file's (file_lru), never stored per slot: the
+ * DRAM per slot stays within SLOT_DRAM_BUDGET.  So whoever changes a file's
+ * level moves its clean slots (file_relist_locked), under c->lock, and every
+ * slot put on an LRU list goes on slot_lru()'s.
+ */
+enum { SL_FREE, SL_LRU_LOW, SL_LRU, SL_LRU_HIGH, SL_LRU_PINNED, SL_NHEADS };
+#define SL_LRU_FIRST SL_LRU_LOW /* the LRU lists, in eviction order */
+#define SL_LRU_LAST SL_LRU_PINNED
+_Static_assert(SL_LRU_LOW + PRIO_NORMAL == SL_LRU &&
+		       SL_LRU_LOW + PRIO_HIGH == SL_LRU_HIGH,
+	       "a priority's list is SL_LRU_LOW + priority");
 
 /*
  * The dirty-block lifecycle.  A slot is FREE (on the free list, its
@@ -223,6 +240,9 @@ struct cfile {
 	uint8_t stamp[META_STAMP_LEN]; /* identity stamp; all zero: none */
 	char *path; /* relative to the backing directory (rec_lock); or NULL */
 	struct coh coh;
+	/* what its policy gives it (fpolicy.c): matched at each open, under
+	 * c->lock; pol.mode also read without it (atomic) */
+	struct pol_match pol;
 	struct admit_state adm; /* its read streams (admit.c) */
 	struct bks *bks; /* its direct backing reads (bkstream.c) */
 	uint64_t bks_gen; /* backing changes and opens (atomic; bkstream.c) */
@@ -255,7 +275,9 @@ struct cache {
 	struct cfile **recs;
 	uint32_t *free_recs;
 	uint32_t nfree_recs;
-	struct slink lheads[SL_NHEADS]; /* the free list and the LRU list */
+	struct slink lheads[SL_NHEADS]; /* the free list and the LRU lists */
+	uint64_t pol_min_age; /* the shortest destage_after a file has had
+				 (0: none); c->lock */
 	struct list dirty_files;
 	uint64_t nfree, ndirty_slots, dirty_pages, valid_pages;
 	uint64_t ntwins; /* second copies: slots that dirty data occupies too */
@@ -418,6 +440,43 @@ static inline struct cslot *slot_list_next(struct cache *c, int head,
 	uint32_t id = s ? s->link.next : c->lheads[head].next;
 
 	return id < c->nslots ? &c->slots[id] : NULL;
+}
+
+/*
+ * Is f's data pinned?  The one place that says so: the policy's pin = yes
+ * here; the pin command (nvcachectl pin) joins it at the merge.  Whoever
+ * changes the answer calls file_relist_locked.  c->lock held.
+ */
+static inline int file_pinned(const struct cfile *f)
+{
+	return f->pol.pin;
+}
+
+/* The LRU list of f's clean slots (c->lock held). */
+static inline int file_lru(const struct cfile *f)
+{
+	return file_pinned(f) ? SL_LRU_PINNED : SL_LRU_LOW + f->pol.prio;
+}
+
+/* The LRU list a clean slot goes on (c->lock held). */
+static inline int slot_lru(struct cache *c, const struct cslot *s)
+{
+	return file_lru(c->recs[s->file - 1]);
+}
+
+/* f's mode: its policy's, else cache.mode; read once per request. */
+static inline int file_mode(struct cache *c, const struct cfile *f)
+{
+	int m = __atomic_load_n(&f->pol.mode, __ATOMIC_ACQUIRE);
+
+	return m >= 0 ? m : __atomic_load_n(&c->cfg->mode, __ATOMIC_RELAXED);
+}
+
+/* Dirty data of f older than this is destaged (0: never by age); c->lock. */
+static inline uint64_t file_age_ms(struct cache *c, const struct cfile *f)
+{
+	return f->pol.age_ms != POL_AGE_GLOBAL ? f->pol.age_ms
+					       : c->cfg->max_dirty_age_ms;
 }
 
 /* A slot's page bitmaps (slot.h) and what is done with them. */
@@ -677,6 +736,10 @@ int salvage_copy(struct cache *c, struct cfile *f, int srcfd, int dirfd,
 void salvage_drop(struct cache *c, struct cfile *f);
 /* f cannot be found: its dirty data to lost+found, then forgotten. */
 int salvage_lost(struct cache *c, struct cfile *f);
+
+/* fpolicy.c: policies applied to files */
+/* Move f's clean slots to the LRU list of its level now (c->lock held). */
+void file_relist_locked(struct cache *c, struct cfile *f);
 
 /* destage.c */
 int destage_start(struct cache *c);

@@ -68,6 +68,10 @@ struct cfile *file_new(void)
 	if (!f)
 		return NULL;
 	f->fd = -1;
+	/* no policy yet: the global keys (fpolicy.c) */
+	f->pol.mode = -1;
+	f->pol.prio = PRIO_NORMAL;
+	f->pol.age_ms = POL_AGE_GLOBAL;
 	list_init(&f->slots);
 	list_init(&f->dlink);
 	pthread_rwlock_init(&f->rw, NULL);
@@ -751,23 +755,26 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 	while (!c->nfree_recs) {
 		/* evict clean data of files nobody has open */
 		struct cslot *s, *n;
-		int freed = 0;
+		int freed = 0, lru;
 
-		for (s = slot_list_next(c, SL_LRU, NULL); s; s = n) {
-			struct cfile *o = c->recs[s->file - 1];
+		/* pinned data is not dropped for a record: the request
+		 * goes around the cache instead */
+		for (lru = SL_LRU_FIRST; lru <= SL_LRU_HIGH && !freed; lru++)
+			for (s = slot_list_next(c, lru, NULL); s; s = n) {
+				struct cfile *o = c->recs[s->file - 1];
 
-			n = slot_list_next(c, SL_LRU, s);
-			if (s->pins || o->refs)
-				continue;
-			o->refs++;
-			slot_drop_locked(c, s);
-			CNT_ADD(c, evictions, 1);
-			file_put_locked(c, o);
-			if (c->nfree_recs) {
-				freed = 1;
-				break;
+				n = slot_list_next(c, lru, s);
+				if (s->pins || o->refs)
+					continue;
+				o->refs++;
+				slot_drop_locked(c, s);
+				CNT_ADD(c, evictions, 1);
+				file_put_locked(c, o);
+				if (c->nfree_recs) {
+					freed = 1;
+					break;
+				}
 			}
-		}
 		if (freed)
 			break;
 		/*

@@ -216,7 +216,8 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 	struct dev_io io;
 	int i;
 
-	if (file_ensure_record(c, f))
+	/* f->rw held: a bypass file keeps nothing (fpolicy.c) */
+	if (file_mode(c, f) == MODE_BYPASS || file_ensure_record(c, f))
 		return;
 	for (i = 0; i < nsp; i++) {
 		struct span *x = &sp[i];
@@ -478,7 +479,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		pb_get(c, slot_valid(c, x->s), x->valid);
 		if (x->s->state == SLOT_CLEAN) {
 			slot_list_del(c, x->s);
-			slot_list_add_tail(c, SL_LRU, x->s);
+			slot_list_add_tail(c, slot_lru(c, x->s), x->s);
 		}
 		pthread_mutex_unlock(&c->lock);
 		for (p = x->p0; p < x->p1;) {
@@ -704,6 +705,8 @@ int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 	if (len > size - off)
 		len = size - off;
 	admit_read(c, f, off, len, &v);
+	if (file_mode(c, f) == MODE_BYPASS)
+		v.bypass = 1; /* under f->rw: it has no slot (fpolicy.c) */
 	assert(!tl_def || !tl_def->nchunks); /* the last one was finished */
 	if (defer && read_pinned(c, f, len, off, &v, data)) {
 		*n = len;

@@ -235,7 +235,7 @@ void slot_settle(struct cache *c, struct cslot *s)
 		s->state = SLOT_DIRTY;
 	} else if (pb_any(c, slot_valid(c, s))) {
 		s->state = SLOT_CLEAN;
-		slot_list_add_tail(c, SL_LRU, s);
+		slot_list_add_tail(c, slot_lru(c, s), s);
 		if (!s->pins)
 			space_freed_locked(c);
 	} else {
@@ -354,27 +354,30 @@ struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
 
 /*
  * Free the least recently used clean slot that nobody pins, on a working
- * device other than avoid (-1: any), never keep.  0 if one went free.
+ * device other than avoid (-1: any), never keep, from the lowest eviction
+ * level that has one (engine.h).  0 if one went free.
  */
 int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
 {
 	struct cslot *v;
+	int lru;
 
-	for (v = slot_list_next(c, SL_LRU, NULL); v;
-	     v = slot_list_next(c, SL_LRU, v)) {
-		struct cfile *o = c->recs[v->file - 1];
+	for (lru = SL_LRU_FIRST; lru <= SL_LRU_LAST; lru++)
+		for (v = slot_list_next(c, lru, NULL); v;
+		     v = slot_list_next(c, lru, v)) {
+			struct cfile *o = c->recs[v->file - 1];
 
-		if (v->pins || v == keep || slot_failed(c, v) ||
-		    (int)(slot_idx(c, v) % c->ndevs) == avoid)
-			continue;
-		slot_drop_locked(c, v);
-		CNT_ADD(c, evictions, 1);
-		if (!o->refs && !o->nslots) {
-			o->refs++;
-			file_put_locked(c, o);
+			if (v->pins || v == keep || slot_failed(c, v) ||
+			    (int)(slot_idx(c, v) % c->ndevs) == avoid)
+				continue;
+			slot_drop_locked(c, v);
+			CNT_ADD(c, evictions, 1);
+			if (!o->refs && !o->nslots) {
+				o->refs++;
+				file_put_locked(c, o);
+			}
+			return 0;
 		}
-		return 0;
-	}
 	return -ENOSPC;
 }
 
@@ -397,6 +400,8 @@ struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 {
 	struct cslot *s;
 
+	/* a bypass file has no slot (fpolicy.c) */
+	assert(__atomic_load_n(&f->pol.mode, __ATOMIC_RELAXED) != MODE_BYPASS);
 	/* blocks spread over the devices by position, first copies too */
 	while (!(s = free_take_locked(c, -1, (blk + f->rec) % c->ndevs)))
 		if (evict_one_locked(c, -1, NULL))

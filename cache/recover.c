@@ -454,8 +454,8 @@ static int cache_alloc(struct cache *c)
 		list_init(&c->slots[i].flink);
 		c->slots[i].state = SLOT_FRESH;
 	}
-	slot_list_init(c, SL_FREE);
-	slot_list_init(c, SL_LRU);
+	for (i = 0; i < SL_NHEADS; i++)
+		slot_list_init(c, i);
 	list_init(&c->dirty_files);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->rate_lock, NULL);

@@ -562,7 +562,7 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 		return 0;
 	if (end < off || end > c->max_file_size)
 		return -EFBIG;
-	if (mode == MODE_WRITEAROUND)
+	if (mode == MODE_WRITEAROUND || mode == MODE_BYPASS)
 		return write_around(c, f, src, len, off);
 	ret = file_ensure_record(c, f);
 	if (ret == -ENOSPC) /* no record to be had: around the cache */
@@ -570,6 +570,11 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 	if (ret)
 		return ret;
 	pthread_rwlock_rdlock(&f->rw);
+	if (file_mode(c, f) == MODE_BYPASS) {
+		/* it became bypass since the mode was read (fpolicy.c) */
+		pthread_rwlock_unlock(&f->rw);
+		return write_around(c, f, src, len, off);
+	}
 	while (cur < end && !ret) {
 		nsp = 0;
 		seg_bytes = 0;
@@ -640,8 +645,7 @@ int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
 	assert(!cache_aio_held());
 
 	CNT_ADD(c, write_ops, 1);
-	ret = write_any(c, f, vsrc, len, off,
-			__atomic_load_n(&c->cfg->mode, __ATOMIC_RELAXED));
+	ret = write_any(c, f, vsrc, len, off, file_mode(c, f));
 	if (!ret)
 		CNT_ADD(c, write_bytes, len);
 	return ret;
@@ -977,7 +981,7 @@ int cache_fsync(struct cache *c, struct cfile *f)
 	/* the backing file's own existence must survive power loss too */
 	if (!ret && f)
 		ret = file_bk_sync(c, f);
-	if (!ret && c->cfg->mode != MODE_WRITEBACK && f) {
+	if (!ret && f && file_mode(c, f) != MODE_WRITEBACK) {
 		if (backing_sync(c, f, 1))
 			ret = -errno;
 		else

@@ -522,6 +522,8 @@ static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 	fh->cf = cf;
 	fh->kfd = -1;
 	ret = open_revalidate(fs, ino, fh->cf, st, fi, created);
+	if (!ret) /* its [policy], by path and size before O_TRUNC */
+		ret = cache_file_policy_match(fs->cache, fh->cf);
 	if (ret) {
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);

@@ -1,7 +1,8 @@
 /* tests/fuzz: the configuration parser — cfg_load on the fuzzed file,
- * cfg_override on fuzzed -o strings, cfg_validate. */
+ * cfg_override on fuzzed -o strings, cfg_validate, a policy match. */
 #define _GNU_SOURCE
 #include "fuzz.h"
+#include "../../cache/policy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		must_say(ret, err, "cfg_validate refused without an error");
 	}
 	if (!ret) {
+		struct pol_match m;
+
+		pol_match(c.policies, "scratch/a/b.tmp", 12345, &m);
+		pol_match(c.policies, "x", 0, &m);
 		cfg_print(&c, null);
 		cfg_defaults(&live);
 		cfg_reload_into(&live, &c);
