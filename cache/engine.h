@@ -62,7 +62,9 @@ struct slink {
 	uint32_t prev, next;
 };
 
-enum { SL_FREE, SL_LRU, SL_NHEADS };
+/* SL_PIN: clean slots of pinned files, evicted only past cache.max_pinned
+ * (filectl.c) */
+enum { SL_FREE, SL_LRU, SL_PIN, SL_NHEADS };
 
 /*
  * The dirty-block lifecycle.  A slot is FREE (on the free list, its
@@ -152,7 +154,8 @@ struct cslot {
 	uint8_t state;
 	uint8_t persisted; /* the persistent entry is not free */
 	uint8_t is_twin; /* the second copy of another slot's dirty pages */
-	struct slink link; /* free list or LRU */
+	uint8_t on; /* the list link is on: 1 + its head, 0: none */
+	struct slink link; /* free list, LRU or pinned list */
 	struct list flink; /* the owning file's slots */
 };
 
@@ -229,6 +232,8 @@ struct cfile {
 	int bks_off; /* its store refused direct I/O (atomic) */
 	struct list slots;
 	struct list dlink; /* on c->dirty_files while ndirty > 0 */
+	int pinned; /* nvcachectl pin (c->lock; MF_PINNED): filectl.c */
+	struct list plink; /* on c->pinned_files while pinned */
 	struct cfile *hnext;
 	pthread_rwlock_t rw;
 	pthread_mutex_t rec_lock;
@@ -255,7 +260,9 @@ struct cache {
 	struct cfile **recs;
 	uint32_t *free_recs;
 	uint32_t nfree_recs;
-	struct slink lheads[SL_NHEADS]; /* the free list and the LRU list */
+	struct slink lheads[SL_NHEADS]; /* the free, LRU and pinned lists */
+	uint64_t lcount[SL_NHEADS]; /* slots on each list */
+	struct list pinned_files; /* files pinned (filectl.c) */
 	struct list dirty_files;
 	uint64_t nfree, ndirty_slots, dirty_pages, valid_pages;
 	uint64_t ntwins; /* second copies: slots that dirty data occupies too */
@@ -395,6 +402,9 @@ static inline void slot_list_del(struct cache *c, struct cslot *s)
 	sl_node(c, s->link.prev)->next = s->link.next;
 	sl_node(c, s->link.next)->prev = s->link.prev;
 	s->link.prev = s->link.next = id;
+	if (s->on)
+		c->lcount[s->on - 1]--;
+	s->on = 0;
 }
 
 static inline void slot_list_add_tail(struct cache *c, int head,
@@ -403,11 +413,33 @@ static inline void slot_list_add_tail(struct cache *c, int head,
 	struct slink *h = &c->lheads[head];
 	uint32_t id = slot_idx(c, s);
 
-	assert(s->link.next == id); /* on no list */
+	assert(s->link.next == id && !s->on); /* on no list */
 	s->link.prev = h->prev;
 	s->link.next = c->nslots + head;
 	sl_node(c, h->prev)->next = id;
 	h->prev = id;
+	s->on = head + 1;
+	c->lcount[head]++;
+}
+
+/* The list a clean slot goes on: its file's pinned list or the LRU. */
+static inline int slot_clean_head(struct cache *c, const struct cslot *s)
+{
+	const struct cfile *f;
+
+	if (!s->file || s->is_twin)
+		return SL_LRU;
+	f = c->recs[s->file - 1];
+	return f && f->pinned ? SL_PIN : SL_LRU;
+}
+
+/* A hit on a clean slot: to the tail of its list.  c->lock held. */
+static inline void slot_touch_locked(struct cache *c, struct cslot *s)
+{
+	if (s->state != SLOT_CLEAN)
+		return;
+	slot_list_del(c, s);
+	slot_list_add_tail(c, slot_clean_head(c, s), s);
 }
 
 /* The slot after s on the list (from its start if s is NULL); NULL at its
@@ -580,6 +612,17 @@ void twin_free_locked(struct cache *c, struct cslot *s);
 int twin_persist(struct cache *c, struct cslot *s);
 int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
 	      uint32_t p1);
+
+/* filectl.c: a file off the pinned list, its clean slots to the LRU (it
+ * was unlinked, or unpinned).  c->lock held. */
+void file_unpin_locked(struct cache *c, struct cfile *f);
+/* At open, after recovery: pinned files' partial last pages read again. */
+void pin_reload_tails(struct cache *c);
+/* Slots pinned files may keep (cache.max_pinned of the cache). */
+uint64_t pin_cap_slots(struct cache *c);
+/* io.c: a read that keeps every miss (no admission, no readahead) */
+int io_read_keep(struct cache *c, struct cfile *f, void *buf, size_t len,
+		 uint64_t off, size_t *n);
 
 /* file.c: file objects and their records */
 void file_hash_add(struct cache *c, struct cfile *f);

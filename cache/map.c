@@ -235,7 +235,7 @@ void slot_settle(struct cache *c, struct cslot *s)
 		s->state = SLOT_DIRTY;
 	} else if (pb_any(c, slot_valid(c, s))) {
 		s->state = SLOT_CLEAN;
-		slot_list_add_tail(c, SL_LRU, s);
+		slot_list_add_tail(c, slot_clean_head(c, s), s);
 		if (!s->pins)
 			space_freed_locked(c);
 	} else {
@@ -359,9 +359,11 @@ struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
 int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
 {
 	struct cslot *v;
+	int head = SL_LRU;
 
-	for (v = slot_list_next(c, SL_LRU, NULL); v;
-	     v = slot_list_next(c, SL_LRU, v)) {
+again:
+	for (v = slot_list_next(c, head, NULL); v;
+	     v = slot_list_next(c, head, v)) {
 		struct cfile *o = c->recs[v->file - 1];
 
 		if (v->pins || v == keep || slot_failed(c, v) ||
@@ -374,6 +376,12 @@ int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
 			file_put_locked(c, o);
 		}
 		return 0;
+	}
+	/* pinned files that writes grew past cache.max_pinned give back
+	 * what is over it, as a last resort (filectl.c) */
+	if (head == SL_LRU && c->lcount[SL_PIN] > pin_cap_slots(c)) {
+		head = SL_PIN;
+		goto again;
 	}
 	return -ENOSPC;
 }
