@@ -266,16 +266,18 @@ static void test_pinned_growth_past_cap(void)
 	struct env e;
 	struct cache_room r;
 	struct cfile *f, *g;
-	char *data, *w = malloc(7 * MiB);
+	char *data, *w = malloc(8 * MiB);
 	int fd, fd2;
 
 	env_init(&e, 64, 64 * KiB);
 	f = backing_file(&e, "grow", MiB, 10, &fd, &data);
 	CHECK_EQ(cache_file_pin(e.c, f, 1, &r), 0);
-	fill(w, 7 * MiB, 11);
-	CHECK_EQ(cache_write(e.c, f, w, 7 * MiB, 0), 0);
+	/* the whole cache: without the evictor's last resort, the next
+	 * writer would wait for ever */
+	fill(w, 8 * MiB, 11);
+	CHECK_EQ(cache_write(e.c, f, w, 8 * MiB, 0), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
-	CHECK_EQ(cached(&e, f), 7 * MiB); /* clean, pinned, past the cap */
+	CHECK_EQ(cached(&e, f), 8 * MiB); /* clean, pinned, past the cap */
 	g = file_open(&e, "other", &fd2);
 	fill(w, 4 * MiB, 12);
 	CHECK_EQ(cache_write(e.c, g, w, 4 * MiB, 0), 0);
