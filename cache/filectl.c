@@ -374,7 +374,7 @@ static uint64_t dirty_owed_locked(struct cache *c, struct cfile *f,
 
 		if (s->state != SLOT_DIRTY)
 			continue;
-		bytes += (uint64_t)pb_count(c, slot_dirty(c, s)) * NVC_PAGE;
+		bytes += slot_bytes(c, s, slot_dirty(c, s), f->size);
 		*owed |= s->dirty_epoch < epoch;
 	}
 	return bytes;
@@ -423,6 +423,8 @@ int cache_file_flush_progress(struct cache *c, struct cfile *f,
 	}
 	pthread_mutex_unlock(&c->lock);
 	*destaged = first > dirty ? first - dirty : 0;
+	if (!ret && f->fd < 0)
+		ret = file_reopen_ident(c, f); /* for the fsync */
 	if (!ret)
 		ret = file_bk_sync(c, f);
 	return ret;

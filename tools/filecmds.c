@@ -493,7 +493,7 @@ static void status_text(struct answer *a, int recursive)
 static struct json_object *file_json(const char *mnt, const struct finfo *x)
 {
 	struct json_object *o = json_object_new_object();
-	char *p = NULL;
+	char *p = NULL, age[32];
 
 	if (x->path && asprintf(&p, "%s%s%s", mnt, *x->path ? "/" : "",
 				x->path) >= 0) {
@@ -506,8 +506,10 @@ static struct json_object *file_json(const char *mnt, const struct finfo *x)
 	json_object_object_add(o, "dirty_bytes",
 			       json_object_new_int64(x->dirty));
 	json_object_object_add(o, "pinned", json_object_new_boolean(x->pinned));
+	snprintf(age, sizeof(age), "%.3f", x->age_ms / 1000.0);
 	json_object_object_add(o, "oldest_dirty_age_s",
-			       json_object_new_double(x->age_ms / 1000.0));
+			       json_object_new_double_s(x->age_ms / 1000.0,
+							age));
 	json_object_object_add(o, "backing_up_to_date",
 			       json_object_new_boolean(x->uptodate));
 	json_object_object_add(o, "policy", json_object_new_string(x->policy));
@@ -637,7 +639,7 @@ int cmd_file(const char *cmd, int argc, char **argv)
 	a.t0 = mono_s();
 	ret = read_answer(f, &a);
 	fclose(f);
-	if (!ret || (a.failed && a.done[0])) {
+	if (!ret || (a.failed && done_val(&a, "files"))) {
 		if (!strcmp(cmd, "status") && a.json)
 			status_json(&a, flags & CTL_F_RECURSIVE);
 		else if (!strcmp(cmd, "status"))
