@@ -1,6 +1,8 @@
 """The per-file commands through the real mount: warm, pin/unpin, evict, status, flush MNT PATH."""
 import json
 import os
+import socket
+import time
 
 from conftest import MiB
 from test_stats import direct_read
@@ -234,3 +236,22 @@ def test_bad_paths_are_clear_errors(cache, tmp_path):
     assert r.returncode != 0 and "is a directory (use -r)" in r.stderr, r.stderr
     r = c.ctl("flush", "/tmp", c.path("d"), "-r", check=False)
     assert r.returncode != 0 and "is not the mount of the PATHs" in r.stderr, r.stderr
+
+
+def test_warm_stops_when_the_client_goes(cache):
+    """Ctrl-C on nvcachectl closes its socket: the daemon stops warming at the next chunk."""
+    c = cache
+    size = 200 * MiB
+    with open(os.path.join(c.backing, "w"), "wb") as f:
+        for _ in range(size // (8 * MiB)):
+            f.write(os.urandom(8 * MiB))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(c.ctl_socket())
+        s.sendall(b"warm 5 1 0\nw\0")
+    # the request stands alone, nobody reads the answer: the warm stops (waited for 10 s at most)
+    for _ in range(200):
+        if "warm stopped: the client went away" in c.log_text():
+            break
+        time.sleep(0.05)
+    assert "warm stopped: the client went away" in c.log_text(), c.log_text()[-2000:]
+    assert one(c, "w")["cached_bytes"] < size
