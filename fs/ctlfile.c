@@ -601,8 +601,8 @@ void ctl_file_command(struct fs *fs, int fd, const struct ctl_req *req)
 		goto out_free;
 	}
 	if (strcmp(req->cmd, "status"))
-		log_msg(LOG_NOTICE, "%s of %zu file%s requested", req->cmd,
-			j.n, j.n == 1 ? "" : "s");
+		log_msg(LOG_NOTICE, "%.31s requested for %zu file(s)",
+			j.req->cmd, j.n);
 	if (!strcmp(req->cmd, "status"))
 		cmd_status(&j);
 	else if (!strcmp(req->cmd, "warm"))
