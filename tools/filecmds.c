@@ -381,7 +381,7 @@ static void summary(const struct answer *a)
 		show_bytes(done_val(a, "left"), b2, sizeof(b2));
 		show_bytes(done_val(a, "destaged"), b3, sizeof(b3));
 		printf("evicted %llu file%s: %s dropped, %s destaged, %s still "
-		       "cached (dirty, or in use)          \n",
+		       "cached (dirty, pinned or in use)          \n",
 		       (unsigned long long)files, files == 1 ? "" : "s", b1,
 		       b3, b2);
 	} else if (!strcmp(a->cmd, "flush")) {
