@@ -251,7 +251,8 @@ int cache_file_warm(struct cache *c, struct cfile *f, uint64_t limit,
 	if (!buf)
 		return -ENOMEM;
 	for (off = 0; off < limit; off += n) {
-		size_t len = limit - off < WARM_CHUNK ? limit - off : WARM_CHUNK;
+		size_t len =
+			limit - off < WARM_CHUNK ? limit - off : WARM_CHUNK;
 
 		if (stop && stop(arg)) {
 			ret = -EINTR;

@@ -83,7 +83,7 @@ void ctl_say(int fd, const char *fmt, ...)
 static void flush_progress(void *arg, uint64_t dirty, uint64_t destaged)
 {
 	ctl_say(*(int *)arg, "progress %llu %llu\n", (unsigned long long)dirty,
-	    (unsigned long long)destaged);
+		(unsigned long long)destaged);
 }
 
 void ctl_send_all(int fd, const char *buf, size_t len)
@@ -252,7 +252,8 @@ static void *client_main(void *arg)
 	const char *cmd = req.cmd;
 
 	if (ret == -E2BIG) {
-		ctl_say(cl->fd, "error request too large (more than %d bytes)\n",
+		ctl_say(cl->fd,
+			"error request too large (more than %d bytes)\n",
 			CTL_REQ_MAX);
 	} else if (ret) {
 	} else if (!strcmp(cmd, "version")) {

@@ -230,7 +230,7 @@ static int walk(struct job *j, int dfd, const char *rel, int depth)
 				ret = walk(j, cfd, child, depth + 1);
 		}
 		free(child);
-next:
+	next:
 		free(names[i]);
 	}
 	free(names);
@@ -270,9 +270,9 @@ static int collect(struct job *j)
 			   (j->req->flags & CTL_F_RECURSIVE)) {
 			ret = walk(j, fd, rel, 0);
 		} else {
-			perr(j, rel, S_ISDIR(st.st_mode)
-					     ? "is a directory (use -r)"
-					     : "not a regular file");
+			perr(j, rel,
+			     S_ISDIR(st.st_mode) ? "is a directory (use -r)"
+						 : "not a regular file");
 			close(fd);
 		}
 	}

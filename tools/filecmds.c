@@ -114,8 +114,8 @@ struct req {
 };
 
 /* The request for cmd on paths: each resolved to its mount. */
-static int build(struct req *r, const char *cmd, unsigned flags,
-		 char **paths, int n)
+static int build(struct req *r, const char *cmd, unsigned flags, char **paths,
+		 int n)
 {
 	FILE *m;
 	int i;
@@ -371,8 +371,8 @@ static void summary(const struct answer *a)
 		printf("%s %llu file%s: %s cached of %s (%s read in %.1f s)"
 		       "          \n",
 		       !strcmp(a->cmd, "pin") ? "pinned" : "warmed",
-		       (unsigned long long)files, files == 1 ? "" : "s", b2,
-		       b3, b1, t);
+		       (unsigned long long)files, files == 1 ? "" : "s", b2, b3,
+		       b1, t);
 	} else if (!strcmp(a->cmd, "unpin")) {
 		printf("unpinned %llu file%s\n", (unsigned long long)files,
 		       files == 1 ? "" : "s");
@@ -382,8 +382,8 @@ static void summary(const struct answer *a)
 		show_bytes(done_val(a, "destaged"), b3, sizeof(b3));
 		printf("evicted %llu file%s: %s dropped, %s destaged, %s still "
 		       "cached (dirty, pinned or in use)          \n",
-		       (unsigned long long)files, files == 1 ? "" : "s", b1,
-		       b3, b2);
+		       (unsigned long long)files, files == 1 ? "" : "s", b1, b3,
+		       b2);
 	} else if (!strcmp(a->cmd, "flush")) {
 		show_bytes(done_val(a, "destaged"), b1, sizeof(b1));
 		printf("flush: done, %llu file%s, %s destaged in %.1f s      "
@@ -417,10 +417,9 @@ static void status_row(FILE *out, const char *mnt, const struct finfo *x)
 		show_span(x->age_ms / 1000.0, age, sizeof(age));
 	else
 		snprintf(age, sizeof(age), "-");
-	fprintf(out, "%10s %10s %10s  %-3s  %9s  %-8s %-10s %s%s%s\n", s, c,
-		d, x->pinned ? "yes" : "no", age,
-		x->uptodate ? "yes" : "no", x->policy, mnt, *x->path ? "/" : "",
-		x->path);
+	fprintf(out, "%10s %10s %10s  %-3s  %9s  %-8s %-10s %s%s%s\n", s, c, d,
+		x->pinned ? "yes" : "no", age, x->uptodate ? "yes" : "no",
+		x->policy, mnt, *x->path ? "/" : "", x->path);
 }
 
 static void status_header(FILE *out)
@@ -430,8 +429,7 @@ static void status_header(FILE *out)
 		"PATH");
 }
 
-static void totals(const struct answer *a, struct finfo *t,
-		   uint64_t *npinned)
+static void totals(const struct answer *a, struct finfo *t, uint64_t *npinned)
 {
 	size_t i;
 
@@ -495,8 +493,8 @@ static struct json_object *file_json(const char *mnt, const struct finfo *x)
 	struct json_object *o = json_object_new_object();
 	char *p = NULL, age[32];
 
-	if (x->path && asprintf(&p, "%s%s%s", mnt, *x->path ? "/" : "",
-				x->path) >= 0) {
+	if (x->path &&
+	    asprintf(&p, "%s%s%s", mnt, *x->path ? "/" : "", x->path) >= 0) {
 		json_object_object_add(o, "path", json_object_new_string(p));
 		free(p);
 	}
@@ -507,9 +505,9 @@ static struct json_object *file_json(const char *mnt, const struct finfo *x)
 			       json_object_new_int64(x->dirty));
 	json_object_object_add(o, "pinned", json_object_new_boolean(x->pinned));
 	snprintf(age, sizeof(age), "%.3f", x->age_ms / 1000.0);
-	json_object_object_add(o, "oldest_dirty_age_s",
-			       json_object_new_double_s(x->age_ms / 1000.0,
-							age));
+	json_object_object_add(
+		o, "oldest_dirty_age_s",
+		json_object_new_double_s(x->age_ms / 1000.0, age));
 	json_object_object_add(o, "backing_up_to_date",
 			       json_object_new_boolean(x->uptodate));
 	json_object_object_add(o, "policy", json_object_new_string(x->policy));
@@ -558,12 +556,11 @@ static void status_json(struct answer *a, int recursive)
 
 static void file_usage(FILE *f)
 {
-	fprintf(f,
-		"usage: nvcachectl warm PATH... [-r] [--partial]\n"
-		"       nvcachectl pin PATH... [-r] | unpin PATH... [-r]\n"
-		"       nvcachectl evict PATH... [-r] [--flush]\n"
-		"       nvcachectl status PATH... [-r] [--json]\n"
-		"       nvcachectl flush MOUNTPOINT PATH... [-r]\n");
+	fprintf(f, "usage: nvcachectl warm PATH... [-r] [--partial]\n"
+		   "       nvcachectl pin PATH... [-r] | unpin PATH... [-r]\n"
+		   "       nvcachectl evict PATH... [-r] [--flush]\n"
+		   "       nvcachectl status PATH... [-r] [--json]\n"
+		   "       nvcachectl flush MOUNTPOINT PATH... [-r]\n");
 }
 
 int cmd_file(const char *cmd, int argc, char **argv)

@@ -183,8 +183,7 @@ static void test_warm_admits_past_cutoff(void)
 	 * cutoff */
 	g = backing_file(&e, "seq", 4 * MiB, 4, &fd2, &d2);
 	for (off = 0; off < 4 * MiB; off += 128 * KiB)
-		CHECK_EQ(cache_read(e.c, g, rbuf, 128 * KiB, off, &out, &n),
-			 0);
+		CHECK_EQ(cache_read(e.c, g, rbuf, 128 * KiB, off, &out, &n), 0);
 	CHECK(cached(&e, g) < MiB);
 	/* warm keeps all of it */
 	f = backing_file(&e, "w", 4 * MiB, 5, &fd, &data);
