@@ -158,10 +158,7 @@ static int aread_lock(struct cache_aio *a)
 	for (i = 0; i < a->nsp && hit; i++) {
 		struct cslot *s = a->sp[i].s;
 
-		if (s->state == SLOT_CLEAN) {
-			slot_list_del(c, s);
-			slot_list_add_tail(c, slot_lru(c, s), s);
-		}
+		slot_touch_locked(c, s);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (hit)

@@ -41,6 +41,7 @@ struct cache_config {
 	uint64_t max_files;
 	uint64_t io_poll_us;
 	uint64_t sequential_cutoff;
+	uint64_t max_pinned; /* percent of the cache */
 	int async_fill;
 	uint64_t backing_read_ahead;
 	uint64_t backing_direct_ra;
@@ -251,6 +252,50 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 typedef void (*cache_progress_fn)(void *arg, uint64_t dirty_bytes,
 				  uint64_t destaged_bytes);
 int cache_flush(struct cache *c, cache_progress_fn fn, void *arg);
+/* ------------------------------------------- per-file control (filectl.c) */
+
+/* What nvcachectl status shows of one file. */
+struct cache_file_info {
+	uint64_t size; /* as the mount shows it */
+	uint64_t cached; /* bytes of it in the cache (within size) */
+	uint64_t dirty; /* of them, not yet destaged */
+	uint64_t dirty_age_ms; /* of its oldest dirty data; 0: none */
+	uint64_t blocks; /* cache blocks it holds */
+	int pinned;
+	int up_to_date; /* the backing file holds everything, durably */
+};
+/* The cache's space as warm and pin see it, in bytes. */
+struct cache_room {
+	uint64_t capacity, dirty, pinned, npinned;
+	uint64_t available; /* free, or clean and evictable */
+	uint64_t max_pinned; /* cache.max_pinned of the capacity */
+	uint64_t want; /* a refused pin: what it would have added */
+};
+typedef int (*cache_stop_fn)(void *arg); /* non-zero: stop now */
+/* The object of fd's backing file, referenced, if the cache has one; never
+ * makes one (-ENOENT). */
+int cache_file_lookup(struct cache *c, int fd, struct cfile **out);
+void cache_file_info(struct cache *c, struct cfile *f,
+		     struct cache_file_info *i);
+void cache_room(struct cache *c, struct cache_room *r);
+/* Bytes of room that warming size bytes of f (NULL: no object) takes. */
+uint64_t cache_file_warm_need(struct cache *c, struct cfile *f, uint64_t size);
+/* Read [0, limit) of f into the cache, keeping every miss, in 1 MiB
+ * requests; fn(arg, bytes so far, 0) after each; -EINTR when stop says. */
+int cache_file_warm(struct cache *c, struct cfile *f, uint64_t limit,
+		    cache_progress_fn fn, cache_stop_fn stop, void *arg,
+		    uint64_t *done);
+/* Pin (pin = 1) or unpin f, persisted; -ENOSPC past cache.max_pinned (the
+ * figures in *r), -EMFILE when no file record is free. */
+int cache_file_pin(struct cache *c, struct cfile *f, int pin,
+		   struct cache_room *r);
+/* Drop f's clean cached data now; -EBUSY if it is pinned. */
+int cache_file_evict(struct cache *c, struct cfile *f, uint64_t *dropped);
+/* cache_file_flush with fn(arg, dirty left, destaged) between steps. */
+int cache_file_flush_progress(struct cache *c, struct cfile *f,
+			      cache_progress_fn fn, cache_stop_fn stop,
+			      void *arg, uint64_t *destaged);
+
 /* Note that the mount is busy, for idle destage. */
 void cache_touch(struct cache *c);
 /* Statistics (stats.h): a snapshot of everything, counters since the last
@@ -283,6 +328,10 @@ void cache_set_bk_hooks(struct cache *c, const struct cache_bk_hooks *h);
 /* The daemon's control socket for a mount point (realpath). */
 int ctl_socket_path(const char *mountpoint, char *out, size_t len);
 #define CTL_DIR "/run/nvcachefs"
-#define CTL_PROTO_VERSION 4
+#define CTL_PROTO_VERSION 5
+/* flags of a per-file request (fs/ctl.h) */
+#define CTL_F_RECURSIVE 1u /* -r: directories, walked in the daemon */
+#define CTL_F_PARTIAL 2u /* warm: what fits */
+#define CTL_F_FLUSH 4u /* evict: destage first */
 
 #endif

@@ -63,6 +63,9 @@ static const struct cfg_key keys[] = {
 	  1ull << 50, "4M", 1, NULL,
 	  "a read stream sequential past this many bytes is served from the "
 	  "backing store and not kept in the cache (0: keep every miss)" },
+	{ "cache", "max_pinned", T_UINT, OFF(max_pinned), 0, 90, "50", 1, NULL,
+	  "percent of the cache that pinned files (nvcachectl pin) may "
+	  "take; pins past it are refused" },
 	{ "cache", "async_fill", T_ENUM, OFF(async_fill), 0, 1, "off", 1,
 	  onoff_names,
 	  "keep read misses in the cache after the reply is sent (off: "

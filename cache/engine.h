@@ -64,19 +64,21 @@ struct slink {
 };
 
 /*
- * Eviction levels (policies by path, fpolicy.c).  A clean slot is on the LRU
- * list of its file's level: low, normal (SL_LRU) or high priority, or pinned.
- * Eviction takes the least recently used slot of the lowest level that has
- * one it may take, so low-priority clean data goes before normal, normal
- * before high, LRU within a level; pinned data goes last, only when nothing
- * else can.  The level is the file's (file_lru), never stored per slot: the
- * DRAM per slot stays within SLOT_DRAM_BUDGET.  So whoever changes a file's
- * level moves its clean slots (file_relist_locked), under c->lock, and every
- * slot put on an LRU list goes on slot_lru()'s.
+ * Eviction levels (policies by path, fpolicy.c; pins, filectl.c).  A clean
+ * slot is on the LRU list of its file's level: low, normal (SL_LRU) or high
+ * priority, or pinned (nvcachectl pin, or a policy's pin = yes).  Eviction
+ * takes the least recently used slot of the lowest level that has one it may
+ * take, so low-priority clean data goes before normal, normal before high,
+ * LRU within a level; pinned data goes only when the pinned list holds more
+ * than cache.max_pinned allows (writes grew pinned files past it), and then
+ * only when nothing else can.  The level is the file's (file_lru), never
+ * stored per slot: the DRAM per slot stays within SLOT_DRAM_BUDGET.  So
+ * whoever changes a file's level moves its clean slots (file_relist_locked),
+ * under c->lock, and every slot put on an LRU list goes on slot_lru()'s.
  */
-enum { SL_FREE, SL_LRU_LOW, SL_LRU, SL_LRU_HIGH, SL_LRU_PINNED, SL_NHEADS };
-#define SL_LRU_FIRST SL_LRU_LOW /* the LRU lists, in eviction order */
-#define SL_LRU_LAST SL_LRU_PINNED
+enum { SL_FREE, SL_LRU_LOW, SL_LRU, SL_LRU_HIGH, SL_PIN, SL_NHEADS };
+#define SL_LRU_FIRST SL_LRU_LOW /* the unpinned LRU lists, in eviction order */
+#define SL_LRU_LAST SL_LRU_HIGH
 _Static_assert(SL_LRU_LOW + PRIO_NORMAL == SL_LRU &&
 		       SL_LRU_LOW + PRIO_HIGH == SL_LRU_HIGH,
 	       "a priority's list is SL_LRU_LOW + priority");
@@ -169,7 +171,8 @@ struct cslot {
 	uint8_t state;
 	uint8_t persisted; /* the persistent entry is not free */
 	uint8_t is_twin; /* the second copy of another slot's dirty pages */
-	struct slink link; /* free list or LRU */
+	uint8_t on; /* the list link is on: 1 + its head, 0: none */
+	struct slink link; /* free list, LRU or pinned list */
 	struct list flink; /* the owning file's slots */
 };
 
@@ -249,6 +252,8 @@ struct cfile {
 	int bks_off; /* its store refused direct I/O (atomic) */
 	struct list slots;
 	struct list dlink; /* on c->dirty_files while ndirty > 0 */
+	int pinned; /* nvcachectl pin (c->lock; MF_PINNED): filectl.c */
+	struct list plink; /* on c->pinned_files while pinned */
 	struct cfile *hnext;
 	pthread_rwlock_t rw;
 	pthread_mutex_t rec_lock;
@@ -276,6 +281,8 @@ struct cache {
 	uint32_t *free_recs;
 	uint32_t nfree_recs;
 	struct slink lheads[SL_NHEADS]; /* the free list and the LRU lists */
+	uint64_t lcount[SL_NHEADS]; /* slots on each list */
+	struct list pinned_files; /* files pinned (filectl.c) */
 	uint64_t pol_min_age; /* the shortest destage_after a file has had
 				 (0: none); c->lock */
 	struct list dirty_files;
@@ -417,6 +424,9 @@ static inline void slot_list_del(struct cache *c, struct cslot *s)
 	sl_node(c, s->link.prev)->next = s->link.next;
 	sl_node(c, s->link.next)->prev = s->link.prev;
 	s->link.prev = s->link.next = id;
+	if (s->on)
+		c->lcount[s->on - 1]--;
+	s->on = 0;
 }
 
 static inline void slot_list_add_tail(struct cache *c, int head,
@@ -425,11 +435,13 @@ static inline void slot_list_add_tail(struct cache *c, int head,
 	struct slink *h = &c->lheads[head];
 	uint32_t id = slot_idx(c, s);
 
-	assert(s->link.next == id); /* on no list */
+	assert(s->link.next == id && !s->on); /* on no list */
 	s->link.prev = h->prev;
 	s->link.next = c->nslots + head;
 	sl_node(c, h->prev)->next = id;
 	h->prev = id;
+	s->on = head + 1;
+	c->lcount[head]++;
 }
 
 /* The slot after s on the list (from its start if s is NULL); NULL at its
@@ -443,25 +455,40 @@ static inline struct cslot *slot_list_next(struct cache *c, int head,
 }
 
 /*
- * Is f's data pinned?  The one place that says so: the policy's pin = yes
- * here; the pin command (nvcachectl pin) joins it at the merge.  Whoever
+ * Is f's data pinned?  The one place that says so: nvcachectl pin (f->pinned,
+ * persisted: filectl.c) or its policy's pin = yes (fpolicy.c).  Whoever
  * changes the answer calls file_relist_locked.  c->lock held.
  */
 static inline int file_pinned(const struct cfile *f)
 {
-	return f->pol.pin;
+	return f->pinned || f->pol.pin;
 }
 
 /* The LRU list of f's clean slots (c->lock held). */
 static inline int file_lru(const struct cfile *f)
 {
-	return file_pinned(f) ? SL_LRU_PINNED : SL_LRU_LOW + f->pol.prio;
+	return file_pinned(f) ? SL_PIN : SL_LRU_LOW + f->pol.prio;
 }
 
-/* The LRU list a clean slot goes on (c->lock held). */
+/* The LRU list a clean slot goes on (c->lock held); a twin is never on one,
+ * a slot no file claims goes on the normal one. */
 static inline int slot_lru(struct cache *c, const struct cslot *s)
 {
-	return file_lru(c->recs[s->file - 1]);
+	const struct cfile *f;
+
+	if (!s->file || s->is_twin)
+		return SL_LRU;
+	f = c->recs[s->file - 1];
+	return f ? file_lru(f) : SL_LRU;
+}
+
+/* A hit on a clean slot: to the tail of its list.  c->lock held. */
+static inline void slot_touch_locked(struct cache *c, struct cslot *s)
+{
+	if (s->state != SLOT_CLEAN)
+		return;
+	slot_list_del(c, s);
+	slot_list_add_tail(c, slot_lru(c, s), s);
 }
 
 /* f's mode: its policy's, else cache.mode; read once per request. */
@@ -639,6 +666,17 @@ void twin_free_locked(struct cache *c, struct cslot *s);
 int twin_persist(struct cache *c, struct cslot *s);
 int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
 	      uint32_t p1);
+
+/* filectl.c: a file off the pinned list, its clean slots to the LRU (it
+ * was unlinked, or unpinned).  c->lock held. */
+void file_unpin_locked(struct cache *c, struct cfile *f);
+/* At open, after recovery: pinned files' partial last pages read again. */
+void pin_reload_tails(struct cache *c);
+/* Slots pinned files may keep (cache.max_pinned of the cache). */
+uint64_t pin_cap_slots(struct cache *c);
+/* io.c: a read that keeps every miss (no admission, no readahead) */
+int io_read_keep(struct cache *c, struct cfile *f, void *buf, size_t len,
+		 uint64_t off, size_t *n);
 
 /* file.c: file objects and their records */
 void file_hash_add(struct cache *c, struct cfile *f);

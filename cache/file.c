@@ -74,6 +74,7 @@ struct cfile *file_new(void)
 	f->pol.age_ms = POL_AGE_GLOBAL;
 	list_init(&f->slots);
 	list_init(&f->dlink);
+	list_init(&f->plink);
 	pthread_rwlock_init(&f->rw, NULL);
 	pthread_mutex_init(&f->rec_lock, NULL);
 	return f;
@@ -93,7 +94,8 @@ static void file_free(struct cache *c, struct cfile *f)
 static void file_fill_record(struct cfile *f, struct meta_file *r)
 {
 	memset(r, 0, sizeof(*r));
-	r->flags = MF_USED | (f->bk_busy ? MF_BK_BUSY : 0);
+	r->flags = MF_USED | (f->bk_busy ? MF_BK_BUSY : 0) |
+		   (f->pinned ? MF_PINNED : 0);
 	r->ino = f->ino;
 	r->size = f->size;
 	r->bk_size = f->bsize;
@@ -237,9 +239,12 @@ void file_put_locked(struct cache *c, struct cfile *f)
 		return;
 	/* a closed file's clean slots, and so its record, can be taken */
 	space_freed_locked(c);
+	if (f->unlinked || f->lost)
+		file_unpin_locked(c, f); /* a deleted file gives its pin back */
 	if (f->unlinked)
 		file_drop_slots_locked(c, f);
-	if (f->nslots)
+	/* a pinned file keeps its object and record, even with no slot */
+	if (f->nslots || f->pinned)
 		return;
 	if (f->rec) {
 		struct meta_file r;

@@ -331,6 +331,7 @@ struct deferred {
 static __thread struct deferred *tl_def;
 static __thread void *tl_pin; /* a segment a reply is sent from (bkstream.c) */
 static __thread int tl_defer; /* cache_read_defer is under way */
+static __thread int tl_keep; /* io_read_keep: every miss is kept */
 static pthread_key_t def_key;
 static pthread_once_t def_once = PTHREAD_ONCE_INIT;
 
@@ -477,10 +478,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		srw_rdlock(&x->s->rw);
 		pthread_mutex_lock(&c->lock);
 		pb_get(c, slot_valid(c, x->s), x->valid);
-		if (x->s->state == SLOT_CLEAN) {
-			slot_list_del(c, x->s);
-			slot_list_add_tail(c, slot_lru(c, x->s), x->s);
-		}
+		slot_touch_locked(c, x->s);
 		pthread_mutex_unlock(&c->lock);
 		for (p = x->p0; p < x->p1;) {
 			if (!bm_test(x->valid, p)) {
@@ -704,7 +702,10 @@ int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		goto out_unlock;
 	if (len > size - off)
 		len = size - off;
-	admit_read(c, f, off, len, &v);
+	if (tl_keep)
+		memset(&v, 0, sizeof(v)); /* warm: no cutoff, no readahead */
+	else
+		admit_read(c, f, off, len, &v);
 	if (file_mode(c, f) == MODE_BYPASS)
 		v.bypass = 1; /* under f->rw: it has no slot (fpolicy.c) */
 	assert(!tl_def || !tl_def->nchunks); /* the last one was finished */
@@ -748,3 +749,20 @@ out_unlock:
 	return ret;
 }
 
+
+/*
+ * A read that keeps every miss in the cache, whatever the sequential cutoff
+ * says, and starts no backing readahead (nvcachectl warm, filectl.c): the
+ * file's read streams are not touched either.
+ */
+int io_read_keep(struct cache *c, struct cfile *f, void *buf, size_t len,
+		 uint64_t off, size_t *n)
+{
+	char *data;
+	int ret;
+
+	tl_keep = 1;
+	ret = cache_read_defer(c, f, buf, len, off, &data, n, 0);
+	tl_keep = 0;
+	return ret;
+}

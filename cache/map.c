@@ -362,7 +362,11 @@ int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
 	struct cslot *v;
 	int lru;
 
-	for (lru = SL_LRU_FIRST; lru <= SL_LRU_LAST; lru++)
+	for (lru = SL_LRU_FIRST; lru <= SL_PIN; lru++) {
+		/* pinned files that writes grew past cache.max_pinned give
+		 * back what is over it, as a last resort (filectl.c) */
+		if (lru == SL_PIN && c->lcount[SL_PIN] <= pin_cap_slots(c))
+			break;
 		for (v = slot_list_next(c, lru, NULL); v;
 		     v = slot_list_next(c, lru, v)) {
 			struct cfile *o = c->recs[v->file - 1];
@@ -378,6 +382,7 @@ int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
 			}
 			return 0;
 		}
+	}
 	return -ENOSPC;
 }
 

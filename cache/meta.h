@@ -91,8 +91,11 @@ struct meta_hdr {
  * its mtime says nothing about changes behind the cache's back, and the
  * record is the truth */
 #define MF_BK_BUSY 2u
+/* pinned (nvcachectl pin, filectl.c): its clean data is not evicted, and
+ * the record stays while pinned, even with no slot */
+#define MF_PINNED 4u
 /* every flag a file record may carry */
-#define META_FILE_FLAGS (MF_USED | MF_BK_BUSY)
+#define META_FILE_FLAGS (MF_USED | MF_BK_BUSY | MF_PINNED)
 /* every flag a slot entry may carry (SLOT_F_TWIN, engine.h) */
 #define META_SLOT_FLAGS 1u
 /* sequence numbers count up from 0; a larger one is not ours */

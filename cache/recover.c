@@ -214,6 +214,11 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		f->bsize = mf.bk_size;
 		f->bk_mtime_ns = mf.bk_mtime_ns;
 		f->bk_busy = !!(mf.flags & MF_BK_BUSY);
+		if (mf.flags & MF_PINNED) {
+			/* before its slots settle: they go on the pinned list */
+			f->pinned = 1;
+			list_add_tail(&c->pinned_files, &f->plink);
+		}
 		f->bk_ctime_ns = mf.bk_ctime_ns;
 		f->hbytes = mf.handle_bytes;
 		f->htype = mf.handle_type;
@@ -456,6 +461,7 @@ static int cache_alloc(struct cache *c)
 	}
 	for (i = 0; i < SL_NHEADS; i++)
 		slot_list_init(c, i);
+	list_init(&c->pinned_files);
 	list_init(&c->dirty_files);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->rate_lock, NULL);
@@ -771,6 +777,7 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 			 strerror(-ret));
 		goto err_free;
 	}
+	pin_reload_tails(c);
 	log_msg(LOG_INFO,
 		"cache open: %llu slots of %u KiB on %d devices, %llu dirty "
 		"slots recovered",

@@ -1,7 +1,7 @@
-/* fs: the control socket under /run/nvcachefs — stats and flush for nvcachectl,
- * owner only. */
+/* fs: the control socket under /run/nvcachefs — stats, flush and the
+ * per-file commands (ctlfile.c) for nvcachectl, owner only. */
 #define _GNU_SOURCE
-#include "fs.h"
+#include "ctl.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -65,10 +65,7 @@ static void client_remove(struct client *cl)
 	pthread_mutex_unlock(&clients_lock);
 }
 
-static void say(int fd, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void say(int fd, const char *fmt, ...)
+void ctl_say(int fd, const char *fmt, ...)
 {
 	char buf[1024];
 	va_list ap;
@@ -85,11 +82,11 @@ static void say(int fd, const char *fmt, ...)
 
 static void flush_progress(void *arg, uint64_t dirty, uint64_t destaged)
 {
-	say(*(int *)arg, "progress %llu %llu\n", (unsigned long long)dirty,
-	    (unsigned long long)destaged);
+	ctl_say(*(int *)arg, "progress %llu %llu\n", (unsigned long long)dirty,
+		(unsigned long long)destaged);
 }
 
-static void send_all(int fd, const char *buf, size_t len)
+void ctl_send_all(int fd, const char *buf, size_t len)
 {
 	while (len) {
 		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
@@ -112,21 +109,21 @@ static void send_stats(struct fs *fs, int fd)
 	FILE *f;
 
 	if (!s) {
-		say(fd, "error out of memory\n");
+		ctl_say(fd, "error out of memory\n");
 		return;
 	}
 	f = open_memstream(&buf, &len);
 	if (!f) {
-		say(fd, "error out of memory\n");
+		ctl_say(fd, "error out of memory\n");
 		goto out_free_snap;
 	}
 	cache_snapshot(fs->cache, s);
 	fprintf(f, "proto %d\n", CTL_PROTO_VERSION);
 	stat_write(f, s);
 	if (fclose(f))
-		say(fd, "error out of memory\n");
+		ctl_say(fd, "error out of memory\n");
 	else
-		send_all(fd, buf, len);
+		ctl_send_all(fd, buf, len);
 	free(buf);
 out_free_snap:
 	free(s);
@@ -161,61 +158,140 @@ static int may_read(int fd, const struct ucred *cred)
 }
 
 /*
- * Requests are one line, "COMMAND PROTO": the client's protocol version must
- * be the daemon's, so that an older or newer nvcachectl says so instead of
- * misreading the figures.  "version" is answered to anyone allowed in.
+ * Read a request (ctl.h): the header line, then its NARGS arguments, each
+ * ended by a NUL.  0, or -errno (-E2BIG: past CTL_REQ_MAX).  buf is the
+ * caller's to free; req->args point into it.
+ */
+static int read_request(int fd, struct ctl_req *req, char **bufp)
+{
+	size_t len = 0, cap = 4096, hdr = 0, off;
+	char *buf = malloc(cap), *nl;
+	unsigned i;
+	ssize_t n;
+
+	*bufp = buf;
+	memset(req, 0, sizeof(*req));
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		if (!hdr && (nl = memchr(buf, '\n', len))) {
+			*nl = 0;
+			hdr = nl - buf + 1;
+			buf[strcspn(buf, "\r")] = 0;
+			sscanf(buf, "%31s %d %u %u", req->cmd, &req->proto,
+			       &req->nargs, &req->flags);
+			if (req->nargs > CTL_REQ_MAX / 2)
+				return -E2BIG;
+		}
+		if (hdr) {
+			/* every argument in? */
+			for (i = 0, off = hdr; i < req->nargs; i++) {
+				char *z = memchr(buf + off, 0, len - off);
+
+				if (!z)
+					break;
+				off = z - buf + 1;
+			}
+			if (i == req->nargs)
+				break;
+		}
+		if (len + 1 >= cap) {
+			char *nb;
+
+			if (cap >= CTL_REQ_MAX)
+				return -E2BIG;
+			nb = realloc(buf, cap * 2);
+			if (!nb)
+				return -ENOMEM;
+			*bufp = buf = nb;
+			cap *= 2;
+		}
+		do
+			n = recv(fd, buf + len, cap - 1 - len, 0);
+		while (n < 0 && errno == EINTR);
+		if (n <= 0)
+			return n ? -errno : -ECONNRESET;
+		len += n;
+		buf[len] = 0;
+	}
+	req->args = calloc(req->nargs + 1, sizeof(char *));
+	if (!req->args)
+		return -ENOMEM;
+	for (i = 0, off = hdr; i < req->nargs; i++) {
+		req->args[i] = buf + off;
+		off += strlen(buf + off) + 1;
+	}
+	return 0;
+}
+
+static int file_command(const char *cmd)
+{
+	static const char *const cmds[] = { "warm",  "pin",    "unpin",
+					    "evict", "status", NULL };
+	int i;
+
+	for (i = 0; cmds[i]; i++)
+		if (!strcmp(cmd, cmds[i]))
+			return 1;
+	return 0;
+}
+
+/*
+ * Requests (ctl.h) start with "COMMAND PROTO": the client's protocol version
+ * must be the daemon's, so that an older or newer nvcachectl says so instead
+ * of misreading the figures.  "version" is answered to anyone allowed in.
+ * Everything but stats and version is the owner's (status too: it tells
+ * what files exist and how large they are, whatever their permissions).
  */
 static void *client_main(void *arg)
 {
 	struct client *cl = arg;
-	char line[128], cmd[32] = "";
-	int proto = 0;
-	ssize_t n;
+	struct ctl_req req;
+	char *buf = NULL;
+	int ret = read_request(cl->fd, &req, &buf);
+	const char *cmd = req.cmd;
 
-	do
-		n = recv(cl->fd, line, sizeof(line) - 1, 0);
-	while (n < 0 && errno == EINTR);
-	if (n > 0) {
-		line[n] = 0;
-		line[strcspn(line, "\r\n")] = 0;
-		sscanf(line, "%31s %d", cmd, &proto);
-	}
-	if (n <= 0) {
+	if (ret == -E2BIG) {
+		ctl_say(cl->fd,
+			"error request too large (more than %d bytes)\n",
+			CTL_REQ_MAX);
+	} else if (ret) {
 	} else if (!strcmp(cmd, "version")) {
-		say(cl->fd, "nvcachefs %s proto %d\n", NVC_VERSION,
-		    CTL_PROTO_VERSION);
-	} else if (proto != CTL_PROTO_VERSION) {
-		say(cl->fd,
-		    "error version mismatch: this nvcachefs daemon (%s) speaks "
-		    "control protocol %d, the client speaks %d; use the "
-		    "nvcachectl that came with the daemon\n",
-		    NVC_VERSION, CTL_PROTO_VERSION, proto);
+		ctl_say(cl->fd, "nvcachefs %s proto %d\n", NVC_VERSION,
+			CTL_PROTO_VERSION);
+	} else if (req.proto != CTL_PROTO_VERSION) {
+		ctl_say(cl->fd,
+			"error version mismatch: this nvcachefs daemon (%s) "
+			"speaks control protocol %d, the client speaks %d; use "
+			"the nvcachectl that came with the daemon\n",
+			NVC_VERSION, CTL_PROTO_VERSION, req.proto);
 	} else if (!strcmp(cmd, "stats")) {
 		send_stats(cl->fs, cl->fd);
 	} else if (!cl->owner) {
-		say(cl->fd,
-		    "error permission denied: only the daemon's owner "
-		    "may %s\n",
-		    cmd);
+		ctl_say(cl->fd,
+			"error permission denied: only the daemon's owner "
+			"may %s\n",
+			cmd);
 	} else if (!strcmp(cmd, "reset")) {
-		int ret = cache_stats_reset(cl->fs->cache);
-
+		ret = cache_stats_reset(cl->fs->cache);
 		if (ret)
-			say(cl->fd, "error %s\n", strerror(-ret));
+			ctl_say(cl->fd, "error %s\n", strerror(-ret));
 		else
-			say(cl->fd, "ok\n");
-	} else if (!strcmp(cmd, "flush")) {
-		int ret;
-
+			ctl_say(cl->fd, "ok\n");
+	} else if (!strcmp(cmd, "flush") && !req.nargs) {
 		log_msg(LOG_NOTICE, "flush requested");
 		ret = cache_flush(cl->fs->cache, flush_progress, &cl->fd);
 		if (ret)
-			say(cl->fd, "error %s\n", strerror(-ret));
+			ctl_say(cl->fd, "error %s\n", strerror(-ret));
 		else
-			say(cl->fd, "ok\n");
+			ctl_say(cl->fd, "ok\n");
+	} else if (!strcmp(cmd, "flush") || file_command(cmd)) {
+		ctl_file_command(cl->fs, cl->fd, &req);
 	} else {
-		say(cl->fd, "error unknown command '%s'\n", cmd);
+		ctl_say(cl->fd, "error unknown command '%s'\n", cmd);
 	}
+	free(req.args);
+	free(buf);
 	client_remove(cl);
 	close(cl->fd);
 	free(cl);
@@ -233,7 +309,7 @@ static void client_start(struct fs *fs, int fd)
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) ||
 	    !may_read(fd, &cred)) {
-		say(fd, "error permission denied\n");
+		ctl_say(fd, "error permission denied\n");
 		goto err_close;
 	}
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||

@@ -1,4 +1,5 @@
-/* tools: nvcachectl — format a cache, show its statistics, flush it. */
+/* tools: nvcachectl — format a cache, show its statistics, flush it; the
+ * per-file commands are in filecmds.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "../cache/cache.h"
+#include "filecmds.h"
 #include "show.h"
 
 /* a request line: the command and the protocol it is spoken in */
@@ -24,26 +26,54 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: nvcachectl COMMAND [OPTIONS]\n"
-		   "\n"
-		   "  format -c FILE [--force] [-o section.key=value]...\n"
-		   "        write fresh superblocks and metadata to the "
-		   "configured devices\n"
-		   "  stats MOUNTPOINT [-i SECONDS [--count N]] [--json | "
-		   "--prometheus]\n"
-		   "        show the cache's statistics; -i: what changed "
-		   "every interval,\n"
-		   "        with running totals, until interrupted\n"
-		   "  stats MOUNTPOINT --reset\n"
-		   "        start the counters and latency maxima again "
-		   "(owner only)\n"
-		   "  check -c FILE\n"
-		   "        offline consistency check of an unmounted cache; "
-		   "non-zero on any problem\n"
-		   "  flush MOUNTPOINT\n"
-		   "        destage all dirty data now; returns when the "
-		   "backing store holds it\n"
-		   "  --help, --version\n");
+	fprintf(f,
+		"usage: nvcachectl COMMAND [OPTIONS]\n"
+		"\n"
+		"  format -c FILE [--force] [-o section.key=value]...\n"
+		"        write fresh superblocks and metadata to the "
+		"configured devices\n"
+		"  stats MOUNTPOINT [-i SECONDS [--count N]] [--json | "
+		"--prometheus]\n"
+		"        show the cache's statistics; -i: what changed "
+		"every interval,\n"
+		"        with running totals, until interrupted\n"
+		"  stats MOUNTPOINT --reset\n"
+		"        start the counters and latency maxima again "
+		"(owner only)\n"
+		"  check -c FILE\n"
+		"        offline consistency check of an unmounted cache; "
+		"non-zero on any problem\n"
+		"  flush MOUNTPOINT [PATH... [-r]]\n"
+		"        destage all dirty data now (or only that of the "
+		"PATHs); returns when\n"
+		"        the backing store holds it\n"
+		"  warm PATH... [-r] [--partial]\n"
+		"        read the files into the cache (all of them must "
+		"fit, unless --partial:\n"
+		"        what fits); -r: directories, recursively; Ctrl-C "
+		"stops it\n"
+		"  pin PATH... [-r]\n"
+		"        keep the files in the cache whatever else is read: "
+		"warms them too, and\n"
+		"        the pins survive remounts and crashes; at most "
+		"cache.max_pinned percent\n"
+		"        of the cache; a pinned file deleted gives its pin "
+		"back\n"
+		"  unpin PATH... [-r]\n"
+		"        let the files' data be evicted again\n"
+		"  evict PATH... [-r] [--flush]\n"
+		"        drop the files' clean cached data now; --flush: "
+		"destage their dirty\n"
+		"        data first, then drop it too (pinned files: unpin "
+		"them first)\n"
+		"  status PATH... [-r] [--json]\n"
+		"        each file's size, bytes cached, bytes dirty, pin, "
+		"age of its oldest\n"
+		"        dirty data, whether the backing file is up to date "
+		"and its policy;\n"
+		"        -r: totals and the top files by cached and by dirty "
+		"bytes\n"
+		"  --help, --version\n");
 }
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -203,7 +233,8 @@ static int connect_retry(const struct sockaddr_un *sa, const char *mnt)
 	}
 }
 
-static int ctl_connect(const char *mountpoint, const char *cmd, FILE **out)
+int ctl_connect_len(const char *mountpoint, const char *cmd, size_t clen,
+		    FILE **out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char mnt[PATH_MAX], path[108];
@@ -224,12 +255,17 @@ static int ctl_connect(const char *mountpoint, const char *cmd, FILE **out)
 				    mnt, path);
 		return fail("%s: %s", path, strerror(e));
 	}
-	if (send(fd, cmd, strlen(cmd), MSG_NOSIGNAL) < 0) {
+	if (send(fd, cmd, clen, MSG_NOSIGNAL) < 0) {
 		close(fd);
 		return fail("%s: %s", path, strerror(errno));
 	}
 	*out = fdopen(fd, "r");
 	return *out ? 0 : fail("fdopen: %s", strerror(errno));
+}
+
+static int ctl_connect(const char *mountpoint, const char *cmd, FILE **out)
+{
+	return ctl_connect_len(mountpoint, cmd, strlen(cmd), out);
 }
 
 /* One statistics snapshot from the daemon behind mnt; 0 or an exit code. */
@@ -441,6 +477,8 @@ static int cmd_flush(int argc, char **argv)
 	double t0 = mono_s(), t;
 	FILE *f;
 
+	if (argc > 2)
+		return cmd_file("flush", argc, argv);
 	if (argc != 2)
 		return fail("flush needs one MOUNTPOINT");
 	if (ctl_connect(argv[1], CTL_CMD("flush"), &f))
@@ -514,6 +552,10 @@ int main(int argc, char **argv)
 		return cmd_flush(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))
 		return cmd_check(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "warm") || !strcmp(argv[1], "pin") ||
+	    !strcmp(argv[1], "unpin") || !strcmp(argv[1], "evict") ||
+	    !strcmp(argv[1], "status"))
+		return cmd_file(argv[1], argc - 1, argv + 1);
 	fprintf(stderr, "nvcachectl: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;
