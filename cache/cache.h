@@ -160,6 +160,9 @@ int cache_file_policy_match(struct cache *c, struct cfile *f);
 /* The name of the policy f got at its last open, or NULL (none); valid for
  * the life of the process. */
 const char *cache_file_policy(const struct cfile *f);
+/* The policy a file at path (relative to the mount) of size bytes would get
+ * at an open now, or NULL (none); valid for the life of the process. */
+const char *cache_policy_for(struct cache *c, const char *path, uint64_t size);
 /* The backing file could only be opened for reading. */
 int cache_file_readonly(const struct cfile *f);
 /* Size and mtime as the mount must show them, if the cache tracks the file. */

@@ -52,6 +52,19 @@ const char *cache_file_policy(const struct cfile *f)
 	return __atomic_load_n(&f->pol.name, __ATOMIC_ACQUIRE);
 }
 
+const char *cache_policy_for(struct cache *c, const char *path, uint64_t size)
+{
+	struct pol_set *set;
+	struct pol_match m;
+
+	if (!__atomic_load_n(&c->cfg->policies, __ATOMIC_ACQUIRE))
+		return NULL;
+	set = pol_live_get(&c->cfg->policies);
+	pol_match(set, path, size, &m);
+	pol_set_put(set);
+	return m.name;
+}
+
 void file_relist_locked(struct cache *c, struct cfile *f)
 {
 	struct list *l;

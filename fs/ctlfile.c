@@ -57,10 +57,13 @@ struct job {
 	uint64_t last_ms;
 };
 
-/* The policy a file got at its last open (cache/fpolicy.c), or "-". */
-static const char *file_policy(struct cfile *f)
+/* The policy of a file (cache/fpolicy.c): what its object got at its last
+ * open; without an object (nothing cached), what its next open would get. */
+static const char *file_policy(struct job *j, const struct entry *e,
+			       struct cfile *f)
 {
-	const char *p = f ? cache_file_policy(f) : NULL;
+	const char *p = f ? cache_file_policy(f)
+			  : cache_policy_for(j->fs->cache, e->rel, e->size);
 
 	return p ? p : "-";
 }
@@ -563,7 +566,7 @@ static void cmd_status(struct job *j)
 	for (k = 0; k < j->n; k++) {
 		struct cache_file_info i;
 		struct cfile *f;
-		const char *pol = "-";
+		const char *pol;
 
 		memset(&i, 0, sizeof(i));
 		i.size = j->e[k].size;
@@ -571,8 +574,10 @@ static void cmd_status(struct job *j)
 		if (!entry_file(j, &j->e[k], 0, &f)) {
 			cache_file_info(j->fs->cache, f, &i);
 			/* names live as long as the process (policy.c) */
-			pol = file_policy(f);
+			pol = file_policy(j, &j->e[k], f);
 			cache_file_put(j->fs->cache, f);
+		} else {
+			pol = file_policy(j, &j->e[k], NULL);
 		}
 		ctl_say(j->fd, "file %llu %llu %llu %llu %d %d %s %zu\n",
 			(unsigned long long)i.size,

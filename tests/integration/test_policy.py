@@ -1,6 +1,7 @@
 """Policies by path through the real mount: each file in its policy's mode (stats and byte-for-byte compares),
 a bypass file never in the cache, destage_after per file, eviction priority, SIGHUP reload, bad rules refused
 with FILE:LINE."""
+import json
 import mmap
 import os
 import signal
@@ -132,6 +133,11 @@ def test_each_file_in_its_mode(make_cache):
     assert after["fill_bytes"] == before["fill_bytes"]
     assert after["read_bypass_bytes"] - before["read_bypass_bytes"] == 4 * MiB
     assert after["backing_write_bytes"] - before["backing_write_bytes"] == MiB + 4 * BS
+
+    # nvcachectl status names the policy each file got at its open
+    st = json.loads(c.ctl("status", *[c.path(n) for n in data], "--json").stdout)
+    got = {os.path.relpath(f["path"], c.mnt): f["policy"] for f in st["files"]}
+    assert got == {"a.wt": "wt", "b.wa": "wa", "c.wb": "-", "scratch/d": "scratch"}, got
 
     # the rest reads back byte for byte, through the mount and after the flush in the store
     for n in ("a.wt", "b.wa", "c.wb"):
