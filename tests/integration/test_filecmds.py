@@ -132,6 +132,51 @@ def test_pin_survives_working_set_remount_and_kill(make_cache):
     assert one(c, "keep")["cached_bytes"] < len(pinned)
 
 
+def test_a_pinned_file_written_through_the_mount_stays_pinned(make_cache):
+    """Writes to a pinned file (over its data and past its end) keep it pinned: after destage its blocks, old
+    and new, outlast a working set twice the cache and are all hits; deleted, it gives its space back."""
+    c = make_cache(dev_size=16 * MiB, extra={"cache.sequential_cutoff": "0"})
+    data = bytearray(os.urandom(4 * MiB))
+    backing_file(c, "keep", bytes(data))
+    others = [os.urandom(32 * MiB) for _ in range(2)]
+    for i, d in enumerate(others):
+        backing_file(c, f"ws/{i}", d)
+    c.format()
+    c.mount()
+    c.ctl("pin", c.path("keep"))
+    new = os.urandom(MiB)
+    mount_write(c, "keep", new, off=MiB)
+    data[MiB:2 * MiB] = new
+    tail = os.urandom(MiB + 77)
+    mount_write(c, "keep", tail, off=len(data))
+    data += tail
+    f = one(c, "keep")
+    assert f["pinned"] and f["dirty_bytes"] > 0 and f["size"] == len(data), f
+    c.ctl("flush", c.mnt, c.path("keep"))
+    f = one(c, "keep")
+    assert f["pinned"] and f["dirty_bytes"] == 0 and f["backing_up_to_date"], f
+    for i, d in enumerate(others):
+        assert direct_read(c.path(f"ws/{i}"), MiB) == d
+    assert c.stats()["evictions"] > 0
+    f = one(c, "keep")
+    assert f["pinned"] and f["cached_bytes"] == len(data), f
+    all_hits(c, "keep", bytes(data))
+    with open(os.path.join(c.backing, "keep"), "rb") as b:
+        assert b.read() == bytes(data)
+    used = c.stats()["used_bytes"]
+    os.unlink(c.path("keep"))
+    assert wait_until(lambda: c.stats()["used_bytes"] <= used - len(data) + BS), (used, c.stats()["used_bytes"])
+
+
+def wait_until(cond, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
 def test_pin_past_max_pinned_is_refused(make_cache):
     c = make_cache(dev_size=16 * MiB, extra={"cache.max_pinned": "20"})
     a, b = os.urandom(4 * MiB), os.urandom(4 * MiB)
