@@ -27,20 +27,6 @@
 
 #define TOP_N 10
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("nvcachectl: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return 1;
-}
-
 /* mountinfo's octal escapes (\040 for a space) undone in place. */
 static void unescape(char *s)
 {

@@ -10,6 +10,8 @@
  * answer is read from *out.  0, or 1 with a message said. */
 int ctl_connect_len(const char *mountpoint, const char *req, size_t len,
 		    FILE **out);
+/* "nvcachectl: " and the message on stderr; returns 1, the exit code. */
+int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* warm, pin, unpin, evict, status; flush MOUNTPOINT PATH...: argv[0] is
  * the command.  The exit code. */
 int cmd_file(const char *cmd, int argc, char **argv);

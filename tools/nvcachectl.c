@@ -76,9 +76,7 @@ static void usage(FILE *f)
 		"  --help, --version\n");
 }
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int fail(const char *fmt, ...)
+int fail(const char *fmt, ...)
 {
 	va_list ap;
 

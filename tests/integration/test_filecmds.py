@@ -5,6 +5,7 @@ import socket
 import time
 
 from conftest import MiB
+from test_policy import wait_for
 from test_stats import direct_read
 
 BS = 64 * 1024
@@ -165,16 +166,7 @@ def test_a_pinned_file_written_through_the_mount_stays_pinned(make_cache):
         assert b.read() == bytes(data)
     used = c.stats()["used_bytes"]
     os.unlink(c.path("keep"))
-    assert wait_until(lambda: c.stats()["used_bytes"] <= used - len(data) + BS), (used, c.stats()["used_bytes"])
-
-
-def wait_until(cond, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
+    assert wait_for(lambda: c.stats()["used_bytes"] <= used - len(data) + BS), (used, c.stats()["used_bytes"])
 
 
 def test_pin_past_max_pinned_is_refused(make_cache):

@@ -11,25 +11,9 @@ import time
 import pytest
 
 from conftest import CTL, DAEMON, MiB
+from test_stats import direct_read
 
 BS = 64 * 1024
-
-
-def direct_read(path, chunk=BS):
-    """A whole file with O_DIRECT, so that every read reaches the daemon."""
-    buf = mmap.mmap(-1, chunk)
-    out = bytearray()
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    try:
-        size = os.fstat(fd).st_size
-        while len(out) < size:
-            n = os.readv(fd, [buf])
-            out += buf[:n]
-            if n < chunk:
-                break
-    finally:
-        os.close(fd)
-    return bytes(out)
 
 
 def direct_write(fd, data, off=0, chunk=MiB):
