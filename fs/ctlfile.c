@@ -532,6 +532,20 @@ static void cmd_flush_evict(struct job *j, int drop)
 			perr(j, e->rel, "%s", strerror(-ret));
 			continue;
 		}
+		if (drop) {
+			/* a pinned file's data stays: nothing done to it, its
+			 * dirty data not destaged either */
+			cache_file_info(c, f, &i);
+			if (i.pinned) {
+				perr(j, e->rel,
+				     "pinned: its data stays (unpin it "
+				     "first)");
+				left += i.cached;
+				cache_file_put(c, f);
+				files++;
+				continue;
+			}
+		}
 		if (flush)
 			ret = flush_one(j, e, f, dirty[k + 1]);
 		if (drop && ret != -EINTR) {

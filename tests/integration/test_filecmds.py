@@ -213,6 +213,15 @@ def test_evict_drops_clean_data(cache):
     r = c.ctl("evict", c.path("e"), check=False)
     assert r.returncode != 0 and "unpin it first" in r.stderr, r.stderr
     assert one(c, "e")["cached_bytes"] == len(data)
+    # evict --flush of a pinned file does nothing at all: its dirty data is not destaged either
+    w = os.urandom(BS)
+    mount_write(c, "e", w, 5 * BS)
+    data[5 * BS:6 * BS] = w
+    r = c.ctl("evict", c.path("e"), "--flush", check=False)
+    assert r.returncode != 0 and "unpin it first" in r.stderr, r.stderr
+    f = one(c, "e")
+    assert (f["cached_bytes"], f["dirty_bytes"], f["pinned"]) == (len(data), BS, True), f
+    assert direct_read(c.path("e"), MiB) == bytes(data)
 
 
 def test_status_figures_are_what_was_written(cache):
