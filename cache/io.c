@@ -224,7 +224,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		struct cslot *s;
 		uint32_t p, run0;
 		uint64_t want[META_MAX_WORDS] = { 0 };
-		int ret = 0;
+		int ret = 0, pinned = 0;
 
 		if (!x->miss)
 			continue;
@@ -292,8 +292,14 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 					pages_valid(c, s, 1);
 				}
 			slot_settle(c, s);
+			pinned = file_pinned(f);
 		}
 		pthread_mutex_unlock(&c->lock);
+		/* except a pinned file's, which survives a remount
+		 * (filectl.c): its entry claims the pages once the device
+		 * holds them (slot_persist flushes first), s->rw held */
+		if (pinned && slot_persist(c, s))
+			log_msg(LOG_ERR, "cannot persist a pinned file's block");
 		srw_unlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
 		slot_unpin_locked(c, f, s);

@@ -169,6 +169,30 @@ def test_a_pinned_file_written_through_the_mount_stays_pinned(make_cache):
     assert wait_for(lambda: c.stats()["used_bytes"] <= used - len(data) + BS), (used, c.stats()["used_bytes"])
 
 
+def test_pinned_data_read_after_a_change_elsewhere_survives_a_remount(make_cache):
+    """A pinned file changed behind the cache loses its clean data at the next open (§4.7); what the reads after
+    it bring back is kept as pinned data, and a remount and a kill -9 still find it (not only what pin loaded)."""
+    c = make_cache(extra={"cache.sequential_cutoff": "0"})
+    old = os.urandom(4 * MiB)
+    backing_file(c, "p", old)
+    c.format()
+    c.mount()
+    c.ctl("pin", c.path("p"))
+    assert one(c, "p")["cached_bytes"] == len(old)
+    new = os.urandom(4 * MiB)
+    time.sleep(0.01)
+    backing_file(c, "p", new)                     # another node's change
+    assert direct_read(c.path("p"), MiB) == new   # the open drops the old data; the misses keep the new
+    f = one(c, "p")
+    assert f["pinned"] and f["cached_bytes"] == len(new), f
+    for restart in (c.unmount, c.kill9):
+        restart()
+        c.mount()
+        f = one(c, "p")
+        assert f["pinned"] and f["cached_bytes"] == len(new), (restart.__name__, f)
+        all_hits(c, "p", new)
+
+
 def test_pin_past_max_pinned_is_refused(make_cache):
     c = make_cache(dev_size=16 * MiB, extra={"cache.max_pinned": "20"})
     a, b = os.urandom(4 * MiB), os.urandom(4 * MiB)
