@@ -208,6 +208,8 @@ void cache_touch(struct cache *c)
 	__atomic_store_n(&c->last_io, now_ms(), __ATOMIC_RELAXED);
 }
 
+static __thread int tl_keep; /* io_read_keep: every miss is kept */
+
 /* Keep what a read miss fetched: only pages nobody wrote meanwhile. */
 static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 			      int nsp, char *buf, uint64_t pstart,
@@ -297,8 +299,9 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		pthread_mutex_unlock(&c->lock);
 		/* except a pinned file's, which survives a remount
 		 * (filectl.c): its entry claims the pages once the device
-		 * holds them (slot_persist flushes first), s->rw held */
-		if (pinned && slot_persist(c, s))
+		 * holds them (slot_persist flushes first), s->rw held; a
+		 * warm persists what it kept at its end, behind one flush */
+		if (pinned && !tl_keep && slot_persist(c, s))
 			log_msg(LOG_ERR, "cannot persist a pinned file's block");
 		srw_unlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
@@ -337,7 +340,6 @@ struct deferred {
 static __thread struct deferred *tl_def;
 static __thread void *tl_pin; /* a segment a reply is sent from (bkstream.c) */
 static __thread int tl_defer; /* cache_read_defer is under way */
-static __thread int tl_keep; /* io_read_keep: every miss is kept */
 static pthread_key_t def_key;
 static pthread_once_t def_once = PTHREAD_ONCE_INIT;
 
