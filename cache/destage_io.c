@@ -108,7 +108,7 @@ static int run_write(struct dpipe *p, const char *buf, uint64_t off,
 	struct cache *c = p->c;
 	struct cfile *f = p->f;
 	uint64_t size, d = 0;
-	int ret;
+	int ret, dfd;
 
 	if (!len)
 		return 0;
@@ -122,10 +122,11 @@ static int run_write(struct dpipe *p, const char *buf, uint64_t off,
 	if (!len)
 		return 0;
 	throttle(c, len);
-	if (p->dfd >= 0 && !__atomic_load_n(&f->bks_off, __ATOMIC_RELAXED))
+	dfd = __atomic_load_n(&p->dfd, __ATOMIC_ACQUIRE);
+	if (dfd >= 0 && !__atomic_load_n(&f->bks_off, __ATOMIC_RELAXED))
 		d = direct_part(off, len);
 	if (d) {
-		ret = backing_write_fd(c, f, p->dfd, buf, d, off);
+		ret = backing_write_fd(c, f, dfd, buf, d, off);
 		if (ret == -EINVAL) {
 			/* the store takes no direct writes after all */
 			__atomic_store_n(&f->bks_off, 1, __ATOMIC_RELAXED);
@@ -178,6 +179,10 @@ static void *dpipe_main(void *arg)
 	return NULL;
 }
 
+/* p->dfd before the pass's first write of a whole page: a pass of a small
+ * file (its one partial page) opens nothing more. */
+#define DFD_UNOPENED (-2)
+
 /* A second open of f's backing file for direct writes, or -1. */
 static int open_direct(struct cfile *f)
 {
@@ -202,10 +207,18 @@ int dpipe_init(struct dpipe *p, struct cache *c, struct cfile *f)
 	if (!p->cur)
 		return -ENOMEM;
 	p->nbufs = 1;
-	p->dfd = open_direct(f);
+	p->dfd = DFD_UNOPENED;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
 	return 0;
+}
+
+/* The direct descriptor, opened on the pass's thread before the first
+ * write that holds a whole page (helpers only read p->dfd). */
+static void need_direct(struct dpipe *p, uint32_t len)
+{
+	if (p->dfd == DFD_UNOPENED && len >= NVC_PAGE)
+		__atomic_store_n(&p->dfd, open_direct(p->f), __ATOMIC_RELEASE);
 }
 
 int dpipe_write_now(struct dpipe *p, const char *buf, uint64_t off,
@@ -214,6 +227,7 @@ int dpipe_write_now(struct dpipe *p, const char *buf, uint64_t off,
 	int ret;
 
 	assert(off >= p->end); /* 2. */
+	need_direct(p, len);
 	ret = run_write(p, buf, off, len);
 	p->end = off + len;
 	return ret;
@@ -254,6 +268,7 @@ int dpipe_put(struct dpipe *p, uint64_t off, uint32_t len, int more)
 		return 0;
 	assert(off >= p->end); /* 2. */
 	p->end = off + len;
+	need_direct(p, len);
 	if (!p->nthreads && more)
 		dpipe_start(p);
 	if (!p->nthreads) {

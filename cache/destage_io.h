@@ -22,7 +22,8 @@ struct dpipe_job {
 struct dpipe {
 	struct cache *c;
 	struct cfile *f;
-	int dfd; /* f's backing file opened with O_DIRECT, or -1 */
+	int dfd; /* f's backing file opened with O_DIRECT, -1 (none), or -2
+		    before the pass's first whole page (destage_io.c) */
 	char *cur; /* the buffer the pass reads into now */
 	char *bufs[DPIPE_NBUF];
 	unsigned nbufs; /* allocated */
