@@ -112,19 +112,13 @@ def test_pin_survives_working_set_remount_and_kill(make_cache):
     assert f["pinned"] and f["cached_bytes"] == len(pinned), f
     all_hits(c, "keep", pinned)
 
-    c.unmount()
-    c.mount()
-    f = one(c, "keep")
-    assert f["pinned"] and f["cached_bytes"] == len(pinned), f
-    working_set()
-    all_hits(c, "keep", pinned)
-
-    c.kill9()
-    c.mount()
-    f = one(c, "keep")
-    assert f["pinned"] and f["cached_bytes"] == len(pinned), f
-    working_set()
-    all_hits(c, "keep", pinned)
+    for restart in (c.unmount, c.kill9):
+        restart()
+        c.mount()
+        f = one(c, "keep")
+        assert f["pinned"] and f["cached_bytes"] == len(pinned), (restart.__name__, f)
+        working_set()
+        all_hits(c, "keep", pinned)
 
     # unpinned, it is evicted like the rest
     c.ctl("unpin", c.path("keep"))
