@@ -38,7 +38,7 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 			     struct dev **devs, const struct meta_hdr *h)
 {
 	struct sb_disk *buf = dev_alloc_buf(sizeof(*buf));
-	char why[256];
+	char why[256], u[2][37];
 	int d, copy;
 
 	if (!buf)
@@ -54,7 +54,7 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 			if (ret) {
 				problem(k,
 					"%s: superblock copy %d unreadable: %s",
-					cfg->dev_paths[d], copy + 1,
+					dev_path(devs[d]), copy + 1,
 					strerror(-ret));
 				continue;
 			}
@@ -62,7 +62,7 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 				problem(k,
 					"%s: superblock copy %d has no "
 					"nvcachefs magic",
-					cfg->dev_paths[d], copy + 1);
+					dev_path(devs[d]), copy + 1);
 				continue;
 			}
 			if (buf->csum !=
@@ -70,7 +70,7 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 				problem(k,
 					"%s: superblock copy %d checksum "
 					"mismatch",
-					cfg->dev_paths[d], copy + 1);
+					dev_path(devs[d]), copy + 1);
 				continue;
 			}
 			if (buf->version != SB_VERSION ||
@@ -80,7 +80,7 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 						 "version %u, expected %u",
 						 buf->version, SB_VERSION);
 				problem(k, "%s: superblock copy %d: %s",
-					cfg->dev_paths[d], copy + 1, why);
+					dev_path(devs[d]), copy + 1, why);
 				continue;
 			}
 			good++;
@@ -88,29 +88,39 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 				problem(k,
 					"%s: belongs to another cache than the "
 					"metadata",
-					cfg->dev_paths[d]);
+					dev_path(devs[d]));
+			else if (h && members_recorded(h) &&
+				 d < (int)h->ndevs &&
+				 memcmp(buf->dev_uuid, h->members[d], 16))
+				problem(k,
+					"%s: device UUID %s, but the metadata "
+					"records member %d as %s",
+					dev_path(devs[d]),
+					members_uuid_str(buf->dev_uuid, u[0]),
+					d + 1,
+					members_uuid_str(h->members[d], u[1]));
 			if (buf->dev_index != (uint32_t)d ||
 			    buf->ndevs != (uint32_t)cfg->ndevs)
 				problem(k,
 					"%s: formatted as device %u of %u, "
 					"configured as %d of %d",
-					cfg->dev_paths[d], buf->dev_index + 1,
+					dev_path(devs[d]), buf->dev_index + 1,
 					buf->ndevs, d + 1, cfg->ndevs);
 			if (buf->block_size != cfg->block_size)
 				problem(k, "%s: block size %u, configured %llu",
-					cfg->dev_paths[d], buf->block_size,
+					dev_path(devs[d]), buf->block_size,
 					(unsigned long long)cfg->block_size);
 			if (h && buf->slots_per_dev * cfg->ndevs != h->nslots)
 				problem(k,
 					"%s: %llu slots, the metadata expects "
 					"%llu",
-					cfg->dev_paths[d],
+					dev_path(devs[d]),
 					(unsigned long long)buf->slots_per_dev,
 					(unsigned long long)(h->nslots /
 							     cfg->ndevs));
 		}
 		fprintf(k->out, "  %s: %d of %d copies good\n",
-			cfg->dev_paths[d], good, SB_COPIES);
+			dev_path(devs[d]), good, SB_COPIES);
 	}
 	free(buf);
 	return 0;
@@ -370,6 +380,15 @@ int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
 				  sizeof(why[i])) &&
 		    !h)
 			h = r[i].addr;
+	if (h) {
+		char err[512];
+		int missing = 0;
+
+		/* the listed devices in member order, as a mount takes them */
+		if (members_order(h, devs, cfg->ndevs, &missing, err,
+				  sizeof(err)))
+			problem(&k, "%s", err);
+	}
 	check_superblocks(&k, cfg, devs, h);
 	if (h)
 		check_geometry(&k, cfg, h);

@@ -52,7 +52,7 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 	uint64_t per = slots_per_dev(cfg, devs, ndev);
 	uint64_t nslots = per * ndev, len;
 	uint32_t nfiles = nfiles_for(cfg, nslots);
-	uint8_t uuid[16];
+	uint8_t uuid[16], members[NVC_MAX_DEVS][16] = { { 0 } };
 	struct sb_disk sb;
 	int i, ret;
 
@@ -77,6 +77,13 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		}
 	if (getrandom(uuid, sizeof(uuid), 0) != sizeof(uuid))
 		return -errno;
+	/* each device's own identity, recorded in the header (members.c) */
+	for (i = 0; i < ndev; i++) {
+		do {
+			if (getrandom(members[i], 16, 0) != 16)
+				return -errno;
+		} while (members_uuid_taken(members, i));
+	}
 
 	/* Mirrors first: a half-formatted cache then fails its superblock
 	 * check. */
@@ -86,6 +93,8 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		memset(mirrors[i].addr, 0, len);
 		meta_init_hdr(&h, uuid, i, cfg->block_size, nslots, nfiles,
 			      ndev);
+		memcpy(h.members, members, sizeof(h.members));
+		h.csum = meta_csum(&h, offsetof(struct meta_hdr, csum));
 		memcpy(mirrors[i].addr, &h, sizeof(h));
 		ret = pm_persist(&mirrors[i], mirrors[i].addr, len);
 		if (ret) {
@@ -108,6 +117,7 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		sb.data_off = SB_DATA_OFF;
 		sb.slots_per_dev = per;
 		sb.format_time = time(NULL);
+		memcpy(sb.dev_uuid, members[i], 16);
 		ret = sb_write(devs[i], &sb);
 		if (ret) {
 			snprintf(err, errlen, "%s: cannot write superblock: %s",

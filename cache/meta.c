@@ -221,6 +221,40 @@ void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
  * geometry: the layout is recomputed, never trusted, so that no offset or
  * count can reach past the mapped length.
  */
+static int uuid_zero(const uint8_t u[16])
+{
+	static const uint8_t zero[16];
+
+	return !memcmp(u, zero, 16);
+}
+
+/* The member table: all zero (not recorded), or ndevs distinct non-zero
+ * UUIDs followed by zeros. */
+static int members_ok(const struct meta_hdr *h, char *why, size_t len)
+{
+	uint32_t k, j, n = 0;
+
+	for (k = 0; k < NVC_MAX_DEVS; k++)
+		n += !uuid_zero(h->members[k]);
+	if (!n)
+		return 0;
+	for (k = 0; k < NVC_MAX_DEVS; k++) {
+		if (uuid_zero(h->members[k]) != (k >= h->ndevs))
+			return refuse(why, len, -EUCLEAN,
+				      "header member table: entry %u is %s, "
+				      "but ndevs is %u",
+				      k, k < h->ndevs ? "empty" : "set",
+				      h->ndevs);
+		for (j = 0; j < k && k < h->ndevs; j++)
+			if (!memcmp(h->members[j], h->members[k], 16))
+				return refuse(why, len, -EUCLEAN,
+					      "header member table: members "
+					      "%u and %u have one UUID",
+					      j, k);
+	}
+	return 0;
+}
+
 static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 		  size_t len)
 {
@@ -297,7 +331,7 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      "header total_len %llu exceeds the mirror's %zu "
 			      "bytes",
 			      (unsigned long long)h->total_len, maplen);
-	return 0;
+	return members_ok(h, why, len);
 }
 
 int meta_hdr_why(const void *addr, size_t len, uint64_t *total_len, char *why,
@@ -325,7 +359,8 @@ static int hdr_same(const struct meta_hdr *a, const struct meta_hdr *b)
 {
 	return !memcmp(a->set_uuid, b->set_uuid, 16) &&
 	       a->nslots == b->nslots && a->nfiles == b->nfiles &&
-	       a->block_size == b->block_size && a->ndevs == b->ndevs;
+	       a->block_size == b->block_size && a->ndevs == b->ndevs &&
+	       !memcmp(a->members, b->members, sizeof(a->members));
 }
 
 static void meta_geometry(struct meta *m, const struct meta_hdr *h)

@@ -56,7 +56,10 @@ struct sb_disk {
 	uint64_t data_off;
 	uint64_t slots_per_dev;
 	uint64_t format_time;
-	uint8_t reserved[4096 - 88];
+	/* this device's identity in the set (members.c); all zero: formatted
+	 * before members were recorded */
+	uint8_t dev_uuid[16];
+	uint8_t reserved[4096 - 104];
 	uint64_t csum;
 };
 
@@ -81,7 +84,10 @@ struct meta_hdr {
 	/* the identity stamp of the backing directory the cache was last
 	 * mounted on (ident.c); all zero: none yet */
 	uint8_t store_stamp[16];
-	uint8_t reserved[4096 - 128];
+	/* member k's device UUID (its superblock's dev_uuid), for k below
+	 * ndevs, the rest zero; all zero: not recorded (members.c) */
+	uint8_t members[NVC_MAX_DEVS][16];
+	uint8_t reserved[4096 - 128 - NVC_MAX_DEVS * 16];
 	uint64_t csum;
 };
 
@@ -163,6 +169,19 @@ int sb_read_why(struct dev *d, struct sb_disk *out, char *why, size_t len);
 int sb_check(const struct sb_disk *sb, char *why, size_t len);
 int sb_write(struct dev *d, const struct sb_disk *sb);
 int sb_repair(struct dev *d, const struct sb_disk *good, int *repaired);
+
+/* members.c: the device set by identity. */
+/* 1 if m[i] is zero or equals an earlier m[j]. */
+int members_uuid_taken(uint8_t (*m)[16], int i);
+/* u as 8-4-4-4-12 hex; returns buf. */
+const char *members_uuid_str(const uint8_t u[16], char buf[37]);
+/* 1 if the header records its members' UUIDs. */
+int members_recorded(const struct meta_hdr *h);
+/* Put the n listed devices in member order (by their superblocks' UUIDs);
+ * *missing (listed index + 1 of a stand-in, or 0) follows its device.
+ * 0, or -EINVAL with err naming a stale member or a copied device. */
+int members_order(const struct meta_hdr *h, struct dev **devs, int n,
+		  int *missing, char *err, size_t errlen);
 
 /* 0 if addr holds a valid mirror header; *total_len is the mirror's size. */
 int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len);

@@ -916,6 +916,11 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		 * whole */
 		memset(mirrors[i].addr, 0, META_HDR_SIZE);
 	}
+	/* devices by identity: a listed name may hold another member today */
+	ret = members_order(mirrors[mret[0] ? 1 : 0].addr, devs, cfg->ndevs,
+			    &missing, err, errlen);
+	if (ret)
+		goto err_close;
 	degraded_dev = missing;
 	ret = cache_open_devs(cfg, devs, cfg->ndevs, mirrors, backing_fd, out,
 			      err, errlen);

@@ -107,10 +107,7 @@ def test_daemon_refuses_mismatched_devices(make_cache):
     c.format()
     before = digest(c.images + c.meta)
     keys = dict(c.keys)
-    keys["cache.devices"] = ", ".join(reversed(c.loops))
-    c.write_conf(keys)
-    r = run_daemon(c)
-    assert r.returncode != 0 and "was formatted as device 2 of 2, but cache.devices lists it as 1 of 2" in r.stderr
+    # (listed in another order they are taken by identity: test_devices.py)
     keys["cache.devices"] = c.loops[0]
     c.write_conf(keys)
     r = run_daemon(c)

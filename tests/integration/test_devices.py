@@ -1,0 +1,90 @@
+"""Cache devices by identity: loop devices renumbered between mounts are taken by their UUIDs (the listed names
+hold other members now), and a device of another cache or a copy of a member is refused, naming it."""
+import os
+import shutil
+
+from conftest import CTL, MiB, sh
+
+
+def write_all(c, blobs):
+    for n, b in blobs.items():
+        with open(c.path(n), "wb") as f:
+            f.write(b)
+
+
+def read_all(c, blobs):
+    for n, b in blobs.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b, n
+
+
+def renumber(c):
+    """The loop devices come back in another order: each listed name now holds the next image."""
+    for lo in c.loops:
+        sh("losetup", "-d", lo)
+    imgs = c.images[1:] + c.images[:1]
+    for lo, img in zip(c.loops, imgs):
+        sh("losetup", "--direct-io=on", lo, img)
+
+
+def test_renumbered_devices_are_taken_by_identity(make_cache):
+    c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep"})
+    c.format()
+    c.mount()
+    blobs = {f"f{i}": os.urandom(3 * MiB + i * 4099) for i in range(6)}
+    write_all(c, blobs)
+    assert c.unmount() == 0                         # all of it dirty, only on the devices
+
+    renumber(c)
+    r = sh(CTL, "check", "-c", c.conf, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr   # check takes them in member order too
+
+    c.mount()
+    read_all(c, blobs)
+    log = c.log_text()
+    for i, lo in enumerate(c.loops):
+        # listed i-th, the name holds image i+1: member i+2 (1-based), the last one member 1
+        member = (i + 1) % 3 + 1
+        assert f"{lo} is member {member} of 3 of this cache (listed as device {i + 1}" in log, log
+    c.flush()
+    for n, b in blobs.items():
+        with open(os.path.join(c.backing, n), "rb") as f:
+            assert f.read() == b, n
+    assert c.unmount() == 0
+
+
+def test_device_of_another_cache_is_refused(make_cache):
+    a = make_cache()
+    b = make_cache()
+    a.format()
+    b.format()
+    keys = dict(a.keys)
+    keys["cache.devices"] = f"{a.loops[0]}, {b.loops[1]}"
+    a.write_conf(keys)
+    p = a.mount(check=False)
+    assert p.wait(timeout=30) != 0
+    log = a.log_text()
+    assert f"{b.loops[1]} belongs to another cache" in log, log
+
+
+def test_copy_of_a_member_is_refused(make_cache, tmp_path):
+    c = make_cache()
+    c.format()
+    c.mount()
+    write_all(c, {"x": os.urandom(MiB)})
+    assert c.unmount() == 0
+    # a copy of member 1 (dd of a failing disk, say) listed in place of member 2
+    img = f"/dev/shm/{c.tag}-copy.img"
+    shutil.copyfile(c.images[0], img)
+    c.images.append(img)                            # removed by cleanup
+    lo = sh("losetup", "--find", "--show", "--direct-io=on", img).stdout.strip()
+    c.loops.append(lo)
+    keys = dict(c.keys)
+    keys["cache.devices"] = f"{c.loops[0]}, {lo}"
+    c.write_conf(keys)
+    p = c.mount(check=False)
+    assert p.wait(timeout=30) != 0
+    log = c.log_text()
+    assert f"{c.loops[0]} and {lo} both carry the identity of member 1" in log, log
+    r = sh(CTL, "check", "-c", c.conf, check=False)
+    assert r.returncode != 0 and "both carry the identity of member 1" in r.stdout + r.stderr, r.stdout
