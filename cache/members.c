@@ -80,8 +80,8 @@ static int member_of(const struct meta_hdr *h, const uint8_t u[16])
  * Identify devs[i] (-1: unidentified, left to check_superblocks); 0 or
  * -EINVAL with err set.
  */
-static int identify(const struct meta_hdr *h, struct dev *d, int *k,
-		    char *err, size_t errlen)
+static int identify(const struct meta_hdr *h, struct dev *d, int *k, char *err,
+		    size_t errlen)
 {
 	struct sb_disk sb;
 	char u[37];
@@ -114,13 +114,13 @@ int members_order(const struct meta_hdr *h, struct dev **devs, int n,
 {
 	struct dev *out[NVC_MAX_DEVS] = { 0 };
 	int from[NVC_MAX_DEVS], kof[NVC_MAX_DEVS];
-	int i, k, ret, next = 0, moved = 0;
+	int i, k, ret, next = 0, moved = 0, was_missing = *missing;
 
 	if (!members_recorded(h) || h->ndevs != (uint32_t)n)
 		return 0; /* the listed order, checked as before */
 	for (i = 0; i < n; i++) {
 		kof[i] = -1;
-		if (i + 1 == *missing)
+		if (i + 1 == was_missing)
 			continue;
 		ret = identify(h, devs[i], &kof[i], err, errlen);
 		if (ret)
@@ -146,9 +146,8 @@ int members_order(const struct meta_hdr *h, struct dev **devs, int n,
 			next++;
 		out[next] = devs[i];
 		from[next] = i;
-		if (i + 1 == *missing) {
+		if (i + 1 == was_missing)
 			*missing = next + 1;
-		}
 	}
 	for (k = 0; k < n; k++) {
 		if (from[k] == k)

@@ -131,6 +131,29 @@ static void test_swapped_refused_without_members(void)
 	env_fini(&e);
 }
 
+/* A device that could not be opened (a stand-in, *missing) takes the index
+ * its member left free, and *missing follows it. */
+static void test_missing_follows_its_index(void)
+{
+	struct dev *listed[2], *standin;
+	struct env e;
+	int missing = 2;
+
+	env_format(&e, PER_DEV, BS, NULL);
+	CHECK_EQ(dev_mem_create(SB_DATA_OFF + PER_DEV * BS, &standin), 0);
+	/* listed: member 2's device, then the gone one (member 1) */
+	listed[0] = e.devs[1];
+	listed[1] = standin;
+	CHECK_EQ(members_order(hdr(&e, 0), listed, 2, &missing, e.err,
+			       sizeof(e.err)),
+		 0);
+	CHECK(listed[0] == standin);
+	CHECK(listed[1] == e.devs[1]);
+	CHECK_EQ(missing, 1);
+	dev_close(standin);
+	env_fini(&e);
+}
+
 /* A member replaced (its UUID no longer in the header) is stale. */
 static void test_stale_member_refused(void)
 {
@@ -216,6 +239,7 @@ static const struct {
 	  test_swapped_devices_taken_by_identity },
 	{ "test_swapped_refused_without_members",
 	  test_swapped_refused_without_members },
+	{ "test_missing_follows_its_index", test_missing_follows_its_index },
 	{ "test_stale_member_refused", test_stale_member_refused },
 	{ "test_copied_device_refused", test_copied_device_refused },
 	{ "test_foreign_device_refused", test_foreign_device_refused },
