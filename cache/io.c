@@ -174,11 +174,18 @@ void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 	int d;
 
 	for (i = 0; i < n; i++) {
+		int ours = 0;
+
 		if (!ios[i].res)
 			continue;
 		for (d = 0; d < c->ndevs; d++) {
 			if (c->devs[d] != ios[i].dev)
 				continue;
+			/* a cache device's failure is logged once, when it is
+			 * marked failed (a device fenced at mount was logged
+			 * then); its I/O errors are counted in its statistics,
+			 * not logged one by one */
+			ours = 1;
 			if (!__atomic_exchange_n(&c->dev_failed[d], 1,
 						 __ATOMIC_ACQ_REL))
 				log_msg(LOG_CRIT,
@@ -193,10 +200,11 @@ void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 					(unsigned long long)ios[i].off,
 					strerror(-ios[i].res));
 		}
-		log_msg(LOG_ERR, "%s: %s at offset %llu: %s",
-			dev_path(ios[i].dev),
-			dev_op_name(ios[i].op),
-			(unsigned long long)ios[i].off, strerror(-ios[i].res));
+		if (!ours)
+			log_msg(LOG_ERR, "%s: %s at offset %llu: %s",
+				dev_path(ios[i].dev), dev_op_name(ios[i].op),
+				(unsigned long long)ios[i].off,
+				strerror(-ios[i].res));
 	}
 }
 

@@ -228,12 +228,14 @@ struct dev_faults *dev_faults(struct dev *d)
 
 int dev_io_check(const struct dev_io *io)
 {
-	if (io->off + io->len > io->dev->size || io->off + io->len < io->off)
-		return -EINVAL;
+	/* a fenced device (faults set) fails with its own error, whatever
+	 * size the device it stands for has today */
 	if (io->op == DEV_READ && io->dev->faults.fail_reads)
 		return io->dev->faults.fail_reads;
 	if (io->op != DEV_READ && io->dev->faults.fail_writes)
 		return io->dev->faults.fail_writes;
+	if (io->off + io->len > io->dev->size || io->off + io->len < io->off)
+		return -EINVAL;
 	return 0;
 }
 

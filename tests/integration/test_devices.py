@@ -88,3 +88,28 @@ def test_copy_of_a_member_is_refused(make_cache, tmp_path):
     assert f"{c.loops[0]} and {lo} both carry the identity of member 1" in log, log
     r = sh(CTL, "check", "-c", c.conf, check=False)
     assert r.returncode != 0 and "both carry the identity of member 1" in r.stdout + r.stderr, r.stdout
+
+
+def test_renumbered_with_one_device_gone(make_cache):
+    """dirty_copies = 2: member 1 is gone and the two others come back under each other's names; the mount
+    is degraded, the stand-in takes member 1's place, and every byte is read back from the second copies."""
+    c = make_cache(ndevs=3, extra={"cache.dirty_copies": "2", "destage.on_unmount": "keep"})
+    c.format()
+    c.mount()
+    blobs = {f"f{i}": os.urandom(2 * MiB + i * 4097) for i in range(5)}
+    write_all(c, blobs)
+    assert c.unmount() == 0
+    for lo in c.loops:
+        sh("losetup", "-d", lo)
+    sh("losetup", "--direct-io=on", c.loops[0], c.images[2])
+    sh("losetup", "--direct-io=on", c.loops[2], c.images[1])
+    # c.loops[1] stays unattached: member 1 (images[0]) is gone
+    c.mount()
+    read_all(c, blobs)
+    log = c.log_text()
+    # the unattached name opens, has no superblock, and is fenced: never read, and not one error per read
+    assert f"{c.loops[1]}: no valid superblock" in log and "mounting degraded" in log, log
+    assert "at offset" not in log, log
+    assert f"{c.loops[0]} is member 3 of 3 of this cache (listed as device 1" in log, log
+    assert f"{c.loops[2]} is member 2 of 3 of this cache (listed as device 3" in log, log
+    assert c.unmount() == 0
