@@ -290,7 +290,9 @@ struct cache {
 	uint64_t ntwins; /* second copies: slots that dirty data occupies too */
 	uint64_t dev_valid_pages[NVC_MAX_DEVS], dev_dirty_pages[NVC_MAX_DEVS];
 	struct dev_sync dsync[NVC_MAX_DEVS];
-	int dev_failed[NVC_MAX_DEVS]; /* no new data goes there */
+	/* no new data goes there: STAT_DEV_FAILED (I/O errors while mounted) or
+	 * STAT_DEV_MISSING (gone or not this cache's at mount: fenced) */
+	int dev_failed[NVC_MAX_DEVS];
 
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;

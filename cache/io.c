@@ -186,8 +186,10 @@ void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 			 * then); its I/O errors are counted in its statistics,
 			 * not logged one by one */
 			ours = 1;
-			if (!__atomic_exchange_n(&c->dev_failed[d], 1,
-						 __ATOMIC_ACQ_REL))
+			if (__atomic_compare_exchange_n(
+				    &c->dev_failed[d], &(int){ 0 },
+				    STAT_DEV_FAILED, 0, __ATOMIC_ACQ_REL,
+				    __ATOMIC_ACQUIRE))
 				log_msg(LOG_CRIT,
 					"cache device %s failed (%s at offset "
 					"%llu: %s): no new data goes to it; "

@@ -525,7 +525,7 @@ static void cache_free(struct cache *c)
  */
 static void dev_fence(struct cache *c, int d)
 {
-	c->dev_failed[d] = 1;
+	c->dev_failed[d] = STAT_DEV_MISSING;
 	dev_faults(c->devs[d])->fail_reads = -ENODEV;
 	dev_faults(c->devs[d])->fail_writes = -ENODEV;
 }

@@ -92,7 +92,11 @@
 #define STAT_DEV_GAUGES(X)                                           \
 	X(used_bytes, "bytes", "device capacity holding valid data") \
 	X(dirty_bytes, "bytes", "dirty data on the device")          \
-	X(failed, "", "1 once the device failed; no new data goes to it")
+	X(failed, "",                                                \
+	  "1: failed while mounted, 2: missing at mount (fenced); no new data goes to it")
+
+/* the failed gauge of a device */
+enum stat_dev_state { STAT_DEV_OK, STAT_DEV_FAILED, STAT_DEV_MISSING };
 
 #define STAT_DEV_LATS(X)          \
 	X(read, "device reads")   \

@@ -144,6 +144,24 @@ static const char *mirror_text(int st)
 		       : mirror_state_name(st);
 }
 
+/* A cache device's state (its failed gauge): its name, and its text. */
+static const char *dev_state_name(uint64_t st)
+{
+	return st == STAT_DEV_OK	? "ok"
+	       : st == STAT_DEV_FAILED	? "failed"
+	       : st == STAT_DEV_MISSING ? "missing"
+					: "unknown";
+}
+
+static const char *dev_state_text(uint64_t st)
+{
+	return st == STAT_DEV_FAILED ? "FAILED: I/O errors while mounted"
+	       : st == STAT_DEV_MISSING
+		       ? "MISSING: gone or not this cache's at mount; its "
+			 "dirty data is read from the second copies"
+		       : dev_state_name(st);
+}
+
 void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 {
 	uint64_t cap = STAT_GAUGE(s, capacity_bytes);
@@ -235,7 +253,7 @@ void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 		show_bytes(STAT_DEV_GAUGE(s, d, used_bytes), a, sizeof(a));
 		show_bytes(STAT_DEV_GAUGE(s, d, dirty_bytes), b, sizeof(b));
 		fprintf(out, "device %d   %s  %s; used %s, dirty %s\n", d,
-			v->path, STAT_DEV_GAUGE(s, d, failed) ? "FAILED" : "ok",
+			v->path, dev_state_text(STAT_DEV_GAUGE(s, d, failed)),
 			a, b);
 		show_bytes(STAT_DEV_CTR(s, d, read_bytes), a, sizeof(a));
 		show_bytes(STAT_DEV_CTR(s, d, write_bytes), b, sizeof(b));
@@ -414,9 +432,8 @@ static struct json_object *json_snap(const struct stat_snap *s, int gauges)
 		if (gauges) {
 			json_object_object_add(
 				dv, "state",
-				json_object_new_string(
-					STAT_DEV_GAUGE(s, d, failed) ? "failed"
-								     : "ok"));
+				json_object_new_string(dev_state_name(
+					STAT_DEV_GAUGE(s, d, failed))));
 			y = json_object_new_object();
 			for (i = 0; i < STAT_NDEV_GAUGES; i++)
 				json_object_object_add(

@@ -112,4 +112,9 @@ def test_renumbered_with_one_device_gone(make_cache):
     assert "at offset" not in log, log
     assert f"{c.loops[0]} is member 3 of 3 of this cache (listed as device 1" in log, log
     assert f"{c.loops[2]} is member 2 of 3 of this cache (listed as device 3" in log, log
+    devs = c.stats()["devices"]                 # in member order, under the names they have now
+    assert [(d["path"], d["state"]) for d in devs] == \
+        [(c.loops[1], "missing"), (c.loops[2], "ok"), (c.loops[0], "ok")], devs
+    text = c.ctl("stats", c.mnt).stdout
+    assert f"device 0   {c.loops[1]}  MISSING: gone or not this cache's at mount" in text, text
     assert c.unmount() == 0
