@@ -255,6 +255,15 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 typedef void (*cache_progress_fn)(void *arg, uint64_t dirty_bytes,
 				  uint64_t destaged_bytes);
 int cache_flush(struct cache *c, cache_progress_fn fn, void *arg);
+/* Destage everything, drop every cached block and close the cache devices:
+ * the mount then serves everything from the backing store, also after a
+ * remount, until cache_attach (detach.c).  0, or -errno with err set. */
+int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
+		 size_t errlen);
+/* Take the listed devices back (checked as a mount does). */
+int cache_attach(struct cache *c, char *err, size_t errlen);
+/* 1 while detached. */
+int cache_detached(struct cache *c);
 /* ------------------------------------------- per-file control (filectl.c) */
 
 /* What nvcachectl status shows of one file. */

@@ -138,6 +138,7 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 	STAT_GAUGE(s, high_watermark_bytes) =
 		c->nslots * c->bs / 100 * c->cfg->high_wm;
 	STAT_GAUGE(s, destaging) = c->active > 0;
+	STAT_GAUGE(s, detached) = c->detached;
 	for (d = 0; d < c->ndevs; d++) {
 		STAT_DEV_GAUGE(s, d, used_bytes) =
 			c->dev_valid_pages[d] * NVC_PAGE;
@@ -146,9 +147,13 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 		STAT_DEV_GAUGE(s, d, failed) = c->dev_failed[d];
 	}
 	pthread_mutex_unlock(&c->lock);
-	for (d = 0; d < c->ndevs; d++)
+	for (d = 0; d < c->ndevs; d++) {
+		/* attach and detach swap devices under it (detach.c) */
+		pthread_mutex_lock(&c->dsync[d].lock);
 		snprintf(s->dev[d].path, sizeof(s->dev[d].path), "%s",
 			 dev_path(c->devs[d]));
+		pthread_mutex_unlock(&c->dsync[d].lock);
+	}
 	return 0;
 }
 

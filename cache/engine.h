@@ -254,6 +254,10 @@ struct cfile {
 	struct list dlink; /* on c->dirty_files while ndirty > 0 */
 	int pinned; /* nvcachectl pin (c->lock; MF_PINNED): filectl.c */
 	struct list plink; /* on c->pinned_files while pinned */
+	/* the detach that made it bypass (c->detach_gen; 0: none) and the
+	 * mode it had before, given back at attach (detach.c; c->lock) */
+	uint64_t detach_gen;
+	int mode_saved;
 	struct cfile *hnext;
 	pthread_rwlock_t rw;
 	pthread_mutex_t rec_lock;
@@ -293,6 +297,10 @@ struct cache {
 	/* no new data goes there: STAT_DEV_FAILED (I/O errors while mounted) or
 	 * STAT_DEV_MISSING (gone or not this cache's at mount: fenced) */
 	int dev_failed[NVC_MAX_DEVS];
+	/* 1 while detached (detach.c): every file is bypass, no slot is in
+	 * use and the devices are fenced stand-ins; c->lock to change */
+	int detached;
+	uint64_t detach_gen;
 
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
@@ -780,6 +788,16 @@ int salvage_lost(struct cache *c, struct cfile *f);
 /* fpolicy.c: policies applied to files */
 /* Move f's clean slots to the LRU list of its level now (c->lock held). */
 void file_relist_locked(struct cache *c, struct cfile *f);
+/* f becomes bypass: its dirty data destaged, its slots dropped (fpolicy.c). */
+int file_to_bypass(struct cache *c, struct cfile *f);
+/* detach.c: a file object just hashed is bypass if the cache is detached. */
+void detach_file_born_locked(struct cache *c, struct cfile *f);
+/* detach.c: the headers said detached at mount: every file bypass. */
+void detach_at_mount(struct cache *c);
+/* recover.c: 0 if dev holds member d of this cache, fitting its geometry;
+ * else -EINVAL with err naming what is wrong. */
+int cache_sb_fits(struct cache *c, struct dev *dev, int d, char *err,
+		  size_t errlen);
 
 /* destage.c */
 int destage_start(struct cache *c);

@@ -469,6 +469,7 @@ again:
 		goto found;
 	}
 	file_hash_add(c, f);
+	detach_file_born_locked(c, f);
 	pthread_mutex_unlock(&c->lock);
 	*out = f;
 	return 0;

@@ -106,7 +106,7 @@ static int bypass_settle_locked(struct cache *c, struct cfile *f)
 #define BYPASS_TRIES 8
 
 /* Make f a bypass file: see the essay above.  0, or why not. */
-static int file_to_bypass(struct cache *c, struct cfile *f)
+int file_to_bypass(struct cache *c, struct cfile *f)
 {
 	int tries, done = 0, ret = 0;
 	uint64_t ndirty;
@@ -168,8 +168,9 @@ int cache_file_policy_match(struct cache *c, struct cfile *f)
 	f->pol.pin = m.pin;
 	f->pol.prio = m.prio;
 	f->pol.age_ms = m.age_ms;
-	/* bypass is set by bypass_settle_locked alone, under f->rw */
-	if (m.mode != MODE_BYPASS)
+	/* bypass is set by bypass_settle_locked alone, under f->rw; a
+	 * detached cache keeps every file bypass (detach.c) */
+	if (m.mode != MODE_BYPASS && !c->detached)
 		__atomic_store_n(&f->pol.mode, m.mode, __ATOMIC_RELEASE);
 	if (file_lru(f) != old_lru)
 		file_relist_locked(c, f);

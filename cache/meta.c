@@ -331,6 +331,11 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      "header total_len %llu exceeds the mirror's %zu "
 			      "bytes",
 			      (unsigned long long)h->total_len, maplen);
+	if (h->detached > 1 || h->reserved2)
+		return refuse(why, len, -EUCLEAN,
+			      "header detached %u, reserved2 %u: not 0 or 1, "
+			      "and 0",
+			      h->detached, h->reserved2);
 	return members_ok(h, why, len);
 }
 
@@ -416,6 +421,36 @@ int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16])
 		if (!m->have[k] || m->failed[k])
 			continue;
 		memcpy(h->store_stamp, stamp, 16);
+		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
+		if (ret)
+			return ret;
+		done++;
+	}
+	return done ? 0 : -EIO;
+}
+
+int meta_detached(struct meta *m)
+{
+	int k;
+
+	for (k = 0; k < 2; k++)
+		if (m->have[k] &&
+		    ((const struct meta_hdr *)m->r[k].addr)->detached)
+			return 1;
+	return 0;
+}
+
+int meta_set_detached(struct meta *m, uint32_t detached)
+{
+	int k, ret, done = 0;
+
+	for (k = 0; k < 2; k++) {
+		struct meta_hdr *h = m->r[k].addr;
+
+		if (!m->have[k] || m->failed[k])
+			continue;
+		h->detached = detached;
 		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
 		if (ret)

@@ -87,7 +87,11 @@ struct meta_hdr {
 	/* member k's device UUID (its superblock's dev_uuid), for k below
 	 * ndevs, the rest zero; all zero: not recorded (members.c) */
 	uint8_t members[NVC_MAX_DEVS][16];
-	uint8_t reserved[4096 - 128 - NVC_MAX_DEVS * 16];
+	/* 1: detached by nvcachectl detach: the mount opens no cache device
+	 * and serves everything from the backing store (detach.c) */
+	uint32_t detached;
+	uint32_t reserved2;
+	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 16];
 	uint64_t csum;
 };
 
@@ -229,6 +233,10 @@ uint64_t meta_next_seq(struct meta *m);
  * setting it in every mirror that takes writes. */
 void meta_store_stamp(struct meta *m, uint8_t out[16]);
 int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16]);
+/* 1 if a usable mirror's header says detached (detach.c). */
+int meta_detached(struct meta *m);
+/* Write the detached state into each usable mirror's header in turn. */
+int meta_set_detached(struct meta *m, uint32_t detached);
 /* 1 if a file record may hold path (len bytes): see meta.c. */
 int meta_path_ok(const char *path, uint32_t len);
 /* 1 while a mirror still takes writes. */

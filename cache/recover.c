@@ -523,19 +523,88 @@ static void cache_free(struct cache *c)
  * another disk's bytes) is never read as cache data: clean pages come from
  * the backing file, dirty ones from their second copies.
  */
-static void dev_fence(struct cache *c, int d)
+static void dev_fence(struct cache *c, int d, int state)
 {
-	c->dev_failed[d] = STAT_DEV_MISSING;
+	c->dev_failed[d] = state;
 	dev_faults(c->devs[d])->fail_reads = -ENODEV;
 	dev_faults(c->devs[d])->fail_writes = -ENODEV;
 }
 
+/* The checks of a readable superblock sb of dev, listed at index d. */
+static int sb_matches(struct cache *c, const struct sb_disk *sb,
+		      struct dev *dev, int d, char *err, size_t errlen)
+{
+	uint64_t per = c->nslots / c->ndevs;
+	const char *p = dev_path(dev);
+
+	if (memcmp(sb->set_uuid, c->meta.set_uuid, 16)) {
+		snprintf(err, errlen,
+			 "%s belongs to another cache than the metadata "
+			 "mirrors; check cache.devices and "
+			 "cache.metadata",
+			 p);
+		return -EINVAL;
+	}
+	if (sb->dev_index != (uint32_t)d || sb->ndevs != (uint32_t)c->ndevs) {
+		snprintf(err, errlen,
+			 "%s was formatted as device %u of %u, but "
+			 "cache.devices lists it as %d of %d",
+			 p, sb->dev_index + 1, sb->ndevs, d + 1, c->ndevs);
+		return -EINVAL;
+	}
+	if (sb->block_size != c->bs) {
+		snprintf(err, errlen,
+			 "%s was formatted with block size %u, but "
+			 "cache.block_size is %u",
+			 p, sb->block_size, c->bs);
+		return -EINVAL;
+	}
+	if (sb->slots_per_dev != per) {
+		snprintf(err, errlen,
+			 "%s: superblock slots_per_dev %llu, but the "
+			 "metadata has nslots %llu for %d devices",
+			 p, (unsigned long long)sb->slots_per_dev,
+			 (unsigned long long)c->meta.nslots, c->ndevs);
+		return -EINVAL;
+	}
+	/* sb_check: per * bs + SB_DATA_OFF fits dev_size, no wrap */
+	if (dev_size(dev) < SB_DATA_OFF + per * c->bs) {
+		snprintf(err, errlen,
+			 "%s is smaller than when it was formatted", p);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int cache_sb_fits(struct cache *c, struct dev *dev, int d, char *err,
+		  size_t errlen)
+{
+	struct sb_disk sb;
+	char why[400];
+	int ret = sb_read_why(dev, &sb, why, sizeof(why));
+
+	if (ret == -ENODATA) {
+		snprintf(err, errlen,
+			 "%s has no nvcachefs superblock (blank or "
+			 "overwritten?)",
+			 dev_path(dev));
+		return -EINVAL;
+	}
+	if (ret) {
+		snprintf(err, errlen, "%s: no valid superblock (%s)",
+			 dev_path(dev), why);
+		return -EINVAL;
+	}
+	return sb_matches(c, &sb, dev, d, err, errlen);
+}
+
 /* the device (index + 1) cache_open found missing; its superblock is not read */
 static int degraded_dev;
+/* cache_open found the headers saying detached: no device was opened */
+static int open_detached;
 
 static int check_superblocks(struct cache *c, char *err, size_t errlen)
 {
-	uint64_t per = c->nslots / c->ndevs;
 	struct sb_disk sb;
 	char why[400];
 	int d, ret, repaired, degraded = degraded_dev;
@@ -550,8 +619,12 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 	for (d = 0; d < c->ndevs; d++) {
 		const char *p = dev_path(c->devs[d]);
 
+		if (open_detached) {
+			dev_fence(c, d, STAT_DEV_DETACHED);
+			continue;
+		}
 		if (d + 1 == degraded) {
-			dev_fence(c, d);
+			dev_fence(c, d, STAT_DEV_MISSING);
 			continue;
 		}
 		ret = sb_read_why(c->devs[d], &sb, why, sizeof(why));
@@ -568,7 +641,7 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 						: "no valid superblock",
 				why);
 			degraded = d + 1;
-			dev_fence(c, d);
+			dev_fence(c, d, STAT_DEV_MISSING);
 			continue;
 		}
 		if (ret == -ENODATA) {
@@ -583,45 +656,9 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 				 why);
 			return ret;
 		}
-		if (memcmp(sb.set_uuid, c->meta.set_uuid, 16)) {
-			snprintf(
-				err, errlen,
-				"%s belongs to another cache than the metadata "
-				"mirrors; check cache.devices and "
-				"cache.metadata",
-				p);
-			return -EINVAL;
-		}
-		if (sb.dev_index != (uint32_t)d ||
-		    sb.ndevs != (uint32_t)c->ndevs) {
-			snprintf(err, errlen,
-				 "%s was formatted as device %u of %u, but "
-				 "cache.devices lists it as %d of %d",
-				 p, sb.dev_index + 1, sb.ndevs, d + 1,
-				 c->ndevs);
-			return -EINVAL;
-		}
-		if (sb.block_size != c->bs) {
-			snprintf(err, errlen,
-				 "%s was formatted with block size %u, but "
-				 "cache.block_size is %u",
-				 p, sb.block_size, c->bs);
-			return -EINVAL;
-		}
-		if (sb.slots_per_dev != per) {
-			snprintf(err, errlen,
-				 "%s: superblock slots_per_dev %llu, but the "
-				 "metadata has nslots %llu for %d devices",
-				 p, (unsigned long long)sb.slots_per_dev,
-				 (unsigned long long)c->meta.nslots, c->ndevs);
-			return -EINVAL;
-		}
-		/* sb_check: per * bs + SB_DATA_OFF fits dev_size, no wrap */
-		if (dev_size(c->devs[d]) < SB_DATA_OFF + per * c->bs) {
-			snprintf(err, errlen,
-				 "%s is smaller than when it was formatted", p);
-			return -EINVAL;
-		}
+		ret = sb_matches(c, &sb, c->devs[d], d, err, errlen);
+		if (ret)
+			return ret;
 		ret = sb_repair(c->devs[d], &sb, &repaired);
 		if (repaired)
 			log_msg(LOG_WARNING,
@@ -828,18 +865,26 @@ static int mirror_stand_in(struct cache_config *cfg, int i, uint64_t len,
 	return ret;
 }
 
-int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
-	       char *err, size_t errlen)
+/*
+ * The listed devices: opened (one gone is a stand-in with two dirty copies,
+ * *missing its index + 1), or all stand-ins when the cache is detached
+ * (detach.c: the devices may be gone or in other use).  0, or -errno with
+ * err set and nothing left open.
+ */
+static int open_devs(struct cache_config *cfg, int detached,
+		     struct dev **devs, int *missing, char *err, size_t errlen)
 {
-	struct dev *devs[NVC_MAX_DEVS] = { 0 };
-	struct pm_region mirrors[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
-	uint64_t total[2] = { 0, 0 };
-	char why[2][256] = { "", "" };
-	int i, ret, mret[2], missing = 0;
+	int i, ret = 0;
 
-	for (i = 0; i < cfg->ndevs; i++) {
+	for (i = 0; i < cfg->ndevs && !ret; i++) {
+		if (detached) {
+			ret = dev_missing_create(cfg->dev_paths[i], UINT64_MAX,
+						 &devs[i]);
+			continue;
+		}
 		ret = dev_open(cfg->dev_paths[i], &devs[i]);
-		if (ret && ret != -EBUSY && cfg->dirty_copies > 1 && !missing) {
+		if (ret && ret != -EBUSY && cfg->dirty_copies > 1 &&
+		    !*missing) {
 			/* with two dirty copies, one device may be gone */
 			log_msg(LOG_CRIT,
 				"%s: cannot open cache device (%s): mounting "
@@ -847,18 +892,34 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 				cfg->dev_paths[i], strerror(-ret));
 			ret = dev_missing_create(cfg->dev_paths[i], UINT64_MAX,
 						 &devs[i]);
-			missing = i + 1;
+			*missing = i + 1;
 		}
-		if (ret) {
+		if (ret)
 			snprintf(err, errlen,
 				 "%s: cannot open cache device: %s",
 				 cfg->dev_paths[i],
 				 ret == -EBUSY ? "in use (mounted, or by "
 						 "another nvcachefs)"
 					       : strerror(-ret));
-			goto err_close;
-		}
 	}
+	if (ret)
+		for (i = 0; i < cfg->ndevs; i++)
+			if (devs[i]) {
+				dev_close(devs[i]);
+				devs[i] = NULL;
+			}
+	return ret;
+}
+
+int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
+	       char *err, size_t errlen)
+{
+	struct dev *devs[NVC_MAX_DEVS] = { 0 };
+	struct pm_region mirrors[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
+	uint64_t total[2] = { 0, 0 };
+	char why[2][256] = { "", "" };
+	int i, ret, mret[2], missing = 0, detached = 0;
+
 	/*
 	 * A mirror that is missing, truncated or damaged is recreated at the
 	 * good one's size here and rebuilt from it by meta_attach; a device
@@ -916,17 +977,30 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		 * whole */
 		memset(mirrors[i].addr, 0, META_HDR_SIZE);
 	}
+	/* detached (detach.c): either header is enough */
+	for (i = 0; i < 2; i++)
+		if (!mret[i] &&
+		    ((const struct meta_hdr *)mirrors[i].addr)->detached)
+			detached = 1;
+	ret = open_devs(cfg, detached, devs, &missing, err, errlen);
+	if (ret)
+		goto err_close;
 	/* devices by identity: a listed name may hold another member today */
-	ret = members_order(mirrors[mret[0] ? 1 : 0].addr, devs, cfg->ndevs,
-			    &missing, err, errlen);
+	if (!detached)
+		ret = members_order(mirrors[mret[0] ? 1 : 0].addr, devs,
+				    cfg->ndevs, &missing, err, errlen);
 	if (ret)
 		goto err_close;
 	degraded_dev = missing;
+	open_detached = detached;
 	ret = cache_open_devs(cfg, devs, cfg->ndevs, mirrors, backing_fd, out,
 			      err, errlen);
 	degraded_dev = 0;
+	open_detached = 0;
 	if (ret)
 		goto err_close;
+	if (detached)
+		detach_at_mount(*out);
 	(*out)->own_devs = 1;
 	return 0;
 err_close:

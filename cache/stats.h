@@ -67,7 +67,9 @@
 	X(meta_repaired, "", "metadata records repaired at mount")           \
 	X(uptime, "seconds", "seconds since mount")                          \
 	X(since_reset, "seconds", "seconds since the counters were reset")   \
-	X(resets, "", "times the counters were reset since mount")
+	X(resets, "", "times the counters were reset since mount")          \
+	X(detached, "",                                                      \
+	  "1 while detached: no cache, every request to the backing store")
 
 /* Latencies as the application sees them, and of the store behind. */
 #define STAT_LATS(X)                                               \
@@ -93,10 +95,16 @@
 	X(used_bytes, "bytes", "device capacity holding valid data") \
 	X(dirty_bytes, "bytes", "dirty data on the device")          \
 	X(failed, "",                                                \
-	  "1: failed while mounted, 2: missing at mount (fenced); no new data goes to it")
+	  "1: failed while mounted, 2: missing at mount (fenced), 3: "  \
+	  "detached; no new data goes to it")
 
 /* the failed gauge of a device */
-enum stat_dev_state { STAT_DEV_OK, STAT_DEV_FAILED, STAT_DEV_MISSING };
+enum stat_dev_state {
+	STAT_DEV_OK,
+	STAT_DEV_FAILED,
+	STAT_DEV_MISSING,
+	STAT_DEV_DETACHED /* closed by nvcachectl detach */
+};
 
 #define STAT_DEV_LATS(X)          \
 	X(read, "device reads")   \

@@ -285,6 +285,25 @@ static void *client_main(void *arg)
 			ctl_say(cl->fd, "error %s\n", strerror(-ret));
 		else
 			ctl_say(cl->fd, "ok\n");
+	} else if (!strcmp(cmd, "detach") && !req.nargs) {
+		char why[512];
+
+		log_msg(LOG_NOTICE, "detach requested");
+		ret = cache_detach(cl->fs->cache, flush_progress, &cl->fd, why,
+				   sizeof(why));
+		if (ret)
+			ctl_say(cl->fd, "error %s\n", why);
+		else
+			ctl_say(cl->fd, "ok\n");
+	} else if (!strcmp(cmd, "attach") && !req.nargs) {
+		char why[512];
+
+		log_msg(LOG_NOTICE, "attach requested");
+		ret = cache_attach(cl->fs->cache, why, sizeof(why));
+		if (ret)
+			ctl_say(cl->fd, "error %s\n", why);
+		else
+			ctl_say(cl->fd, "ok\n");
 	} else if (!strcmp(cmd, "flush") || file_command(cmd)) {
 		ctl_file_command(cl->fs, cl->fd, &req);
 	} else {

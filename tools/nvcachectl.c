@@ -47,6 +47,15 @@ static void usage(FILE *f)
 		"        destage all dirty data now (or only that of the "
 		"PATHs); returns when\n"
 		"        the backing store holds it\n"
+		"  detach MOUNTPOINT\n"
+		"        destage everything, drop the cache and close its "
+		"devices: the mount\n"
+		"        then serves every request from the backing store, "
+		"also after a\n"
+		"        remount, and the devices can be pulled or reused\n"
+		"  attach MOUNTPOINT\n"
+		"        take the cache devices back (checked as a mount "
+		"checks them)\n"
 		"  warm PATH... [-r] [--partial]\n"
 		"        read the files into the cache (all of them must "
 		"fit, unless --partial:\n"
@@ -466,8 +475,9 @@ static double mono_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Progress on a terminal only: bytes left, destage rate, time left. */
-static int cmd_flush(int argc, char **argv)
+/* flush and detach (which destages everything first): progress on a
+ * terminal only, bytes left, destage rate, time left. */
+static int cmd_destage(const char *cmd, int argc, char **argv)
 {
 	char line[256], a[32], b[32], c[32];
 	int tty = isatty(STDOUT_FILENO), ok = 0;
@@ -475,11 +485,14 @@ static int cmd_flush(int argc, char **argv)
 	double t0 = mono_s(), t;
 	FILE *f;
 
-	if (argc > 2)
+	if (argc > 2 && !strcmp(cmd, "flush"))
 		return cmd_file("flush", argc, argv);
 	if (argc != 2)
-		return fail("flush needs one MOUNTPOINT");
-	if (ctl_connect(argv[1], CTL_CMD("flush"), &f))
+		return fail("%s needs one MOUNTPOINT", cmd);
+	if (ctl_connect(argv[1],
+			!strcmp(cmd, "flush") ? CTL_CMD("flush")
+					      : CTL_CMD("detach"),
+			&f))
 		return 1;
 	while (fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = 0;
@@ -496,13 +509,13 @@ static int cmd_flush(int argc, char **argv)
 
 				show_bytes(rate, b, sizeof(b));
 				show_span(dirty / rate, c, sizeof(c));
-				printf("\rflush: %s left, %s/s, about %s to "
+				printf("\r%s: %s left, %s/s, about %s to "
 				       "go     ",
-				       a, b, c);
+				       cmd, a, b, c);
 			} else {
-				printf("\rflush: %s left                    "
+				printf("\r%s: %s left                    "
 				       "      ",
-				       a);
+				       cmd, a);
 			}
 			fflush(stdout);
 			continue;
@@ -515,17 +528,48 @@ static int cmd_flush(int argc, char **argv)
 			if (tty)
 				putchar('\n');
 			fclose(f);
-			return fail("flush failed: %s", line + 6);
+			return fail("%s failed: %s", cmd, line + 6);
 		}
 	}
 	fclose(f);
 	if (tty && ok) {
 		show_bytes(d0 ? destaged + 1 - d0 : 0, a, sizeof(a));
-		printf("\rflush: done, %s destaged in %.1f s                  "
+		printf("\r%s: done, %s destaged in %.1f s                  "
 		       "      \n",
-		       a, mono_s() - t0);
+		       cmd, a, mono_s() - t0);
 	}
-	return ok ? 0 : fail("the daemon went away before the flush finished");
+	if (ok && !strcmp(cmd, "detach"))
+		printf("detached: every request goes to the backing store; "
+		       "the cache devices are closed until nvcachectl "
+		       "attach\n");
+	return ok ? 0
+		  : fail("the daemon went away before the %s finished", cmd);
+}
+
+/* attach: the daemon answers ok or why not. */
+static int cmd_attach(int argc, char **argv)
+{
+	char line[768];
+	FILE *f;
+	int ok = 0;
+
+	if (argc != 2)
+		return fail("attach needs one MOUNTPOINT");
+	if (ctl_connect(argv[1], CTL_CMD("attach"), &f))
+		return 1;
+	if (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		ok = !strcmp(line, "ok");
+		if (!ok && !strncmp(line, "error ", 6)) {
+			fclose(f);
+			return fail("attach failed: %s", line + 6);
+		}
+	}
+	fclose(f);
+	if (!ok)
+		return fail("the daemon went away before the attach finished");
+	printf("attached: caching again\n");
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -546,8 +590,10 @@ int main(int argc, char **argv)
 		return cmd_format(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "stats"))
 		return cmd_stats(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "flush"))
-		return cmd_flush(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "flush") || !strcmp(argv[1], "detach"))
+		return cmd_destage(argv[1], argc - 1, argv + 1);
+	if (!strcmp(argv[1], "attach"))
+		return cmd_attach(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))
 		return cmd_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "warm") || !strcmp(argv[1], "pin") ||

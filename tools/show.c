@@ -147,10 +147,11 @@ static const char *mirror_text(int st)
 /* A cache device's state (its failed gauge): its name, and its text. */
 static const char *dev_state_name(uint64_t st)
 {
-	return st == STAT_DEV_OK	? "ok"
-	       : st == STAT_DEV_FAILED	? "failed"
-	       : st == STAT_DEV_MISSING ? "missing"
-					: "unknown";
+	return st == STAT_DEV_OK	 ? "ok"
+	       : st == STAT_DEV_FAILED	 ? "failed"
+	       : st == STAT_DEV_MISSING	 ? "missing"
+	       : st == STAT_DEV_DETACHED ? "detached"
+					 : "unknown";
 }
 
 static const char *dev_state_text(uint64_t st)
@@ -159,7 +160,8 @@ static const char *dev_state_text(uint64_t st)
 	       : st == STAT_DEV_MISSING
 		       ? "MISSING: gone or not this cache's at mount; its "
 			 "dirty data is read from the second copies"
-		       : dev_state_name(st);
+	       : st == STAT_DEV_DETACHED ? "detached: closed, not used"
+					 : dev_state_name(st);
 }
 
 void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
@@ -206,6 +208,10 @@ void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 		STAT_CTR(s, bypass_ops));
 	fprintf(out, "fsync      %" PRIu64 " ops; metadata %" PRIu64 " ops\n",
 		STAT_CTR(s, fsync_ops), STAT_CTR(s, meta_ops));
+	if (STAT_GAUGE(s, detached))
+		fprintf(out, "cache      DETACHED (nvcachectl detach): every "
+			     "request goes to the backing store; nvcachectl "
+			     "attach takes the devices back\n");
 	show_bytes(STAT_GAUGE(s, used_bytes), a, sizeof(a));
 	show_bytes(cap, b, sizeof(b));
 	fprintf(out,

@@ -1,6 +1,7 @@
 """Bad configuration and bad devices: one clear message, devices untouched."""
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -175,7 +176,23 @@ def test_one_daemon_per_cache(make_cache):
     other = os.path.join(c.tmp, "mnt2")
     os.mkdir(other)
     r = subprocess.run([DAEMON, "-f", "-c", c.conf, other], capture_output=True, text=True, timeout=30)
-    assert r.returncode != 0 and "in use (mounted, or by another nvcachefs)" in r.stderr, r.stderr
+    # the mirrors are mapped first (a detached cache opens no device)
+    assert r.returncode != 0 and "cannot map metadata mirror: in use by another nvcachefs" in r.stderr, r.stderr
+    # the same devices with other mirrors: the devices say it
+    keys = dict(c.keys)
+    keys["cache.metadata"] = ", ".join(m + "-other" for m in c.meta)
+    conf2 = os.path.join(c.tmp, "other.conf")
+    c.write_conf(keys)
+    os.rename(c.conf, conf2)
+    c.write_conf()
+    for m in c.meta:
+        shutil.copyfile(m, m + "-other")
+    try:
+        r = subprocess.run([DAEMON, "-f", "-c", conf2, other], capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and "in use (mounted, or by another nvcachefs)" in r.stderr, r.stderr
+    finally:
+        for m in c.meta:
+            os.unlink(m + "-other")
     r = c.format("--force", check=False)
     assert r.returncode != 0 and "in use" in r.stderr, r.stderr
     assert c.unmount() == 0

@@ -1,0 +1,163 @@
+"""nvcachectl detach and attach: the mount runs with no cache (every request to the backing store, the devices
+closed so that they can be reused) while a workload runs, stays so across a remount and a kill -9, and takes the
+devices back at attach, refusing ones that are not this cache's; data compared byte for byte throughout."""
+import os
+import random
+import threading
+import time
+
+from conftest import CTL, MiB, sh
+
+
+def excl_free(dev):
+    """True if nobody holds dev open exclusively (the daemon does while it uses it)."""
+    try:
+        fd = os.open(dev, os.O_RDONLY | os.O_EXCL)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+class Workload:
+    """Random writes (and reads checked against a reference) to a few files until stopped."""
+
+    def __init__(self, c, nfiles=4, size=4 * MiB):
+        self.c, self.size = c, size
+        self.names = [f"w{i}" for i in range(nfiles)]
+        self.ref = {n: bytearray(os.urandom(size)) for n in self.names}
+        for n in self.names:
+            with open(c.path(n), "wb") as f:
+                f.write(self.ref[n])
+        self.stop = threading.Event()
+        self.errors, self.ops = [], 0
+        self.t = threading.Thread(target=self.run)
+
+    def run(self):
+        rnd = random.Random(7)
+        fds = {n: os.open(self.c.path(n), os.O_RDWR) for n in self.names}
+        try:
+            while not self.stop.is_set():
+                n = rnd.choice(self.names)
+                off = rnd.randrange(0, self.size - 65536) & ~511
+                ln = rnd.choice((512, 4096, 5000, 65536))
+                if rnd.random() < 0.6:
+                    b = os.urandom(ln)
+                    os.pwrite(fds[n], b, off)
+                    self.ref[n][off:off + ln] = b
+                else:
+                    got = os.pread(fds[n], ln, off)
+                    if got != bytes(self.ref[n][off:off + ln]):
+                        self.errors.append(f"{n} at {off}+{ln}: read differs")
+                self.ops += 1
+        except OSError as e:
+            self.errors.append(repr(e))
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+    def start(self):
+        self.t.start()
+
+    def wait_ops(self, n):
+        deadline = time.time() + 60
+        while self.ops < n and not self.errors and time.time() < deadline:
+            time.sleep(0.01)
+        assert self.ops >= n, (self.ops, self.errors[:5])
+
+    def finish(self):
+        self.stop.set()
+        self.t.join(timeout=60)
+        assert not self.errors, self.errors[:5]
+
+    def check(self, where):
+        for n in self.names:
+            with open(os.path.join(where, n), "rb") as f:
+                assert f.read() == bytes(self.ref[n]), n
+
+
+def test_detach_and_attach_under_load(make_cache):
+    c = make_cache(extra={"destage.on_unmount": "keep"})
+    c.format()
+    c.mount()
+    w = Workload(c)
+    w.start()
+    w.wait_ops(200)
+    assert c.stats()["dirty_bytes"] > 0
+    r = c.ctl("detach", c.mnt)
+    assert "detached" in r.stdout
+    n_detach = w.ops
+    w.wait_ops(n_detach + 300)                      # the workload goes on, through the store
+    st = c.stats()
+    assert st["detached"] == 1 and st["used_slots"] == 0 and st["dirty_bytes"] == 0, st
+    assert [d["state"] for d in st["devices"]] == ["detached", "detached"]
+    assert all(excl_free(lo) for lo in c.loops)     # the devices are let go
+    w.finish()
+    w.check(c.backing)                              # every byte is in the store itself
+    w.check(c.mnt)
+
+    assert c.unmount() == 0                         # a remount stays detached, opens no device
+    c.mount()
+    assert c.stats()["detached"] == 1
+    assert all(excl_free(lo) for lo in c.loops)
+    w.check(c.mnt)
+
+    r = c.ctl("attach", c.mnt)
+    assert "attached" in r.stdout
+    assert not any(excl_free(lo) for lo in c.loops)
+    w = Workload(c)
+    w.start()
+    w.wait_ops(300)
+    w.finish()
+    st = c.stats()
+    assert st["detached"] == 0 and st["dirty_bytes"] > 0, st   # caching again
+    assert [d["state"] for d in st["devices"]] == ["ok", "ok"]
+    w.check(c.mnt)
+    c.kill9()                                       # the attached cache's dirty data survives
+    c.mount()
+    w.check(c.mnt)
+    c.flush()
+    w.check(c.backing)
+    assert c.unmount() == 0
+    log = c.log_text()
+    assert "detached: no cache; every request goes to the backing store" in log
+    assert "attached: caching again on 2 devices" in log
+
+
+def test_detached_survives_kill9_and_attach_checks_devices(make_cache):
+    c = make_cache()
+    c.format()
+    c.mount()
+    blob = os.urandom(3 * MiB)
+    with open(c.path("x"), "wb") as f:
+        f.write(blob)
+    c.ctl("detach", c.mnt)
+    r = c.ctl("detach", c.mnt, check=False)
+    assert r.returncode != 0 and "already detached" in r.stderr
+    c.kill9()
+    c.mount()
+    assert c.stats()["detached"] == 1
+    with open(c.path("x"), "rb") as f:
+        assert f.read() == blob
+    # while detached the devices are free: one is wiped (reused elsewhere, say)
+    with open(c.loops[1], "r+b") as f:
+        f.write(b"\0" * MiB)
+    r = c.ctl("attach", c.mnt, check=False)
+    assert r.returncode != 0 and f"{c.loops[1]} has no nvcachefs superblock" in r.stderr, r.stderr
+    st = c.stats()
+    assert st["detached"] == 1 and all(excl_free(lo) for lo in c.loops)   # still detached, nothing held
+    more = os.urandom(MiB)
+    with open(c.path("y"), "wb") as f:
+        f.write(more)
+    with open(os.path.join(c.backing, "y"), "rb") as f:
+        assert f.read() == more
+    r = c.ctl("attach", c.mnt, check=False)
+    assert r.returncode != 0
+    assert c.unmount() == 0
+    # the way back for a wiped device: format the cache (it holds nothing), mount
+    c.format("--force")
+    c.mount()
+    assert c.stats()["detached"] == 0
+    with open(c.path("x"), "rb") as f:
+        assert f.read() == blob
+    assert c.unmount() == 0
