@@ -105,6 +105,10 @@ struct fmt_opts {
 
 /* Write superblocks and empty metadata for the configured devices. */
 int fmt_format(const struct cache_config *cfg, struct fmt_opts *o);
+/* 0 if path (a block device) holds no signature libblkid knows; else
+ * -EEXIST with err naming it and ending with refusal. */
+int fmt_probe_in_use(const char *path, const char *refusal, char *err,
+		     size_t errlen);
 /* Bytes each metadata mirror needs for this configuration and devices. */
 uint64_t fmt_meta_len(const struct cache_config *cfg, struct dev **devs,
 		      int ndev);
@@ -264,6 +268,11 @@ int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
 int cache_attach(struct cache *c, char *err, size_t errlen);
 /* 1 while detached. */
 int cache_detached(struct cache *c);
+/* Metadata mirror old (a path of cache.metadata) becomes new_path, rebuilt
+ * from the other mirror while the mount serves (mirror.c).  0, or -errno
+ * with err set. */
+int cache_replace_mirror(struct cache *c, const char *old,
+			 const char *new_path, char *err, size_t errlen);
 /* ------------------------------------------- per-file control (filectl.c) */
 
 /* What nvcachectl status shows of one file. */

@@ -42,12 +42,13 @@
  * before the detach (one born while detached: the global mode, until its
  * next open matches the policies).
  *
- * detach_lock serialises detaches and attaches (of every cache in the
- * process: they are rare).  Lock order: detach_lock, then f->rw, then
- * c->lock; a device's flush lock (c->dsync[d].lock) is taken alone.
+ * devlife_lock serialises detaches, attaches and mirror replacements
+ * (mirror.c) of every cache in the process: they are rare.  Lock order:
+ * devlife_lock, then f->rw, then c->lock; a device's flush lock
+ * (c->dsync[d].lock) is taken alone.
  */
 
-static pthread_mutex_t detach_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t devlife_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void detach_file_born_locked(struct cache *c, struct cfile *f)
 {
@@ -251,7 +252,7 @@ int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
 	int ret;
 
 	err[0] = 0;
-	pthread_mutex_lock(&detach_lock);
+	pthread_mutex_lock(&devlife_lock);
 	pthread_mutex_lock(&c->lock);
 	if (c->detached) {
 		pthread_mutex_unlock(&c->lock);
@@ -304,7 +305,7 @@ err_undo:
 	detach_undo(c);
 	log_msg(LOG_ERR, "detach failed: %s; still attached", err);
 out_unlock:
-	pthread_mutex_unlock(&detach_lock);
+	pthread_mutex_unlock(&devlife_lock);
 	return ret;
 }
 
@@ -313,7 +314,7 @@ out_unlock:
 static int devices_take(struct cache *c, struct dev **devs, char *err,
 			size_t errlen)
 {
-	const struct meta_hdr *h = c->meta.r[c->meta.have[0] ? 0 : 1].addr;
+	const struct meta_hdr *h;
 	int d, ret, missing = 0;
 
 	memset(devs, 0, c->ndevs * sizeof(*devs));
@@ -327,6 +328,8 @@ static int devices_take(struct cache *c, struct dev **devs, char *err,
 			goto err_close;
 		}
 	}
+	/* the header stays put: mirrors are replaced under devlife_lock */
+	h = c->meta.r[c->meta.have[0] ? 0 : 1].addr;
 	ret = members_order(h, devs, c->ndevs, &missing, err, errlen);
 	for (d = 0; d < c->ndevs && !ret; d++)
 		ret = cache_sb_fits(c, devs[d], d, err, errlen);
@@ -346,7 +349,7 @@ int cache_attach(struct cache *c, char *err, size_t errlen)
 	int d, ret;
 
 	err[0] = 0;
-	pthread_mutex_lock(&detach_lock);
+	pthread_mutex_lock(&devlife_lock);
 	if (!__atomic_load_n(&c->detached, __ATOMIC_ACQUIRE)) {
 		snprintf(err, errlen, "not detached");
 		ret = -EALREADY;
@@ -376,7 +379,7 @@ int cache_attach(struct cache *c, char *err, size_t errlen)
 	log_msg(LOG_NOTICE, "attached: caching again on %d device%s", c->ndevs,
 		c->ndevs > 1 ? "s" : "");
 out_unlock:
-	pthread_mutex_unlock(&detach_lock);
+	pthread_mutex_unlock(&devlife_lock);
 	return ret;
 }
 

@@ -792,6 +792,8 @@ void file_relist_locked(struct cache *c, struct cfile *f);
 int file_to_bypass(struct cache *c, struct cfile *f);
 /* detach.c: a file object just hashed is bypass if the cache is detached. */
 void detach_file_born_locked(struct cache *c, struct cfile *f);
+/* detach.c: serialises detach, attach and replace-mirror (mirror.c). */
+extern pthread_mutex_t devlife_lock;
 /* detach.c: the headers said detached at mount: every file bypass. */
 void detach_at_mount(struct cache *c);
 /* recover.c: 0 if dev holds member d of this cache, fitting its geometry;

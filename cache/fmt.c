@@ -129,7 +129,10 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 }
 
 /* Refuse a device that holds anything we can recognise, unless forced. */
-static int probe_in_use(const char *path, char *err, size_t errlen)
+#define FMT_REFUSAL "refusing to format it (use --force to overwrite)"
+
+int fmt_probe_in_use(const char *path, const char *refusal, char *err,
+		     size_t errlen)
 {
 	blkid_probe pr;
 	const char *type = NULL;
@@ -150,16 +153,12 @@ static int probe_in_use(const char *path, char *err, size_t errlen)
 		if (blkid_probe_lookup_value(pr, "TYPE", &type, NULL) &&
 		    blkid_probe_lookup_value(pr, "PTTYPE", &type, NULL))
 			type = "unknown";
-		snprintf(err, errlen,
-			 "%s holds a %s signature; refusing to format it (use "
-			 "--force to overwrite)",
-			 path, type);
+		snprintf(err, errlen, "%s holds a %s signature; %s", path, type,
+			 refusal);
 		ret = -EEXIST;
 	} else if (ret == -2) {
-		snprintf(err, errlen,
-			 "%s holds several signatures; refusing to format it "
-			 "(use --force to overwrite)",
-			 path);
+		snprintf(err, errlen, "%s holds several signatures; %s", path,
+			 refusal);
 		ret = -EEXIST;
 	} else {
 		ret = 0;
@@ -190,7 +189,7 @@ static int check_mirror_file(const char *path, int force, char *err,
 	if (force)
 		return 0;
 	if (S_ISBLK(st.st_mode)) {
-		ret = probe_in_use(path, err, errlen);
+		ret = fmt_probe_in_use(path, FMT_REFUSAL, err, errlen);
 		if (ret)
 			return ret;
 	}
@@ -236,7 +235,8 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 			goto out_devs;
 		}
 		if (!o->force) {
-			ret = probe_in_use(p, o->err, sizeof(o->err));
+			ret = fmt_probe_in_use(p, FMT_REFUSAL, o->err,
+					       sizeof(o->err));
 			if (ret)
 				goto out_devs;
 		}

@@ -403,18 +403,23 @@ static int hdr_set_failed(struct meta *m, int k, uint32_t failed)
 
 void meta_store_stamp(struct meta *m, uint8_t out[16])
 {
-	int k = m->have[0] ? 0 : 1;
+	int k;
 
+	pthread_rwlock_rdlock(&m->swap);
+	k = m->have[0] ? 0 : 1;
 	memset(out, 0, 16);
 	if (m->have[k])
-		memcpy(out, ((const struct meta_hdr *)m->r[k].addr)->store_stamp,
+		memcpy(out,
+		       ((const struct meta_hdr *)m->r[k].addr)->store_stamp,
 		       16);
+	pthread_rwlock_unlock(&m->swap);
 }
 
 int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16])
 {
-	int k, ret, done = 0;
+	int k, ret = 0, done = 0;
 
+	pthread_rwlock_rdlock(&m->swap);
 	for (k = 0; k < 2; k++) {
 		struct meta_hdr *h = m->r[k].addr;
 
@@ -424,27 +429,31 @@ int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16])
 		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
 		if (ret)
-			return ret;
+			break;
 		done++;
 	}
-	return done ? 0 : -EIO;
+	pthread_rwlock_unlock(&m->swap);
+	return ret ? ret : done ? 0 : -EIO;
 }
 
 int meta_detached(struct meta *m)
 {
-	int k;
+	int k, ret = 0;
 
+	pthread_rwlock_rdlock(&m->swap);
 	for (k = 0; k < 2; k++)
 		if (m->have[k] &&
 		    ((const struct meta_hdr *)m->r[k].addr)->detached)
-			return 1;
-	return 0;
+			ret = 1;
+	pthread_rwlock_unlock(&m->swap);
+	return ret;
 }
 
 int meta_set_detached(struct meta *m, uint32_t detached)
 {
-	int k, ret, done = 0;
+	int k, ret = 0, done = 0;
 
+	pthread_rwlock_rdlock(&m->swap);
 	for (k = 0; k < 2; k++) {
 		struct meta_hdr *h = m->r[k].addr;
 
@@ -454,10 +463,11 @@ int meta_set_detached(struct meta *m, uint32_t detached)
 		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
 		if (ret)
-			return ret;
+			break;
 		done++;
 	}
-	return done ? 0 : -EIO;
+	pthread_rwlock_unlock(&m->swap);
+	return ret ? ret : done ? 0 : -EIO;
 }
 
 /*
@@ -484,6 +494,50 @@ static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 }
 
 /* A mirror that a valid header of the other calls stale is not trusted. */
+/*
+ * Replacing a mirror while mounted.  Every access to m->r[] at run time holds
+ * m->swap for reading; here it is held for writing, so no record write is
+ * under way while the new region is filled from the other mirror (a copy
+ * that is all the other holds, by meta_rebuild, header last marked good)
+ * and takes mirror k's place.  A failure leaves the old region in place, in
+ * the state it had.
+ */
+int meta_replace(struct meta *m, int k, struct pm_region *nr,
+		 struct pm_region *old)
+{
+	int o = !k, ret, had, failed, rebuilt;
+	uint64_t total;
+
+	pthread_rwlock_wrlock(&m->swap);
+	had = m->have[k];
+	failed = m->failed[k];
+	rebuilt = m->rebuilt[k];
+	if (!m->have[o]) {
+		ret = -ENODATA;
+		goto out_unlock;
+	}
+	total = ((const struct meta_hdr *)m->r[o].addr)->total_len;
+	if (nr->len < total) {
+		ret = -ENOSPC;
+		goto out_unlock;
+	}
+	*old = m->r[k];
+	m->r[k] = *nr;
+	ret = meta_rebuild(m, k, o, total);
+	if (ret) {
+		m->r[k] = *old;
+		m->have[k] = had;
+		m->failed[k] = failed;
+		m->rebuilt[k] = rebuilt;
+		goto out_unlock;
+	}
+	m->failed[k] = 0;
+	m->rebuilt[k] = 0;
+out_unlock:
+	pthread_rwlock_unlock(&m->swap);
+	return ret;
+}
+
 static void drop_stale(struct meta *m, const struct meta_hdr *h[2], int ret[2],
 		       char why[2][256])
 {
@@ -509,6 +563,7 @@ int meta_attach_ro_named(struct meta *m, struct pm_region r[2],
 	int i, ret[2];
 
 	memset(m, 0, sizeof(*m));
+	pthread_rwlock_init(&m->swap, NULL);
 	for (i = 0; i < 2; i++) {
 		m->r[i] = r[i];
 		ret[i] = meta_hdr_why(r[i].addr, r[i].len, NULL, why[i],
@@ -547,6 +602,7 @@ int meta_attach_named(struct meta *m, struct pm_region r[2],
 	int i, ret[2], good = -1;
 
 	memset(m, 0, sizeof(*m));
+	pthread_rwlock_init(&m->swap, NULL);
 	for (i = 0; i < 2; i++) {
 		m->r[i] = r[i];
 		h[i] = r[i].addr;
@@ -769,7 +825,21 @@ static uint8_t *file_addr(struct meta *m, int mirror, uint32_t i)
  * An all-zero entry is a free one, as format leaves it.  A checksum mismatch
  * in one mirror is a torn or damaged copy: the other mirror decides.
  */
+static int get_slot_locked(struct meta *m, uint64_t i, struct meta_slot *out,
+			   int *bad);
+
 int meta_get_slot(struct meta *m, uint64_t i, struct meta_slot *out, int *bad)
+{
+	int ret;
+
+	pthread_rwlock_rdlock(&m->swap);
+	ret = get_slot_locked(m, i, out, bad);
+	pthread_rwlock_unlock(&m->swap);
+	return ret;
+}
+
+static int get_slot_locked(struct meta *m, uint64_t i, struct meta_slot *out,
+			   int *bad)
 {
 	struct meta_slot s[2];
 	int ok[2], k;
@@ -800,7 +870,21 @@ int meta_get_slot(struct meta *m, uint64_t i, struct meta_slot *out, int *bad)
 	return 1;
 }
 
+static int get_file_locked(struct meta *m, uint32_t i, struct meta_file *out,
+			   int *bad);
+
 int meta_get_file(struct meta *m, uint32_t i, struct meta_file *out, int *bad)
+{
+	int ret;
+
+	pthread_rwlock_rdlock(&m->swap);
+	ret = get_file_locked(m, i, out, bad);
+	pthread_rwlock_unlock(&m->swap);
+	return ret;
+}
+
+static int get_file_locked(struct meta *m, uint32_t i, struct meta_file *out,
+			   int *bad)
 {
 	const struct meta_file *f[2];
 	int ok[2], k;
@@ -892,8 +976,22 @@ static void meta_fail(struct meta *m, int k, int err)
 		meta_fail(m, o, err);
 }
 
+static int meta_put_locked(struct meta *m, uint64_t off, const void *rec,
+			   size_t len);
+
 /* Write one record at offset off of every mirror in turn. */
 static int meta_put(struct meta *m, uint64_t off, const void *rec, size_t len)
+{
+	int ret;
+
+	pthread_rwlock_rdlock(&m->swap);
+	ret = meta_put_locked(m, off, rec, len);
+	pthread_rwlock_unlock(&m->swap);
+	return ret;
+}
+
+static int meta_put_locked(struct meta *m, uint64_t off, const void *rec,
+			   size_t len)
 {
 	int k, ret, held = 0;
 
@@ -997,6 +1095,7 @@ int meta_slot_same(struct meta *m, uint64_t i, const struct meta_slot *s)
 	int k, any = 0;
 
 	slot_encode(m, s, buf);
+	pthread_rwlock_rdlock(&m->swap);
 	for (k = 0; k < 2; k++) {
 		const uint8_t *p;
 		uint64_t c;
@@ -1006,10 +1105,13 @@ int meta_slot_same(struct meta *m, uint64_t i, const struct meta_slot *s)
 		p = slot_addr(m, k, i);
 		memcpy(&c, p + m->slot_size - 8, 8);
 		if (memcmp(p + 8, buf + 8, m->slot_size - 16) ||
-		    c != meta_csum(p, m->slot_size - 8))
-			return 0;
+		    c != meta_csum(p, m->slot_size - 8)) {
+			any = 0;
+			break;
+		}
 		any = 1;
 	}
+	pthread_rwlock_unlock(&m->swap);
 	return any;
 }
 

@@ -2,6 +2,7 @@
 #ifndef NVC_META_H
 #define NVC_META_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "cache.h"
@@ -158,6 +159,9 @@ struct meta {
 	uint32_t ndevs;
 	uint64_t seq; /* next sequence number (atomic) */
 	uint8_t set_uuid[16];
+	/* held for reading by every access to r[] while mounted, for writing
+	 * while a mirror is swapped for a new one (meta_replace) */
+	pthread_rwlock_t swap;
 };
 
 uint64_t meta_csum(const void *p, size_t len);
@@ -237,6 +241,11 @@ int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16]);
 int meta_detached(struct meta *m);
 /* Write the detached state into each usable mirror's header in turn. */
 int meta_set_detached(struct meta *m, uint32_t detached);
+/* Mirror k becomes the region nr, a copy of the other mirror (which must be
+ * usable); the region it had is returned in old, to be unmapped.  0, or
+ * -errno with nothing changed. */
+int meta_replace(struct meta *m, int k, struct pm_region *nr,
+		 struct pm_region *old);
 /* 1 if a file record may hold path (len bytes): see meta.c. */
 int meta_path_ok(const char *path, uint32_t len);
 /* 1 while a mirror still takes writes. */

@@ -56,6 +56,12 @@ static void usage(FILE *f)
 		"  attach MOUNTPOINT\n"
 		"        take the cache devices back (checked as a mount "
 		"checks them)\n"
+		"  replace-mirror MOUNTPOINT OLD NEW\n"
+		"        metadata mirror OLD (failed or not) becomes NEW (a "
+		"new file or an\n"
+		"        empty block device), rebuilt from the other mirror "
+		"while the mount\n"
+		"        serves; then change cache.metadata to name NEW\n"
 		"  warm PATH... [-r] [--partial]\n"
 		"        read the files into the cache (all of them must "
 		"fit, unless --partial:\n"
@@ -546,30 +552,93 @@ static int cmd_destage(const char *cmd, int argc, char **argv)
 		  : fail("the daemon went away before the %s finished", cmd);
 }
 
-/* attach: the daemon answers ok or why not. */
-static int cmd_attach(int argc, char **argv)
+/* An absolute path for p, which need not exist (its directory must). */
+static int abs_path(const char *p, char *out, size_t len)
 {
-	char line[768];
-	FILE *f;
+	char dir[PATH_MAX], *slash;
+
+	if (realpath(p, out))
+		return 0;
+	if (errno != ENOENT || strlen(p) >= sizeof(dir))
+		return -errno;
+	strcpy(dir, p);
+	slash = strrchr(dir, '/');
+	if (slash == dir)
+		return snprintf(out, len, "%s", p) >= (int)len ? -ENAMETOOLONG
+							       : 0;
+	if (slash)
+		*slash = 0;
+	if (!realpath(slash ? dir : ".", out))
+		return -errno;
+	if (strlen(out) + strlen(slash ? slash : p) + 2 > len)
+		return -ENAMETOOLONG;
+	strcat(out, "/");
+	strcat(out, slash ? slash + 1 : p);
+	return 0;
+}
+
+/* One answer line: ok, or error WHY (said as "what failed: WHY"). */
+static int simple_answer(FILE *f, const char *what)
+{
+	char line[1024];
 	int ok = 0;
 
-	if (argc != 2)
-		return fail("attach needs one MOUNTPOINT");
-	if (ctl_connect(argv[1], CTL_CMD("attach"), &f))
-		return 1;
 	if (fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = 0;
 		ok = !strcmp(line, "ok");
 		if (!ok && !strncmp(line, "error ", 6)) {
 			fclose(f);
-			return fail("attach failed: %s", line + 6);
+			return fail("%s failed: %s", what, line + 6);
 		}
 	}
 	fclose(f);
-	if (!ok)
-		return fail("the daemon went away before the attach finished");
-	printf("attached: caching again\n");
-	return 0;
+	return ok ? 0
+		  : fail("the daemon went away before the %s finished", what);
+}
+
+/* replace-mirror MNT OLD NEW */
+static int cmd_replace_mirror(int argc, char **argv)
+{
+	char old[PATH_MAX], nw[PATH_MAX], req[3 * PATH_MAX];
+	int n, ret;
+	FILE *f;
+
+	if (argc != 4)
+		return fail("replace-mirror needs MOUNTPOINT OLD NEW");
+	ret = abs_path(argv[2], old, sizeof(old));
+	if (!ret)
+		ret = abs_path(argv[3], nw, sizeof(nw));
+	if (ret)
+		return fail("replace-mirror: %s", strerror(-ret));
+	n = snprintf(req, sizeof(req), "replace-mirror %d 2 0\n%s",
+		     CTL_PROTO_VERSION, old);
+	memcpy(req + n + 1, nw, strlen(nw) + 1);
+	n += 1 + strlen(nw) + 1;
+	if (ctl_connect_len(argv[1], req, n, &f))
+		return 1;
+	ret = simple_answer(f, "replace-mirror");
+	if (!ret)
+		printf("mirror %s replaced by %s (rebuilt from the other one); "
+		       "change cache.metadata in the configuration to name "
+		       "%s before the next mount\n",
+		       old, nw, nw);
+	return ret;
+}
+
+/* attach: the daemon answers ok or why not. */
+static int cmd_attach(int argc, char **argv)
+{
+	FILE *f;
+	int ret;
+
+	if (argc != 2)
+		return fail("attach needs one MOUNTPOINT");
+	if (ctl_connect(argv[1], CTL_CMD("attach"), &f))
+		return 1;
+	ret = simple_answer(f, "attach");
+	if (!ret)
+		printf("attached: caching again\n");
+	return ret;
 }
 
 int main(int argc, char **argv)
@@ -594,6 +663,8 @@ int main(int argc, char **argv)
 		return cmd_destage(argv[1], argc - 1, argv + 1);
 	if (!strcmp(argv[1], "attach"))
 		return cmd_attach(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "replace-mirror"))
+		return cmd_replace_mirror(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))
 		return cmd_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "warm") || !strcmp(argv[1], "pin") ||

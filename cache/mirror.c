@@ -1,0 +1,176 @@
+/* cache: a metadata mirror replaced while mounted (nvcachectl replace-mirror). */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+/*
+ * Replacing a mirror.  The new place (a file that does not exist yet, or a
+ * block device with no signature libblkid knows, at least the mirror's
+ * size) is mapped, then meta_replace fills it from the other mirror with
+ * every record write held off (meta.c: m->swap) and puts it in the old
+ * one's place; the old one (failed, missing or healthy) is let go.
+ *
+ * Order, and what a crash leaves:
+ *   1. the new region is mapped (a new file is created at the mirror's
+ *      size): a crash leaves a stray file, nothing else;
+ *   2. meta_replace: the copy, persisted, its header last; the other
+ *      mirror's header then no longer calls mirror k stale.  A crash here
+ *      leaves the configuration naming the old place, as before: the next
+ *      mount uses it (or rebuilds it, if it was lost or damaged);
+ *   3. the old place's header is wiped (magic zeroed, if it can still be
+ *      written), so that a configuration still naming it can never take
+ *      its stale records for current ones: the mount rebuilds it instead.
+ * cache.metadata is the administrator's: the daemon says to change it, and
+ * until it is changed every mount rebuilds the old place from the good one.
+ */
+
+/* Which mirror old names (as configured, or the same file): 0, 1 or -1. */
+static int mirror_index(struct cache *c, const char *old)
+{
+	struct stat a, b;
+	int k;
+
+	for (k = 0; k < 2; k++)
+		if (c->cfg->meta_paths[k] &&
+		    !strcmp(c->cfg->meta_paths[k], old))
+			return k;
+	if (stat(old, &a))
+		return -1;
+	for (k = 0; k < 2; k++)
+		if (c->cfg->meta_paths[k] && !stat(c->cfg->meta_paths[k], &b) &&
+		    a.st_dev == b.st_dev && a.st_ino == b.st_ino &&
+		    a.st_rdev == b.st_rdev)
+			return k;
+	return -1;
+}
+
+/* The new place may be used: not a mirror or device of this cache, not an
+ * existing file, not a block device holding anything. */
+static int new_place_ok(struct cache *c, const char *path, char *err,
+			size_t errlen)
+{
+	struct stat st;
+	int d;
+
+	if (mirror_index(c, path) >= 0) {
+		snprintf(err, errlen,
+			 "%s is already a metadata mirror of this "
+			 "cache",
+			 path);
+		return -EINVAL;
+	}
+	for (d = 0; d < c->ndevs; d++)
+		if (!strcmp(c->cfg->dev_paths[d], path)) {
+			snprintf(err, errlen,
+				 "%s is a cache device of this cache", path);
+			return -EINVAL;
+		}
+	if (stat(path, &st)) {
+		if (errno == ENOENT)
+			return 0; /* a new file */
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (S_ISBLK(st.st_mode))
+		return fmt_probe_in_use(path,
+					"refusing to use it (wipefs -a it "
+					"first)",
+					err, errlen);
+	snprintf(err, errlen,
+		 "%s exists; a new mirror goes to a file that does not exist "
+		 "yet, or to a block device",
+		 path);
+	return -EEXIST;
+}
+
+/* Step 3: the old place can never pass for a mirror again. */
+static void old_place_wipe(struct pm_region *old)
+{
+	static const uint64_t zero;
+
+	if (old->missing || !old->addr || old->len < META_HDR_SIZE)
+		return;
+	if (pm_write(old, offsetof(struct meta_hdr, magic), &zero,
+		     sizeof(zero)))
+		log_msg(LOG_WARNING, "replace-mirror: the old mirror's header "
+				     "could not be wiped");
+}
+
+int cache_replace_mirror(struct cache *c, const char *old, const char *new_path,
+			 char *err, size_t errlen)
+{
+	struct pm_region nr, oldr;
+	uint64_t total;
+	char *keep;
+	int k, ret, created;
+
+	err[0] = 0;
+	pthread_mutex_lock(&devlife_lock);
+	k = mirror_index(c, old);
+	if (k < 0) {
+		snprintf(err, errlen,
+			 "%s is not a metadata mirror of this cache (%s, %s)",
+			 old, c->cfg->meta_paths[0], c->cfg->meta_paths[1]);
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	if (!__atomic_load_n(&c->meta.have[!k], __ATOMIC_ACQUIRE)) {
+		snprintf(err, errlen,
+			 "the other mirror (%s) is not usable: nothing to "
+			 "rebuild from",
+			 c->cfg->meta_paths[!k]);
+		ret = -ENODATA;
+		goto out_unlock;
+	}
+	ret = new_place_ok(c, new_path, err, errlen);
+	if (ret)
+		goto out_unlock;
+	total = meta_total_len(c->meta.nslots, c->meta.nfiles,
+			       c->meta.block_size);
+	created = access(new_path, F_OK) != 0;
+	ret = pm_map(new_path, total, 1, &nr);
+	if (ret && created)
+		unlink(new_path);
+	if (ret) {
+		snprintf(err, errlen, "%s: cannot map it: %s", new_path,
+			 ret == -EBUSY	  ? "in use"
+			 : ret == -ENOSPC ? "smaller than the mirror"
+					  : strerror(-ret));
+		goto out_unlock;
+	}
+	log_msg(LOG_NOTICE,
+		"replace-mirror: rebuilding mirror %d (%s) on %s from %s", k,
+		c->cfg->meta_paths[k], new_path, c->cfg->meta_paths[!k]);
+	ret = meta_replace(&c->meta, k, &nr, &oldr);
+	if (ret) {
+		snprintf(err, errlen, "%s: cannot rebuild the mirror there: %s",
+			 new_path, strerror(-ret));
+		pm_unmap(&nr);
+		if (created)
+			unlink(new_path);
+		goto out_unlock;
+	}
+	old_place_wipe(&oldr);
+	pm_unmap(&oldr);
+	/* the old name stays allocated: the statistics may be reading it */
+	keep = strdup(new_path);
+	if (keep)
+		__atomic_store_n(&c->cfg->meta_paths[k], keep,
+				 __ATOMIC_RELEASE);
+	log_msg(LOG_NOTICE,
+		"replace-mirror: mirror %d is now %s (a copy of %s); change "
+		"cache.metadata in the configuration from %s to %s before the "
+		"next mount",
+		k, new_path, c->cfg->meta_paths[!k], old, new_path);
+out_unlock:
+	pthread_mutex_unlock(&devlife_lock);
+	return ret;
+}

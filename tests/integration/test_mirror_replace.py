@@ -1,0 +1,115 @@
+"""nvcachectl replace-mirror: a metadata mirror (healthy, or failed while mounted) is rebuilt on a new file or
+block device from the other one while a workload runs; after a kill -9 the cache mounts from the new mirror with
+every byte; the old place can no longer pass for a mirror; bad new places are refused, naming why."""
+import os
+import subprocess
+
+from conftest import CTL, MiB, sh
+from rwload import Workload
+
+
+def magic(path):
+    with open(path, "rb") as f:
+        return f.read(8)
+
+
+def remount_with_mirrors(c, mirrors):
+    keys = dict(c.keys)
+    keys["cache.metadata"] = ", ".join(mirrors)
+    c.keys = keys
+    c.write_conf()
+    c.mount()
+
+
+def test_replace_healthy_mirror_under_load(make_cache):
+    c = make_cache(extra={"destage.on_unmount": "keep"})
+    c.format()
+    c.mount()
+    w = Workload(c)
+    w.start()
+    w.wait_ops(200)
+    new = f"/dev/shm/{c.tag}-meta1-new"
+    c.meta.append(new)                              # removed by cleanup
+    r = c.ctl("replace-mirror", c.mnt, c.meta[1], new)
+    assert f"change cache.metadata in the configuration to name {new}" in r.stdout
+    n = w.ops
+    w.wait_ops(n + 300)                             # the records go to the new mirror now
+    w.finish()
+    mirrors = c.stats()["mirrors"]
+    assert [(m["path"], m["state"]) for m in mirrors] == [(c.meta[0], "ok"), (new, "ok")], mirrors
+    assert magic(c.meta[1]) == b"\0" * 8            # the old one can never pass for a mirror
+    c.kill9()
+    os.unlink(c.meta[0])                            # and the other one goes: the new one alone has it all
+    remount_with_mirrors(c, [c.meta[0], new])
+    w.check(c.mnt)
+    log = c.log_text()
+    assert f"metadata mirror {c.meta[0]} is damaged or lost" in log and f"rebuilding it from {new}" in log, log
+    assert c.unmount() == 0
+    r = sh(CTL, "check", "-c", c.conf, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_replace_failed_block_mirror(make_cache):
+    c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
+    keys = dict(c.keys)
+    keys["cache.devices"] = ", ".join(c.loops[:2])
+    keys["cache.metadata"] = f"{c.meta[0]}, {c.loops[2]}"  # mirror 1 on a block device
+    c.keys = keys
+    c.write_conf()
+    c.format()
+    c.mount()
+    w = Workload(c)
+    w.start()
+    w.wait_ops(100)
+    os.truncate(c.images[2], 0)                     # mirror 1's device goes away while mounted
+    sh("losetup", "-c", c.loops[2])
+    extra = os.urandom(3 * MiB)                     # new blocks: record writes, which fail there
+    with open(c.path("extra"), "wb") as f:
+        f.write(extra)
+    w.wait_ops(w.ops + 200)                         # the cache goes on with mirror 0
+    assert c.stats()["mirrors"][1]["state"] == "failed", c.stats()["mirrors"]
+    # a new place that holds a file system is refused; an empty device is taken
+    sh("mkfs.ext4", "-q", "-F", c.loops[3])
+    r = c.ctl("replace-mirror", c.mnt, c.loops[2], c.loops[3], check=False)
+    assert r.returncode != 0 and f"{c.loops[3]} holds a ext4 signature" in r.stderr, r.stderr
+    sh("wipefs", "-q", "-a", c.loops[3])
+    c.ctl("replace-mirror", c.mnt, c.loops[2], c.loops[3])
+    w.wait_ops(w.ops + 200)
+    w.finish()
+    assert [m["state"] for m in c.stats()["mirrors"]] == ["ok", "ok"]
+    c.kill9()
+    remount_with_mirrors(c, [c.meta[0], c.loops[3]])
+    w.check(c.mnt)
+    with open(c.path("extra"), "rb") as f:
+        assert f.read() == extra
+    log = c.log_text()
+    assert f"replace-mirror: mirror 1 is now {c.loops[3]}" in log and "rebuilding it" not in log, log
+    assert c.unmount() == 0
+
+
+def test_bad_new_places_are_refused(make_cache, tmp_path):
+    c = make_cache()
+    c.format()
+    c.mount()
+    exists = tmp_path / "exists"
+    exists.write_bytes(b"x")
+    cases = [
+        (c.meta[1], str(exists), "exists; a new mirror goes to a file that does not exist yet"),
+        (c.meta[1], c.meta[0], "is already a metadata mirror of this cache"),
+        (c.meta[1], c.loops[0], "is a cache device of this cache"),
+        ("/dev/shm/nothing-" + c.tag, "/dev/shm/x-" + c.tag, "is not a metadata mirror of this cache"),
+    ]
+    for old, new, why in cases:
+        r = c.ctl("replace-mirror", c.mnt, old, new, check=False)
+        assert r.returncode != 0 and why in r.stderr, (old, new, r.stderr)
+    # a block device smaller than the mirror
+    small = f"/dev/shm/{c.tag}-small.img"
+    with open(small, "wb") as f:
+        f.truncate(64 * 1024)
+    c.images.append(small)
+    lo = sh("losetup", "--find", "--show", small).stdout.strip()
+    c.loops.append(lo)
+    r = c.ctl("replace-mirror", c.mnt, c.meta[1], lo, check=False)
+    assert r.returncode != 0 and "smaller than the mirror" in r.stderr, r.stderr
+    assert [m["state"] for m in c.stats()["mirrors"]] == ["ok", "ok"]
+    assert c.unmount() == 0
