@@ -109,8 +109,9 @@ static int aio_pin_locked(struct cache_aio *a, uint64_t pstart, uint64_t pend)
 		x->p0 = pstart > b0 ? (pstart - b0) / NVC_PAGE : 0;
 		x->p1 = pend < b0 + c->bs ? (pend - b0) / NVC_PAGE : c->ppb;
 		x->s = slot_find(c, a->f->rec, blk);
-		if (!x->s || x->s->twin || slot_failed(c, x->s))
-			goto undo;
+		if (!x->s || x->s->twin || slot_failed(c, x->s) ||
+		    (a->write && slot_draining(c, x->s)))
+			goto undo; /* a draining device's blocks: write_any */
 		x->s->pins++;
 		a->nsp++;
 	}

@@ -273,6 +273,12 @@ int cache_detached(struct cache *c);
  * with err set. */
 int cache_replace_mirror(struct cache *c, const char *old,
 			 const char *new_path, char *err, size_t errlen);
+/* Cache device old is emptied (dirty data destaged, clean data dropped)
+ * and new_path takes its place as a new member (replace.c).  0, or -errno
+ * with err set. */
+int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
+		      cache_progress_fn fn, void *arg, char *err,
+		      size_t errlen);
 /* ------------------------------------------- per-file control (filectl.c) */
 
 /* What nvcachectl status shows of one file. */

@@ -28,7 +28,7 @@
  *      slot of it exists and none can be made (fpolicy.c's invariant);
  *   3. no slot is in use, so no device I/O can start: both headers say
  *      detached, mirror 0 first;
- *   4. each device is swapped for a fenced stand-in (device_swap) and
+ *   4. each device is swapped for a fenced stand-in (cache_dev_swap) and
  *      closed: O_EXCL is let go.
  * A crash before 3 leaves a cache with fewer cached blocks; one inside 3
  * leaves one header saying detached, and either header is enough for the
@@ -211,8 +211,8 @@ static void detach_undo(struct cache *c)
  * c->devs[d] and the statistics while they read its name: so nobody uses the
  * old one once this returns.
  */
-static struct dev *device_swap(struct cache *c, int d, struct dev *dev,
-			       int state)
+struct dev *cache_dev_swap(struct cache *c, int d, struct dev *dev,
+			   int state)
 {
 	struct dev *old;
 
@@ -239,7 +239,7 @@ static int devices_release(struct cache *c)
 					 &standin);
 		if (ret)
 			return ret;
-		dev_close(device_swap(c, d, standin, STAT_DEV_DETACHED));
+		dev_close(cache_dev_swap(c, d, standin, STAT_DEV_DETACHED));
 	}
 	stats_attach_devs(c);
 	return 0;
@@ -368,7 +368,7 @@ int cache_attach(struct cache *c, char *err, size_t errlen)
 		goto out_unlock;
 	}
 	for (d = 0; d < c->ndevs; d++)
-		old[d] = device_swap(c, d, devs[d], STAT_DEV_OK);
+		old[d] = cache_dev_swap(c, d, devs[d], STAT_DEV_OK);
 	pthread_mutex_lock(&c->lock);
 	c->detached = 0;
 	files_restore_locked(c);

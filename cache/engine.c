@@ -144,7 +144,11 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 			c->dev_valid_pages[d] * NVC_PAGE;
 		STAT_DEV_GAUGE(s, d, dirty_bytes) =
 			c->dev_dirty_pages[d] * NVC_PAGE;
-		STAT_DEV_GAUGE(s, d, failed) = c->dev_failed[d];
+		STAT_DEV_GAUGE(s, d, failed) =
+			c->dev_failed[d] ? c->dev_failed[d]
+			: __atomic_load_n(&c->dev_draining[d], __ATOMIC_ACQUIRE)
+				? STAT_DEV_DRAINING
+				: STAT_DEV_OK;
 	}
 	pthread_mutex_unlock(&c->lock);
 	for (d = 0; d < c->ndevs; d++) {

@@ -301,6 +301,9 @@ struct cache {
 	 * use and the devices are fenced stand-ins; c->lock to change */
 	int detached;
 	uint64_t detach_gen;
+	/* 1 while nvcachectl replace empties device d (replace.c): no new
+	 * slot goes there, and a write moves a clean block off it (atomic) */
+	int dev_draining[NVC_MAX_DEVS];
 
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
@@ -369,6 +372,12 @@ static inline struct dev *slot_dev(struct cache *c, uint64_t s)
 static inline int slot_failed(struct cache *c, struct cslot *s)
 {
 	return c->dev_failed[(s - c->slots) % c->ndevs];
+}
+
+static inline int slot_draining(struct cache *c, struct cslot *s)
+{
+	return __atomic_load_n(&c->dev_draining[(s - c->slots) % c->ndevs],
+			       __ATOMIC_ACQUIRE);
 }
 
 /* Cached and dirty page counts, in all and per device; under c->lock. */
@@ -794,6 +803,10 @@ int file_to_bypass(struct cache *c, struct cfile *f);
 void detach_file_born_locked(struct cache *c, struct cfile *f);
 /* detach.c: serialises detach, attach and replace-mirror (mirror.c). */
 extern pthread_mutex_t devlife_lock;
+/* detach.c: device d becomes dev, in state state (stats.h); the old one is
+ * returned, no longer used by anyone. */
+struct dev *cache_dev_swap(struct cache *c, int d, struct dev *dev,
+			   int state);
 /* detach.c: the headers said detached at mount: every file bypass. */
 void detach_at_mount(struct cache *c);
 /* recover.c: 0 if dev holds member d of this cache, fitting its geometry;

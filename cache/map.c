@@ -336,7 +336,7 @@ struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
 		int d;
 
 		d = slot_idx(c, s) % c->ndevs;
-		if (slot_failed(c, s) || d == avoid)
+		if (slot_failed(c, s) || slot_draining(c, s) || d == avoid)
 			continue;
 		if (!pick || d == prefer)
 			pick = s;
@@ -427,7 +427,8 @@ int working_devices(struct cache *c)
 	int d, n = 0;
 
 	for (d = 0; d < c->ndevs; d++)
-		n += !c->dev_failed[d];
+		n += !c->dev_failed[d] &&
+		     !__atomic_load_n(&c->dev_draining[d], __ATOMIC_ACQUIRE);
 	return n;
 }
 

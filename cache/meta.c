@@ -494,6 +494,40 @@ static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 }
 
 /* A mirror that a valid header of the other calls stale is not trusted. */
+void meta_members(struct meta *m, uint8_t out[NVC_MAX_DEVS][16])
+{
+	int k;
+
+	memset(out, 0, NVC_MAX_DEVS * 16);
+	pthread_rwlock_rdlock(&m->swap);
+	k = m->have[0] ? 0 : 1;
+	if (m->have[k])
+		memcpy(out, ((const struct meta_hdr *)m->r[k].addr)->members,
+		       NVC_MAX_DEVS * 16);
+	pthread_rwlock_unlock(&m->swap);
+}
+
+int meta_set_members(struct meta *m, uint8_t members[NVC_MAX_DEVS][16])
+{
+	int k, ret = 0, done = 0;
+
+	pthread_rwlock_rdlock(&m->swap);
+	for (k = 0; k < 2; k++) {
+		struct meta_hdr *h = m->r[k].addr;
+
+		if (!m->have[k] || m->failed[k])
+			continue;
+		memcpy(h->members, members, sizeof(h->members));
+		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
+		if (ret)
+			break;
+		done++;
+	}
+	pthread_rwlock_unlock(&m->swap);
+	return ret ? ret : done ? 0 : -EIO;
+}
+
 /*
  * Replacing a mirror while mounted.  Every access to m->r[] at run time holds
  * m->swap for reading; here it is held for writing, so no record write is

@@ -246,6 +246,10 @@ int meta_set_detached(struct meta *m, uint32_t detached);
  * -errno with nothing changed. */
 int meta_replace(struct meta *m, int k, struct pm_region *nr,
 		 struct pm_region *old);
+/* The member table of the first usable header (all zero: none). */
+void meta_members(struct meta *m, uint8_t out[NVC_MAX_DEVS][16]);
+/* Write the member table into each usable mirror's header in turn. */
+int meta_set_members(struct meta *m, uint8_t members[NVC_MAX_DEVS][16]);
 /* 1 if a file record may hold path (len bytes): see meta.c. */
 int meta_path_ok(const char *path, uint32_t len);
 /* 1 while a mirror still takes writes. */

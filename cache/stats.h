@@ -96,14 +96,15 @@
 	X(dirty_bytes, "bytes", "dirty data on the device")          \
 	X(failed, "",                                                \
 	  "1: failed while mounted, 2: missing at mount (fenced), 3: "  \
-	  "detached; no new data goes to it")
+	  "detached, 4: draining; no new data goes to it")
 
 /* the failed gauge of a device */
 enum stat_dev_state {
 	STAT_DEV_OK,
 	STAT_DEV_FAILED,
 	STAT_DEV_MISSING,
-	STAT_DEV_DETACHED /* closed by nvcachectl detach */
+	STAT_DEV_DETACHED, /* closed by nvcachectl detach */
+	STAT_DEV_DRAINING /* being emptied by nvcachectl replace */
 };
 
 #define STAT_DEV_LATS(X)          \

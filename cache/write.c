@@ -586,6 +586,12 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 			struct span *x = &sp[nsp];
 			struct cslot *s = slot_find(c, f->rec, blk);
 
+			if (s && slot_draining(c, s) && !s->pins &&
+			    s->state == SLOT_CLEAN) {
+				/* off a device being emptied (replace.c) */
+				slot_drop_locked(c, s);
+				s = NULL;
+			}
 			if (s)
 				CNT_ADD(c, write_hit_ops, nsp == 0);
 			if (!s)

@@ -304,6 +304,18 @@ static void *client_main(void *arg)
 			ctl_say(cl->fd, "error %s\n", why);
 		else
 			ctl_say(cl->fd, "ok\n");
+	} else if (!strcmp(cmd, "replace") && req.nargs == 2) {
+		char why[768];
+
+		log_msg(LOG_NOTICE, "replace requested: %s -> %s", req.args[0],
+			req.args[1]);
+		ret = cache_replace_dev(cl->fs->cache, req.args[0], req.args[1],
+					flush_progress, &cl->fd, why,
+					sizeof(why));
+		if (ret)
+			ctl_say(cl->fd, "error %s\n", why);
+		else
+			ctl_say(cl->fd, "ok\n");
 	} else if (!strcmp(cmd, "replace-mirror") && req.nargs == 2) {
 		char why[768];
 

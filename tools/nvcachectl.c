@@ -56,6 +56,12 @@ static void usage(FILE *f)
 		"  attach MOUNTPOINT\n"
 		"        take the cache devices back (checked as a mount "
 		"checks them)\n"
+		"  replace MOUNTPOINT OLD NEW\n"
+		"        cache device OLD (failed or not) is emptied (its "
+		"dirty data destaged,\n"
+		"        its clean data dropped) and NEW takes its place; then "
+		"change\n"
+		"        cache.devices to name NEW\n"
 		"  replace-mirror MOUNTPOINT OLD NEW\n"
 		"        metadata mirror OLD (failed or not) becomes NEW (a "
 		"new file or an\n"
@@ -483,23 +489,13 @@ static double mono_s(void)
 
 /* flush and detach (which destages everything first): progress on a
  * terminal only, bytes left, destage rate, time left. */
-static int cmd_destage(const char *cmd, int argc, char **argv)
+static int destage_answer(FILE *f, const char *cmd)
 {
-	char line[256], a[32], b[32], c[32];
+	char line[1024], a[32], b[32], c[32];
 	int tty = isatty(STDOUT_FILENO), ok = 0;
-	unsigned long long dirty, destaged, d0 = 0;
+	unsigned long long dirty, destaged = 0, d0 = 0;
 	double t0 = mono_s(), t;
-	FILE *f;
 
-	if (argc > 2 && !strcmp(cmd, "flush"))
-		return cmd_file("flush", argc, argv);
-	if (argc != 2)
-		return fail("%s needs one MOUNTPOINT", cmd);
-	if (ctl_connect(argv[1],
-			!strcmp(cmd, "flush") ? CTL_CMD("flush")
-					      : CTL_CMD("detach"),
-			&f))
-		return 1;
 	while (fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = 0;
 		if (sscanf(line, "progress %llu %llu", &dirty, &destaged) ==
@@ -544,12 +540,30 @@ static int cmd_destage(const char *cmd, int argc, char **argv)
 		       "      \n",
 		       cmd, a, mono_s() - t0);
 	}
-	if (ok && !strcmp(cmd, "detach"))
+	return ok ? 0
+		  : fail("the daemon went away before the %s finished", cmd);
+}
+
+static int cmd_destage(const char *cmd, int argc, char **argv)
+{
+	FILE *f;
+	int ret;
+
+	if (argc > 2 && !strcmp(cmd, "flush"))
+		return cmd_file("flush", argc, argv);
+	if (argc != 2)
+		return fail("%s needs one MOUNTPOINT", cmd);
+	if (ctl_connect(argv[1],
+			!strcmp(cmd, "flush") ? CTL_CMD("flush")
+					      : CTL_CMD("detach"),
+			&f))
+		return 1;
+	ret = destage_answer(f, cmd);
+	if (!ret && !strcmp(cmd, "detach"))
 		printf("detached: every request goes to the backing store; "
 		       "the cache devices are closed until nvcachectl "
 		       "attach\n");
-	return ok ? 0
-		  : fail("the daemon went away before the %s finished", cmd);
+	return ret;
 }
 
 /* An absolute path for p, which need not exist (its directory must). */
@@ -596,32 +610,34 @@ static int simple_answer(FILE *f, const char *what)
 		  : fail("the daemon went away before the %s finished", what);
 }
 
-/* replace-mirror MNT OLD NEW */
-static int cmd_replace_mirror(int argc, char **argv)
+/* replace and replace-mirror: MNT OLD NEW, sent as two absolute paths. */
+static int cmd_replace(const char *cmd, int argc, char **argv)
 {
 	char old[PATH_MAX], nw[PATH_MAX], req[3 * PATH_MAX];
-	int n, ret;
+	int n, ret, mirror = !strcmp(cmd, "replace-mirror");
 	FILE *f;
 
 	if (argc != 4)
-		return fail("replace-mirror needs MOUNTPOINT OLD NEW");
+		return fail("%s needs MOUNTPOINT OLD NEW", cmd);
 	ret = abs_path(argv[2], old, sizeof(old));
 	if (!ret)
 		ret = abs_path(argv[3], nw, sizeof(nw));
 	if (ret)
-		return fail("replace-mirror: %s", strerror(-ret));
-	n = snprintf(req, sizeof(req), "replace-mirror %d 2 0\n%s",
-		     CTL_PROTO_VERSION, old);
+		return fail("%s: %s", cmd, strerror(-ret));
+	n = snprintf(req, sizeof(req), "%s %d 2 0\n%s", cmd, CTL_PROTO_VERSION,
+		     old);
 	memcpy(req + n + 1, nw, strlen(nw) + 1);
 	n += 1 + strlen(nw) + 1;
 	if (ctl_connect_len(argv[1], req, n, &f))
 		return 1;
-	ret = simple_answer(f, "replace-mirror");
+	ret = mirror ? simple_answer(f, cmd) : destage_answer(f, cmd);
 	if (!ret)
-		printf("mirror %s replaced by %s (rebuilt from the other one); "
-		       "change cache.metadata in the configuration to name "
-		       "%s before the next mount\n",
-		       old, nw, nw);
+		printf("%s %s replaced by %s%s; change %s in the "
+		       "configuration to name %s before the next mount\n",
+		       mirror ? "mirror" : "device", old, nw,
+		       mirror ? " (rebuilt from the other one)"
+			      : " (the old one emptied first)",
+		       mirror ? "cache.metadata" : "cache.devices", nw);
 	return ret;
 }
 
@@ -663,8 +679,8 @@ int main(int argc, char **argv)
 		return cmd_destage(argv[1], argc - 1, argv + 1);
 	if (!strcmp(argv[1], "attach"))
 		return cmd_attach(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "replace-mirror"))
-		return cmd_replace_mirror(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "replace-mirror") || !strcmp(argv[1], "replace"))
+		return cmd_replace(argv[1], argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))
 		return cmd_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "warm") || !strcmp(argv[1], "pin") ||

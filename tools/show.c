@@ -151,6 +151,7 @@ static const char *dev_state_name(uint64_t st)
 	       : st == STAT_DEV_FAILED	 ? "failed"
 	       : st == STAT_DEV_MISSING	 ? "missing"
 	       : st == STAT_DEV_DETACHED ? "detached"
+	       : st == STAT_DEV_DRAINING ? "draining"
 					 : "unknown";
 }
 
@@ -161,7 +162,10 @@ static const char *dev_state_text(uint64_t st)
 		       ? "MISSING: gone or not this cache's at mount; its "
 			 "dirty data is read from the second copies"
 	       : st == STAT_DEV_DETACHED ? "detached: closed, not used"
-					 : dev_state_name(st);
+	       : st == STAT_DEV_DRAINING
+		       ? "DRAINING (nvcachectl replace): its data is being "
+			 "destaged and dropped"
+		       : dev_state_name(st);
 }
 
 void show_text(FILE *out, const char *mnt, const struct stat_snap *s)

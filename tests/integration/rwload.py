@@ -18,6 +18,7 @@ class Workload:
             with open(c.path(n), "wb") as f:
                 f.write(self.ref[n])
         self.stop = threading.Event()
+        self.gate = threading.Lock()                # held for each operation; pause() takes it
         self.errors, self.ops = [], 0
         self.t = threading.Thread(target=self.run)
 
@@ -29,15 +30,16 @@ class Workload:
                 n = rnd.choice(self.names)
                 off = rnd.randrange(0, self.size - 65536) & ~511
                 ln = rnd.choice((512, 4096, 5000, 65536))
-                if rnd.random() < 0.6:
-                    b = os.urandom(ln)
-                    os.pwrite(fds[n], b, off)
-                    self.ref[n][off:off + ln] = b
-                else:
-                    got = os.pread(fds[n], ln, off)
-                    if got != bytes(self.ref[n][off:off + ln]):
-                        self.errors.append(f"{n} at {off}+{ln}: read differs")
-                self.ops += 1
+                with self.gate:
+                    if rnd.random() < 0.6:
+                        b = os.urandom(ln)
+                        os.pwrite(fds[n], b, off)
+                        self.ref[n][off:off + ln] = b
+                    else:
+                        got = os.pread(fds[n], ln, off)
+                        if got != bytes(self.ref[n][off:off + ln]):
+                            self.errors.append(f"{n} at {off}+{ln}: read differs")
+                    self.ops += 1
         except OSError as e:
             self.errors.append(repr(e))
         finally:
@@ -46,6 +48,13 @@ class Workload:
 
     def start(self):
         self.t.start()
+
+    def pause(self):
+        """No operation under way until resume()."""
+        self.gate.acquire()
+
+    def resume(self):
+        self.gate.release()
 
     def wait_ops(self, n):
         deadline = time.time() + 60

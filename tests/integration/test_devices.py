@@ -2,8 +2,11 @@
 hold other members now), and a device of another cache or a copy of a member is refused, naming it."""
 import os
 import shutil
+import subprocess
+import time
 
 from conftest import CTL, MiB, sh
+from rwload import Workload
 
 
 def write_all(c, blobs):
@@ -117,4 +120,130 @@ def test_renumbered_with_one_device_gone(make_cache):
         [(c.loops[1], "missing"), (c.loops[2], "ok"), (c.loops[0], "ok")], devs
     text = c.ctl("stats", c.mnt).stdout
     assert f"device 0   {c.loops[1]}  MISSING: gone or not this cache's at mount" in text, text
+    assert c.unmount() == 0
+
+
+def lose(c, i):
+    """Device i goes away under the mount: its image emptied, the loop device told."""
+    os.truncate(c.images[i], 0)
+    sh("losetup", "-c", c.loops[i])
+
+
+def test_replace_failed_device_then_lose_the_other(make_cache):
+    """dirty_copies = 2: member 2 fails under a workload and is replaced by a spare while the workload runs;
+    then member 1 is lost too, after a kill -9, and nothing is lost."""
+    c = make_cache(ndevs=3, extra={"cache.dirty_copies": "2", "destage.on_unmount": "keep"})
+    keys = dict(c.keys)
+    keys["cache.devices"] = ", ".join(c.loops[:2])   # loops[2] is the spare
+    c.keys = keys
+    c.write_conf()
+    c.format()
+    c.mount()
+    blobs = {f"f{i}": os.urandom(2 * MiB + i * 4097) for i in range(4)}
+    write_all(c, blobs)
+    w = Workload(c)
+    w.start()
+    w.wait_ops(200)
+    # no request in flight while the device goes: between the image's truncation and the loop device
+    # learning its new size, its reads return zeros without an error (a device that lies, which no cache
+    # can tell from data); a failing device returns errors
+    w.pause()
+    lose(c, 1)
+    w.resume()
+    w.wait_ops(w.ops + 200)                          # served from the second copies meanwhile
+    r = c.ctl("replace", c.mnt, c.loops[1], c.loops[2])
+    assert f"device {c.loops[1]} replaced by {c.loops[2]}" in r.stdout, r.stdout
+    w.wait_ops(w.ops + 400)                          # new dirty data: two copies again, one on the spare
+    w.finish()
+    st = c.stats()
+    assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[2], "ok")]
+    assert st["devices"][1]["gauges"]["dirty_bytes"] > 0, st["devices"]
+    read_all(c, blobs)
+    c.kill9()
+    keys["cache.devices"] = f"{c.loops[0]}, {c.loops[2]}"
+    c.keys = keys
+    c.write_conf()
+    sh("losetup", "-d", c.loops[0])                  # and now member 1 is gone
+    c.mount()
+    assert "mounting degraded, from the second copies" in c.log_text()
+    read_all(c, blobs)
+    w.check(c.mnt)
+    c.flush()
+    w.check(c.backing)
+    assert c.unmount() == 0
+    log = c.log_text()
+    assert f"replace: member 2 is now {c.loops[2]} ({c.loops[1]} is a former member)" in log, log
+
+
+def test_replace_killed_midway_then_again(make_cache):
+    """A kill -9 while the old device is being emptied: the next mount has it as before, nothing lost; the
+    replace is run again and finishes; the old device is then refused as a former member."""
+    c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep", "destage.max_rate": "16M"})
+    keys = dict(c.keys)
+    keys["cache.devices"] = ", ".join(c.loops[:2])
+    c.keys = keys
+    c.write_conf()
+    c.format()
+    c.mount()
+    blobs = {f"f{i}": os.urandom(8 * MiB) for i in range(6)}
+    write_all(c, blobs)                              # 48 MiB dirty: three seconds of destage at 16M/s
+    p = subprocess.Popen([CTL, "replace", c.mnt, c.loops[1], c.loops[2]], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 10
+    while c.stats()["devices"][1]["state"] != "draining" and time.time() < deadline:
+        time.sleep(0.02)
+    assert c.stats()["devices"][1]["state"] == "draining"
+    time.sleep(0.5)
+    c.kill9()
+    p.wait(timeout=30)
+    assert p.returncode != 0
+    c.mount()                                        # the configuration, as it was: nothing changed
+    st = c.stats()
+    assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[1], "ok")]
+    read_all(c, blobs)
+    keys["destage.max_rate"] = "0"
+    c.keys = keys
+    c.write_conf()
+    assert c.unmount() == 0
+    c.mount()
+    c.ctl("replace", c.mnt, c.loops[1], c.loops[2])
+    read_all(c, blobs)
+    assert c.unmount() == 0
+    p = c.mount(check=False)                         # still naming the old device: refused by name
+    assert p.wait(timeout=30) != 0
+    assert f"{c.loops[1]} is a former member of this cache" in c.log_text()
+    keys["cache.devices"] = f"{c.loops[0]}, {c.loops[2]}"
+    c.keys = keys
+    c.write_conf()
+    c.mount()
+    read_all(c, blobs)
+    assert c.unmount() == 0
+
+
+def test_replace_refuses_bad_new_devices(make_cache):
+    c = make_cache(ndevs=4)
+    keys = dict(c.keys)
+    keys["cache.devices"] = ", ".join(c.loops[:2])
+    c.keys = keys
+    c.write_conf()
+    c.format()
+    c.mount()
+    small = f"/dev/shm/{c.tag}-small.img"
+    with open(small, "wb") as f:
+        f.truncate(4 * MiB)
+    c.images.append(small)
+    lo_small = sh("losetup", "--find", "--show", small).stdout.strip()
+    c.loops.append(lo_small)
+    sh("mkfs.ext4", "-q", "-F", c.loops[3])
+    cases = [
+        (c.loops[1], c.loops[0], "is a device of this cache"),
+        (c.loops[1], c.meta[0], "is a metadata mirror of this cache"),
+        (c.loops[1], c.loops[3], f"{c.loops[3]} holds a ext4 signature"),
+        (c.loops[1], lo_small, "is too small"),
+        (c.loops[2], c.loops[3], "is not a device of this cache"),
+    ]
+    for old, new, why in cases:
+        r = c.ctl("replace", c.mnt, old, new, check=False)
+        assert r.returncode != 0 and why in r.stderr, (old, new, r.stderr)
+    assert [d["state"] for d in c.stats()["devices"]] == ["ok", "ok"]
     assert c.unmount() == 0

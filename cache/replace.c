@@ -1,0 +1,273 @@
+/* cache: a cache device replaced by a new one while mounted (nvcachectl replace). */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+/*
+ * Replace by emptying.  Member k's slots are fixed places on member k (slot
+ * s lives on s % ndevs), so the new device takes member k's place empty:
+ * before the swap, everything member k holds is made safe elsewhere.
+ *
+ *   1. c->dev_draining[k]: no new slot goes to k (free_take_locked), a twin
+ *      is never placed there (k does not count as working: while it drains,
+ *      new dirty data may have one copy), and a write to a clean block on k
+ *      moves it off (write_any drops the slot, then allocates elsewhere);
+ *      the asynchronous path leaves such writes to write_any (aio.c);
+ *   2. rounds of: a flush (every dirty page, of k or with a twin on k,
+ *      durable in the backing store; a dirty page whose only copy was on a
+ *      failed k cannot be, and the replace is refused), then every clean,
+ *      unpinned slot of k dropped; until k holds nothing, or too many
+ *      rounds (a workload that keeps one block dirty on k: -EBUSY);
+ *   3. the new device gets member k's superblock with a new UUID, then both
+ *      headers record that UUID for member k: the old device is a former
+ *      member from then on (members.c refuses it by name);
+ *   4. the new device is swapped in (cache_dev_swap: under the flush lock),
+ *      the old one closed, k no longer draining;
+ *   5. a last flush: data written with one copy before the swap (while k
+ *      drained, or while it was failed) is destaged; from the swap on,
+ *      writes have their two copies again.
+ * A crash in 2 leaves a cache with fewer cached blocks on k; in 3, either
+ * the old device or the new one is member k, and both are empty: a mount
+ * with the configuration naming the other is refused with the former
+ * member's name (change cache.devices, mount again).  Nothing is lost at
+ * any point: everything k held is in the backing store before 3.
+ */
+
+#define DRAIN_ROUNDS 50
+
+/* Drop k's clean, unpinned slots; how many are still in use. */
+static uint64_t drop_clean_on(struct cache *c, int k)
+{
+	uint64_t s, left = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (s = k; s < c->nslots; s += c->ndevs) {
+		struct cslot *v = &c->slots[s];
+		struct cfile *o;
+
+		if (!v->file)
+			continue;
+		if (v->is_twin || v->pins || v->state != SLOT_CLEAN) {
+			left++;
+			continue;
+		}
+		o = c->recs[v->file - 1];
+		slot_drop_locked(c, v);
+		if (!o->refs && !o->nslots) {
+			o->refs++;
+			file_put_locked(c, o);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return left;
+}
+
+/* Steps 1 and 2: k holds nothing.  0, or -errno with err set (k is then
+ * no longer draining). */
+static int drain(struct cache *c, int k, cache_progress_fn fn, void *arg,
+		 char *err, size_t errlen)
+{
+	uint64_t left = 0;
+	int round, ret = 0;
+
+	__atomic_store_n(&c->dev_draining[k], 1, __ATOMIC_RELEASE);
+	for (round = 0; round < DRAIN_ROUNDS; round++) {
+		ret = cache_flush(c, fn, arg);
+		if (ret) {
+			snprintf(err, errlen,
+				 "its dirty data could not be destaged (%s)%s",
+				 strerror(-ret),
+				 ret == -EIO ? ": some of it had no second "
+					       "copy on a working device"
+					     : "");
+			break;
+		}
+		left = drop_clean_on(c, k);
+		if (!left)
+			break;
+		usleep(20000);
+	}
+	if (!ret && left) {
+		snprintf(err, errlen,
+			 "%llu blocks on it stay in use (writes keep them "
+			 "dirty); try again",
+			 (unsigned long long)left);
+		ret = -EBUSY;
+	}
+	if (ret)
+		__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
+	return ret;
+}
+
+/* The new device is fit: not in use, holding nothing libblkid knows, large
+ * enough for member k.  It is opened (O_EXCL) into *out. */
+static int new_dev_ok(struct cache *c, const char *path, struct dev **out,
+		      char *err, size_t errlen)
+{
+	uint64_t need = SB_DATA_OFF + c->nslots / c->ndevs * (uint64_t)c->bs;
+	int d, ret;
+
+	for (d = 0; d < c->ndevs; d++)
+		if (!strcmp(dev_path(c->devs[d]), path) ||
+		    !strcmp(c->cfg->dev_paths[d], path)) {
+			snprintf(err, errlen, "%s is a device of this cache",
+				 path);
+			return -EINVAL;
+		}
+	for (d = 0; d < 2; d++)
+		if (!strcmp(c->cfg->meta_paths[d], path)) {
+			snprintf(err, errlen,
+				 "%s is a metadata mirror of this cache", path);
+			return -EINVAL;
+		}
+	ret = fmt_probe_in_use(path, "refusing to use it (wipefs -a it first)",
+			       err, errlen);
+	if (ret)
+		return ret;
+	ret = dev_open(path, out);
+	if (ret) {
+		snprintf(err, errlen, "%s: cannot open it: %s", path,
+			 ret == -EBUSY ? "in use" : strerror(-ret));
+		return ret;
+	}
+	if (dev_size(*out) < need) {
+		snprintf(err, errlen,
+			 "%s is too small: %llu bytes, each device of this "
+			 "cache needs %llu",
+			 path, (unsigned long long)dev_size(*out),
+			 (unsigned long long)need);
+		dev_close(*out);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+/* 1 if members[k] is zero or another member's. */
+static int uuid_used(uint8_t (*members)[16], int n, int k)
+{
+	static const uint8_t zero[16];
+	int j;
+
+	if (!memcmp(members[k], zero, 16))
+		return 1;
+	for (j = 0; j < n; j++)
+		if (j != k && !memcmp(members[j], members[k], 16))
+			return 1;
+	return 0;
+}
+
+/* Step 3: the new device's superblock, then the headers' member table. */
+static int new_member(struct cache *c, int k, struct dev *nd, char *err,
+		      size_t errlen)
+{
+	uint8_t members[NVC_MAX_DEVS][16];
+	struct sb_disk sb;
+	int ret;
+
+	ret = sb_read(c->devs[k], &sb);
+	if (ret) /* a failed device: the other members' say the same */
+		ret = sb_read(c->devs[(k + 1) % c->ndevs], &sb);
+	if (ret) {
+		snprintf(err, errlen,
+			 "no superblock to copy the geometry from");
+		return -EIO;
+	}
+	meta_members(&c->meta, members);
+	do {
+		if (getrandom(members[k], 16, 0) != 16)
+			return -errno;
+	} while (uuid_used(members, c->ndevs, k));
+	sb.dev_index = k;
+	sb.dev_size = dev_size(nd);
+	sb.format_time = time(NULL);
+	memcpy(sb.dev_uuid, members[k], 16);
+	ret = sb_write(nd, &sb);
+	if (!ret)
+		ret = dev_flush(nd);
+	if (!ret)
+		ret = meta_set_members(&c->meta, members);
+	if (ret)
+		snprintf(err, errlen, "cannot record the new member: %s",
+			 strerror(-ret));
+	return ret;
+}
+
+int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
+		      cache_progress_fn fn, void *arg, char *err, size_t errlen)
+{
+	struct dev *nd = NULL, *od;
+	int k, ret;
+
+	err[0] = 0;
+	pthread_mutex_lock(&devlife_lock);
+	/* by the name the device has now (listed names are in member order
+	 * only when they were listed so: members.c) */
+	for (k = 0; k < c->ndevs; k++)
+		if (!strcmp(dev_path(c->devs[k]), old))
+			break;
+	if (k == c->ndevs) {
+		snprintf(err, errlen, "%s is not a device of this cache", old);
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	if (c->detached) {
+		snprintf(err, errlen, "the cache is detached: attach first");
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	if (!members_recorded(c->meta.r[c->meta.have[0] ? 0 : 1].addr)) {
+		snprintf(err, errlen,
+			 "this cache was formatted before its devices had "
+			 "UUIDs: replace it offline (unmount, format, mount)");
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	ret = new_dev_ok(c, new_path, &nd, err, errlen);
+	if (ret)
+		goto out_unlock;
+	log_msg(LOG_NOTICE,
+		"replace: emptying member %d (%s): its dirty data destaged, "
+		"its clean data dropped",
+		k + 1, old);
+	ret = drain(c, k, fn, arg, err, errlen);
+	if (ret)
+		goto err_close;
+	ret = new_member(c, k, nd, err, errlen);
+	if (ret) {
+		__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
+		goto err_close;
+	}
+	od = cache_dev_swap(c, k, nd, STAT_DEV_OK);
+	stats_attach_devs(c);
+	__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
+	dev_close(od);
+	/* step 5: what was written with one copy (while k drained, or was
+	 * failed) goes to the store; writes from now on have two again */
+	ret = cache_flush(c, fn, arg);
+	if (ret)
+		snprintf(err, errlen,
+			 "%s is in place, but data written with one copy "
+			 "while it was replaced could not be destaged (%s): "
+			 "destage retries",
+			 new_path, strerror(-ret));
+	log_msg(LOG_NOTICE,
+		"replace: member %d is now %s (%s is a former member); change "
+		"cache.devices in the configuration from %s to %s",
+		k + 1, new_path, old, old, new_path);
+	goto out_unlock;
+err_close:
+	dev_close(nd);
+	log_msg(LOG_ERR, "replace of %s failed: %s", old, err);
+out_unlock:
+	pthread_mutex_unlock(&devlife_lock);
+	return ret;
+}
