@@ -401,31 +401,34 @@ static int hdr_set_failed(struct meta *m, int k, uint32_t failed)
 	return pm_persist(&m->r[k], h, META_HDR_SIZE);
 }
 
-void meta_store_stamp(struct meta *m, uint8_t out[16])
+/* A header field (off, len) as the first usable mirror has it; zeros if
+ * none. */
+static void hdr_get(struct meta *m, size_t off, void *out, size_t len)
 {
 	int k;
 
+	memset(out, 0, len);
 	pthread_rwlock_rdlock(&m->swap);
 	k = m->have[0] ? 0 : 1;
-	memset(out, 0, 16);
 	if (m->have[k])
-		memcpy(out,
-		       ((const struct meta_hdr *)m->r[k].addr)->store_stamp,
-		       16);
+		memcpy(out, (const char *)m->r[k].addr + off, len);
 	pthread_rwlock_unlock(&m->swap);
 }
 
-int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16])
+/* A header field (off, len) written into each usable mirror in turn, each
+ * checksummed and persisted before the next is touched. */
+static int hdr_put(struct meta *m, size_t off, const void *val, size_t len)
 {
 	int k, ret = 0, done = 0;
 
+	assert(off + len <= offsetof(struct meta_hdr, csum));
 	pthread_rwlock_rdlock(&m->swap);
 	for (k = 0; k < 2; k++) {
 		struct meta_hdr *h = m->r[k].addr;
 
 		if (!m->have[k] || m->failed[k])
 			continue;
-		memcpy(h->store_stamp, stamp, 16);
+		memcpy((char *)h + off, val, len);
 		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
 		if (ret)
@@ -434,6 +437,16 @@ int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16])
 	}
 	pthread_rwlock_unlock(&m->swap);
 	return ret ? ret : done ? 0 : -EIO;
+}
+
+void meta_store_stamp(struct meta *m, uint8_t out[16])
+{
+	hdr_get(m, offsetof(struct meta_hdr, store_stamp), out, 16);
+}
+
+int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16])
+{
+	return hdr_put(m, offsetof(struct meta_hdr, store_stamp), stamp, 16);
 }
 
 int meta_detached(struct meta *m)
@@ -451,23 +464,8 @@ int meta_detached(struct meta *m)
 
 int meta_set_detached(struct meta *m, uint32_t detached)
 {
-	int k, ret = 0, done = 0;
-
-	pthread_rwlock_rdlock(&m->swap);
-	for (k = 0; k < 2; k++) {
-		struct meta_hdr *h = m->r[k].addr;
-
-		if (!m->have[k] || m->failed[k])
-			continue;
-		h->detached = detached;
-		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
-		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
-		if (ret)
-			break;
-		done++;
-	}
-	pthread_rwlock_unlock(&m->swap);
-	return ret ? ret : done ? 0 : -EIO;
+	return hdr_put(m, offsetof(struct meta_hdr, detached), &detached,
+		       sizeof(detached));
 }
 
 /*
@@ -496,36 +494,13 @@ static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 /* A mirror that a valid header of the other calls stale is not trusted. */
 void meta_members(struct meta *m, uint8_t out[NVC_MAX_DEVS][16])
 {
-	int k;
-
-	memset(out, 0, NVC_MAX_DEVS * 16);
-	pthread_rwlock_rdlock(&m->swap);
-	k = m->have[0] ? 0 : 1;
-	if (m->have[k])
-		memcpy(out, ((const struct meta_hdr *)m->r[k].addr)->members,
-		       NVC_MAX_DEVS * 16);
-	pthread_rwlock_unlock(&m->swap);
+	hdr_get(m, offsetof(struct meta_hdr, members), out, NVC_MAX_DEVS * 16);
 }
 
 int meta_set_members(struct meta *m, uint8_t members[NVC_MAX_DEVS][16])
 {
-	int k, ret = 0, done = 0;
-
-	pthread_rwlock_rdlock(&m->swap);
-	for (k = 0; k < 2; k++) {
-		struct meta_hdr *h = m->r[k].addr;
-
-		if (!m->have[k] || m->failed[k])
-			continue;
-		memcpy(h->members, members, sizeof(h->members));
-		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
-		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
-		if (ret)
-			break;
-		done++;
-	}
-	pthread_rwlock_unlock(&m->swap);
-	return ret ? ret : done ? 0 : -EIO;
+	return hdr_put(m, offsetof(struct meta_hdr, members), members,
+		       NVC_MAX_DEVS * 16);
 }
 
 /*

@@ -92,6 +92,22 @@ static inline void env_format(struct env *e, uint64_t slots_per_dev,
 	e->backing_fd = open(e->dir, O_RDONLY | O_DIRECTORY);
 }
 
+/* Mirror i's header, and both headers' checksums made good again after a
+ * test crafted them. */
+static inline struct meta_hdr *hdr(struct env *e, int i)
+{
+	return e->mirrors[i].addr;
+}
+
+static inline void hdr_seal(struct env *e)
+{
+	int i;
+
+	for (i = 0; i < 2; i++)
+		hdr(e, i)->csum =
+			meta_csum(hdr(e, i), offsetof(struct meta_hdr, csum));
+}
+
 /* The same, opened. */
 static inline void env_init_rec(struct env *e, uint64_t slots_per_dev,
 				uint32_t bs, struct rec_log *l)

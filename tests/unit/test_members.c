@@ -9,20 +9,6 @@
 #define BS (64 * KiB)
 #define PER_DEV 64
 
-static struct meta_hdr *hdr(struct env *e, int i)
-{
-	return e->mirrors[i].addr;
-}
-
-static void hdr_seal(struct env *e)
-{
-	int i;
-
-	for (i = 0; i < 2; i++)
-		hdr(e, i)->csum =
-			meta_csum(hdr(e, i), offsetof(struct meta_hdr, csum));
-}
-
 static void swap_devs(struct env *e)
 {
 	struct dev *t = e->devs[0];

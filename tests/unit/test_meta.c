@@ -34,20 +34,6 @@ static void expect_refused(struct env *e, const char *what)
 	}
 }
 
-static struct meta_hdr *hdr(struct env *e, int i)
-{
-	return e->mirrors[i].addr;
-}
-
-static void hdr_seal(struct env *e)
-{
-	int i;
-
-	for (i = 0; i < 2; i++)
-		hdr(e, i)->csum =
-			meta_csum(hdr(e, i), offsetof(struct meta_hdr, csum));
-}
-
 /* A slot entry as meta.c lays it out for a block size, checksum included. */
 static void slot_raw(struct env *e, int mirror, uint64_t i, uint32_t bs,
 		     uint64_t seq, uint32_t file, uint32_t flags, uint64_t blk,
