@@ -279,6 +279,10 @@ int cache_replace_mirror(struct cache *c, const char *old,
 int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
 		      cache_progress_fn fn, void *arg, char *err,
 		      size_t errlen);
+/* Cache device path is emptied as for a replace and then never used again,
+ * so that it can be pulled (replace.c).  0, or -errno with err set. */
+int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
+		     void *arg, char *err, size_t errlen);
 /* ------------------------------------------- per-file control (filectl.c) */
 
 /* What nvcachectl status shows of one file. */

@@ -47,6 +47,12 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 	for (d = 0; d < cfg->ndevs; d++) {
 		int good = 0;
 
+		if (h && d < NVC_MAX_DEVS && h->removed[d]) {
+			fprintf(k->out, "  member %d: removed (%s)\n", d + 1,
+				dev_path(devs[d]));
+			continue;
+		}
+
 		for (copy = 0; copy < SB_COPIES; copy++) {
 			int ret = dev_read(devs[d], buf, sizeof(*buf),
 					   4096 * (copy + 1));
@@ -454,18 +460,8 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 	struct pm_region r[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	struct chk k = { .out = out };
 	uint64_t total;
-	int i, ret = 0;
+	int i, ret = 0, spare = 0;
 
-	for (i = 0; i < cfg->ndevs; i++) {
-		ret = dev_open(cfg->dev_paths[i], &devs[i]);
-		if (ret) {
-			snprintf(err, errlen, "%s: %s", cfg->dev_paths[i],
-				 ret == -EBUSY
-					 ? "in use: unmount the cache first"
-					 : strerror(-ret));
-			goto out;
-		}
-	}
 	for (i = 0; i < 2; i++) {
 		ret = pm_map(cfg->meta_paths[i], 0, 0, &r[i]);
 		if (ret == -EBUSY) {
@@ -479,6 +475,26 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 		if (ret)
 			problem(&k, "mirror %d (%s): cannot map: %s", i,
 				cfg->meta_paths[i], strerror(-ret));
+		else if (!spare && !meta_hdr_check(r[i].addr, r[i].len, NULL))
+			for (int d = 0; d < NVC_MAX_DEVS; d++)
+				spare += ((const struct meta_hdr *)r[i].addr)
+						 ->removed[d];
+	}
+	for (i = 0; i < cfg->ndevs; i++) {
+		ret = dev_open(cfg->dev_paths[i], &devs[i]);
+		if (ret && ret != -EBUSY && spare) {
+			/* a removed member's name: its device may be gone */
+			spare--;
+			ret = dev_missing_create(cfg->dev_paths[i], UINT64_MAX,
+						 &devs[i]);
+		}
+		if (ret) {
+			snprintf(err, errlen, "%s: %s", cfg->dev_paths[i],
+				 ret == -EBUSY
+					 ? "in use: unmount the cache first"
+					 : strerror(-ret));
+			goto out;
+		}
 	}
 	ret = fmt_check_open(cfg, devs, r, out, k.problems) ? 1 : 0;
 	check_lost_found(cfg, out);

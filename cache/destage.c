@@ -437,7 +437,8 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 	*wait_ms = 1000;
 	if (list_empty(&c->dirty_files))
 		return NULL;
-	pct = dirty_occupancy(c) * 100 / (c->nslots ? c->nslots : 1);
+	pct = dirty_occupancy(c) * 100 /
+	      (usable_slots(c) ? usable_slots(c) : 1);
 	if (pct >= cfg->high_wm && !c->draining) {
 		c->draining = 1;
 		log_msg(LOG_DEBUG, "destage: high watermark reached (%llu%%)",

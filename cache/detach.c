@@ -311,15 +311,24 @@ out_unlock:
 
 /* Open the listed devices, in member order, each checked against the
  * metadata; 0, or -errno with err set and nothing left open. */
-static int devices_take(struct cache *c, struct dev **devs, char *err,
+static int devices_take(struct cache *c, struct dev **devs,
+			const uint8_t removed[NVC_MAX_DEVS], char *err,
 			size_t errlen)
 {
 	const struct meta_hdr *h;
-	int d, ret, missing = 0;
+	int d, ret, missing = 0, spare = 0;
 
+	for (d = 0; d < c->ndevs; d++)
+		spare += removed[d];
 	memset(devs, 0, c->ndevs * sizeof(*devs));
 	for (d = 0; d < c->ndevs; d++) {
 		ret = dev_open(c->cfg->dev_paths[d], &devs[d]);
+		if (ret && ret != -EBUSY && spare) {
+			/* a removed member's name: its device may be gone */
+			spare--;
+			ret = dev_missing_create(c->cfg->dev_paths[d],
+						 UINT64_MAX, &devs[d]);
+		}
 		if (ret) {
 			snprintf(err, errlen,
 				 "%s: cannot open cache device: %s",
@@ -332,7 +341,8 @@ static int devices_take(struct cache *c, struct dev **devs, char *err,
 	h = c->meta.r[c->meta.have[0] ? 0 : 1].addr;
 	ret = members_order(h, devs, c->ndevs, &missing, err, errlen);
 	for (d = 0; d < c->ndevs && !ret; d++)
-		ret = cache_sb_fits(c, devs[d], d, err, errlen);
+		if (!removed[d])
+			ret = cache_sb_fits(c, devs[d], d, err, errlen);
 	if (ret)
 		goto err_close;
 	return 0;
@@ -346,6 +356,7 @@ err_close:
 int cache_attach(struct cache *c, char *err, size_t errlen)
 {
 	struct dev *devs[NVC_MAX_DEVS], *old[NVC_MAX_DEVS];
+	uint8_t removed[NVC_MAX_DEVS];
 	int d, ret;
 
 	err[0] = 0;
@@ -355,7 +366,8 @@ int cache_attach(struct cache *c, char *err, size_t errlen)
 		ret = -EALREADY;
 		goto out_unlock;
 	}
-	ret = devices_take(c, devs, err, errlen);
+	meta_removed(&c->meta, removed);
+	ret = devices_take(c, devs, removed, err, errlen);
 	if (ret)
 		goto out_unlock;
 	ret = meta_set_detached(&c->meta, 0);
@@ -367,8 +379,14 @@ int cache_attach(struct cache *c, char *err, size_t errlen)
 			dev_close(devs[d]);
 		goto out_unlock;
 	}
-	for (d = 0; d < c->ndevs; d++)
-		old[d] = cache_dev_swap(c, d, devs[d], STAT_DEV_OK);
+	for (d = 0; d < c->ndevs; d++) {
+		if (removed[d]) /* fenced again: never used */
+			dev_faults(devs[d])->fail_reads =
+				dev_faults(devs[d])->fail_writes = -ENODEV;
+		old[d] = cache_dev_swap(c, d, devs[d],
+					removed[d] ? STAT_DEV_REMOVED
+						   : STAT_DEV_OK);
+	}
 	pthread_mutex_lock(&c->lock);
 	c->detached = 0;
 	files_restore_locked(c);

@@ -132,11 +132,11 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 	STAT_GAUGE(s, slots) = c->nslots;
 	STAT_GAUGE(s, used_slots) = c->nslots - c->nfree;
 	STAT_GAUGE(s, dirty_slots) = c->ndirty_slots;
-	STAT_GAUGE(s, capacity_bytes) = c->nslots * c->bs;
+	STAT_GAUGE(s, capacity_bytes) = usable_slots(c) * c->bs;
 	STAT_GAUGE(s, used_bytes) = c->valid_pages * NVC_PAGE;
 	STAT_GAUGE(s, dirty_bytes) = c->dirty_pages * NVC_PAGE;
 	STAT_GAUGE(s, high_watermark_bytes) =
-		c->nslots * c->bs / 100 * c->cfg->high_wm;
+		usable_slots(c) * c->bs / 100 * c->cfg->high_wm;
 	STAT_GAUGE(s, destaging) = c->active > 0;
 	STAT_GAUGE(s, detached) = c->detached;
 	for (d = 0; d < c->ndevs; d++) {

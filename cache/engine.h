@@ -304,6 +304,9 @@ struct cache {
 	/* 1 while nvcachectl replace empties device d (replace.c): no new
 	 * slot goes there, and a write moves a clean block off it (atomic) */
 	int dev_draining[NVC_MAX_DEVS];
+	/* members removed (nvcachectl remove): their slots are never used;
+	 * c->lock */
+	int nremoved;
 
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
@@ -413,6 +416,12 @@ static inline void space_freed_locked(struct cache *c)
 static inline uint64_t dirty_occupancy(const struct cache *c)
 {
 	return c->ndirty_slots + c->ntwins;
+}
+
+/* Slots that can hold data: those of removed members never do. */
+static inline uint64_t usable_slots(const struct cache *c)
+{
+	return c->nslots - c->nremoved * (c->nslots / c->ndevs);
 }
 
 static inline uint64_t slot_off(struct cache *c, uint64_t s)

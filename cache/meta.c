@@ -258,6 +258,7 @@ static int members_ok(const struct meta_hdr *h, char *why, size_t len)
 static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 		  size_t len)
 {
+	uint32_t k, n;
 	uint64_t room = maplen - META_HDR_SIZE;
 
 	if (h->magic != META_MAGIC)
@@ -336,6 +337,18 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      "header detached %u, reserved2 %u: not 0 or 1, "
 			      "and 0",
 			      h->detached, h->reserved2);
+	for (k = 0, n = 0; k < NVC_MAX_DEVS; k++) {
+		if (h->removed[k] > 1 || (h->removed[k] && k >= h->ndevs))
+			return refuse(why, len, -EUCLEAN,
+				      "header removed[%u] is %u: not 0 or 1, "
+				      "or past ndevs %u",
+				      k, h->removed[k], h->ndevs);
+		n += h->removed[k];
+	}
+	if (n >= h->ndevs)
+		return refuse(why, len, -EUCLEAN,
+			      "header: every one of the %u members is removed",
+			      h->ndevs);
 	return members_ok(h, why, len);
 }
 
@@ -501,6 +514,17 @@ int meta_set_members(struct meta *m, uint8_t members[NVC_MAX_DEVS][16])
 {
 	return hdr_put(m, offsetof(struct meta_hdr, members), members,
 		       NVC_MAX_DEVS * 16);
+}
+
+void meta_removed(struct meta *m, uint8_t out[NVC_MAX_DEVS])
+{
+	hdr_get(m, offsetof(struct meta_hdr, removed), out, NVC_MAX_DEVS);
+}
+
+int meta_set_removed(struct meta *m, const uint8_t removed[NVC_MAX_DEVS])
+{
+	return hdr_put(m, offsetof(struct meta_hdr, removed), removed,
+		       NVC_MAX_DEVS);
 }
 
 /*

@@ -92,7 +92,10 @@ struct meta_hdr {
 	 * and serves everything from the backing store (detach.c) */
 	uint32_t detached;
 	uint32_t reserved2;
-	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 16];
+	/* removed[k]: 1 once member k was removed (nvcachectl remove): its
+	 * slots are never used again, its device never opened (replace.c) */
+	uint8_t removed[NVC_MAX_DEVS];
+	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 17];
 	uint64_t csum;
 };
 
@@ -250,6 +253,9 @@ int meta_replace(struct meta *m, int k, struct pm_region *nr,
 void meta_members(struct meta *m, uint8_t out[NVC_MAX_DEVS][16]);
 /* Write the member table into each usable mirror's header in turn. */
 int meta_set_members(struct meta *m, uint8_t members[NVC_MAX_DEVS][16]);
+/* The removed flags of the first usable header, and their writing. */
+void meta_removed(struct meta *m, uint8_t out[NVC_MAX_DEVS]);
+int meta_set_removed(struct meta *m, const uint8_t removed[NVC_MAX_DEVS]);
 /* 1 if a file record may hold path (len bytes): see meta.c. */
 int meta_path_ok(const char *path, uint32_t len);
 /* 1 while a mirror still takes writes. */

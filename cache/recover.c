@@ -605,9 +605,12 @@ static int open_detached;
 
 static int check_superblocks(struct cache *c, char *err, size_t errlen)
 {
+	uint8_t removed[NVC_MAX_DEVS];
 	struct sb_disk sb;
 	char why[400];
 	int d, ret, repaired, degraded = degraded_dev;
+
+	meta_removed(&c->meta, removed);
 
 	if (c->meta.nslots % c->ndevs) {
 		snprintf(err, errlen,
@@ -621,6 +624,12 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 
 		if (open_detached) {
 			dev_fence(c, d, STAT_DEV_DETACHED);
+			continue;
+		}
+		if (removed[d]) {
+			/* never used again (replace.c): whatever is there */
+			dev_fence(c, d, STAT_DEV_REMOVED);
+			c->nremoved++;
 			continue;
 		}
 		if (d + 1 == degraded) {
@@ -871,7 +880,7 @@ static int mirror_stand_in(struct cache_config *cfg, int i, uint64_t len,
  * (detach.c: the devices may be gone or in other use).  0, or -errno with
  * err set and nothing left open.
  */
-static int open_devs(struct cache_config *cfg, int detached,
+static int open_devs(struct cache_config *cfg, int detached, int removed,
 		     struct dev **devs, int *missing, char *err, size_t errlen)
 {
 	int i, ret = 0;
@@ -883,6 +892,18 @@ static int open_devs(struct cache_config *cfg, int detached,
 			continue;
 		}
 		ret = dev_open(cfg->dev_paths[i], &devs[i]);
+		if (ret && ret != -EBUSY && removed) {
+			/* a removed member's name: its device may be gone
+			 * (check_superblocks says which member is removed) */
+			removed--;
+			log_msg(LOG_INFO,
+				"%s: cannot open it (%s): taken for a removed "
+				"member",
+				cfg->dev_paths[i], strerror(-ret));
+			ret = dev_missing_create(cfg->dev_paths[i], UINT64_MAX,
+						 &devs[i]);
+			continue;
+		}
 		if (ret && ret != -EBUSY && cfg->dirty_copies > 1 &&
 		    !*missing) {
 			/* with two dirty copies, one device may be gone */
@@ -918,7 +939,7 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	struct pm_region mirrors[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	uint64_t total[2] = { 0, 0 };
 	char why[2][256] = { "", "" };
-	int i, ret, mret[2], missing = 0, detached = 0;
+	int i, ret, mret[2], missing = 0, detached = 0, removed = 0;
 
 	/*
 	 * A mirror that is missing, truncated or damaged is recreated at the
@@ -982,7 +1003,16 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		if (!mret[i] &&
 		    ((const struct meta_hdr *)mirrors[i].addr)->detached)
 			detached = 1;
-	ret = open_devs(cfg, detached, devs, &missing, err, errlen);
+	for (i = 0; i < 2; i++)
+		if (!mret[i]) {
+			const struct meta_hdr *h = mirrors[i].addr;
+			int k;
+
+			for (k = 0; k < NVC_MAX_DEVS; k++)
+				removed += h->removed[k];
+			break;
+		}
+	ret = open_devs(cfg, detached, removed, devs, &missing, err, errlen);
 	if (ret)
 		goto err_close;
 	/* devices by identity: a listed name may hold another member today */

@@ -1,4 +1,4 @@
-/* cache: a cache device replaced by a new one while mounted (nvcachectl replace). */
+/* cache: a cache device replaced by a new one, or removed, while mounted. */
 #define _GNU_SOURCE
 #include "engine.h"
 
@@ -214,8 +214,9 @@ int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
 	for (k = 0; k < c->ndevs; k++)
 		if (!strcmp(dev_path(c->devs[k]), old))
 			break;
-	if (k == c->ndevs) {
-		snprintf(err, errlen, "%s is not a device of this cache", old);
+	if (k == c->ndevs || c->dev_failed[k] == STAT_DEV_REMOVED) {
+		snprintf(err, errlen, "%s is not a device of this cache%s", old,
+			 k < c->ndevs ? " any more (removed)" : "");
 		ret = -EINVAL;
 		goto out_unlock;
 	}
@@ -267,6 +268,93 @@ int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
 err_close:
 	dev_close(nd);
 	log_msg(LOG_ERR, "replace of %s failed: %s", old, err);
+out_unlock:
+	pthread_mutex_unlock(&devlife_lock);
+	return ret;
+}
+
+/*
+ * Remove: member k is emptied as for a replace (steps 1 and 2), then both
+ * headers mark it removed (meta_hdr.removed), and its device is swapped for
+ * a fenced stand-in and closed, so that it can be pulled.  Its slots stay
+ * in the layout, never used (slot_failed; usable_slots leaves them out of
+ * the capacity and the watermarks).  cache.devices keeps an entry for it:
+ * the mount takes any name it cannot open, or a device it identifies as the
+ * removed member, for that place.  A crash before the headers say removed
+ * leaves member k in use, emptier; after, it is removed.
+ */
+int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
+		     void *arg, char *err, size_t errlen)
+{
+	uint8_t removed[NVC_MAX_DEVS];
+	struct dev *standin, *od;
+	int k, d, left = 0, ret;
+
+	err[0] = 0;
+	pthread_mutex_lock(&devlife_lock);
+	for (k = 0; k < c->ndevs; k++)
+		if (!strcmp(dev_path(c->devs[k]), path))
+			break;
+	meta_removed(&c->meta, removed);
+	if (k == c->ndevs || removed[k]) {
+		snprintf(err, errlen, "%s is not a device of this cache%s", path,
+			 k < c->ndevs ? " any more (removed)" : "");
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	for (d = 0; d < c->ndevs; d++)
+		left += d != k && !removed[d] && !c->dev_failed[d];
+	if (c->detached || !left ||
+	    (c->cfg->dirty_copies > 1 && left < 2)) {
+		snprintf(err, errlen,
+			 c->detached ? "the cache is detached: attach first"
+			 : !left     ? "it is the last working device"
+				     : "dirty_copies = 2 needs two working "
+				       "devices besides it");
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	log_msg(LOG_NOTICE,
+		"remove: emptying member %d (%s): its dirty data destaged, "
+		"its clean data dropped",
+		k + 1, path);
+	ret = drain(c, k, fn, arg, err, errlen);
+	if (ret)
+		goto err_log;
+	ret = dev_missing_create(path, UINT64_MAX, &standin);
+	if (!ret) {
+		removed[k] = 1;
+		ret = meta_set_removed(&c->meta, removed);
+		if (ret)
+			dev_close(standin);
+	}
+	if (ret) {
+		snprintf(err, errlen, "cannot record the removal: %s",
+			 strerror(-ret));
+		__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
+		goto err_log;
+	}
+	od = cache_dev_swap(c, k, standin, STAT_DEV_REMOVED);
+	pthread_mutex_lock(&c->lock);
+	c->nremoved++;
+	pthread_mutex_unlock(&c->lock);
+	__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
+	stats_attach_devs(c);
+	dev_close(od);
+	/* what was written with one copy while it drained */
+	ret = cache_flush(c, fn, arg);
+	if (ret)
+		snprintf(err, errlen,
+			 "removed, but data written with one copy meanwhile "
+			 "could not be destaged (%s): destage retries",
+			 strerror(-ret));
+	log_msg(LOG_NOTICE,
+		"remove: member %d (%s) is removed: not used again, it can be "
+		"pulled; keep an entry for it in cache.devices",
+		k + 1, path);
+	goto out_unlock;
+err_log:
+	log_msg(LOG_ERR, "remove of %s failed: %s", path, err);
 out_unlock:
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;

@@ -96,7 +96,7 @@
 	X(dirty_bytes, "bytes", "dirty data on the device")          \
 	X(failed, "",                                                \
 	  "1: failed while mounted, 2: missing at mount (fenced), 3: "  \
-	  "detached, 4: draining; no new data goes to it")
+	  "detached, 4: draining, 5: removed; no new data goes to it")
 
 /* the failed gauge of a device */
 enum stat_dev_state {
@@ -104,7 +104,8 @@ enum stat_dev_state {
 	STAT_DEV_FAILED,
 	STAT_DEV_MISSING,
 	STAT_DEV_DETACHED, /* closed by nvcachectl detach */
-	STAT_DEV_DRAINING /* being emptied by nvcachectl replace */
+	STAT_DEV_DRAINING, /* being emptied by nvcachectl replace/remove */
+	STAT_DEV_REMOVED /* removed by nvcachectl remove: never used again */
 };
 
 #define STAT_DEV_LATS(X)          \

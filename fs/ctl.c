@@ -316,6 +316,17 @@ static void *client_main(void *arg)
 			ctl_say(cl->fd, "error %s\n", why);
 		else
 			ctl_say(cl->fd, "ok\n");
+	} else if (!strcmp(cmd, "remove") && req.nargs == 1) {
+		char why[768];
+
+		log_msg(LOG_NOTICE, "remove requested: %s", req.args[0]);
+		ret = cache_remove_dev(cl->fs->cache, req.args[0],
+				       flush_progress, &cl->fd, why,
+				       sizeof(why));
+		if (ret)
+			ctl_say(cl->fd, "error %s\n", why);
+		else
+			ctl_say(cl->fd, "ok\n");
 	} else if (!strcmp(cmd, "replace-mirror") && req.nargs == 2) {
 		char why[768];
 

@@ -62,6 +62,11 @@ static void usage(FILE *f)
 		"        its clean data dropped) and NEW takes its place; then "
 		"change\n"
 		"        cache.devices to name NEW\n"
+		"  remove MOUNTPOINT DEVICE\n"
+		"        empty the cache device (as replace does) and stop "
+		"using it, so that\n"
+		"        it can be pulled; cache.devices keeps an entry for "
+		"it\n"
 		"  replace-mirror MOUNTPOINT OLD NEW\n"
 		"        metadata mirror OLD (failed or not) becomes NEW (a "
 		"new file or an\n"
@@ -641,6 +646,30 @@ static int cmd_replace(const char *cmd, int argc, char **argv)
 	return ret;
 }
 
+/* remove MNT DEV */
+static int cmd_remove(int argc, char **argv)
+{
+	char dev[PATH_MAX], req[2 * PATH_MAX];
+	int n, ret;
+	FILE *f;
+
+	if (argc != 3)
+		return fail("remove needs MOUNTPOINT DEVICE");
+	ret = abs_path(argv[2], dev, sizeof(dev));
+	if (ret)
+		return fail("remove: %s", strerror(-ret));
+	n = snprintf(req, sizeof(req), "remove %d 1 0\n%s", CTL_PROTO_VERSION,
+		     dev);
+	if (ctl_connect_len(argv[1], req, n + 1, &f))
+		return 1;
+	ret = destage_answer(f, "remove");
+	if (!ret)
+		printf("device %s removed: it is not used any more and can be "
+		       "pulled (keep an entry for it in cache.devices)\n",
+		       dev);
+	return ret;
+}
+
 /* attach: the daemon answers ok or why not. */
 static int cmd_attach(int argc, char **argv)
 {
@@ -679,6 +708,8 @@ int main(int argc, char **argv)
 		return cmd_destage(argv[1], argc - 1, argv + 1);
 	if (!strcmp(argv[1], "attach"))
 		return cmd_attach(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "remove"))
+		return cmd_remove(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "replace-mirror") || !strcmp(argv[1], "replace"))
 		return cmd_replace(argv[1], argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))

@@ -152,6 +152,7 @@ static const char *dev_state_name(uint64_t st)
 	       : st == STAT_DEV_MISSING	 ? "missing"
 	       : st == STAT_DEV_DETACHED ? "detached"
 	       : st == STAT_DEV_DRAINING ? "draining"
+	       : st == STAT_DEV_REMOVED	 ? "removed"
 					 : "unknown";
 }
 
@@ -161,6 +162,8 @@ static const char *dev_state_text(uint64_t st)
 	       : st == STAT_DEV_MISSING
 		       ? "MISSING: gone or not this cache's at mount; its "
 			 "dirty data is read from the second copies"
+	       : st == STAT_DEV_REMOVED
+		       ? "removed (nvcachectl remove): not used, can be pulled"
 	       : st == STAT_DEV_DETACHED ? "detached: closed, not used"
 	       : st == STAT_DEV_DRAINING
 		       ? "DRAINING (nvcachectl replace): its data is being "

@@ -247,3 +247,63 @@ def test_replace_refuses_bad_new_devices(make_cache):
         assert r.returncode != 0 and why in r.stderr, (old, new, r.stderr)
     assert [d["state"] for d in c.stats()["devices"]] == ["ok", "ok"]
     assert c.unmount() == 0
+
+
+def excl_free(dev):
+    try:
+        fd = os.open(dev, os.O_RDONLY | os.O_EXCL)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def test_remove_under_load_then_pull_it(make_cache):
+    """A device removed while a workload runs: emptied, never used again, let go (it can be pulled); after a
+    kill -9 it is gone and the mount, with the same configuration, has every byte."""
+    c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep"})
+    c.format()
+    c.mount()
+    blobs = {f"f{i}": os.urandom(3 * MiB + i * 4097) for i in range(4)}
+    write_all(c, blobs)
+    cap = c.stats()["capacity_bytes"]
+    w = Workload(c)
+    w.start()
+    w.wait_ops(200)
+    r = c.ctl("remove", c.mnt, c.loops[2])
+    assert f"device {c.loops[2]} removed" in r.stdout, r.stdout
+    w.wait_ops(w.ops + 400)
+    w.finish()
+    st = c.stats()
+    assert [(d["path"], d["state"]) for d in st["devices"]][2] == (c.loops[2], "removed"), st["devices"]
+    assert st["devices"][2]["gauges"]["used_bytes"] == 0
+    assert st["capacity_bytes"] == cap * 2 // 3, (st["capacity_bytes"], cap)
+    assert excl_free(c.loops[2])
+    r = c.ctl("remove", c.mnt, c.loops[2], check=False)
+    assert r.returncode != 0 and "any more (removed)" in r.stderr
+    read_all(c, blobs)
+    c.kill9()
+    sh("losetup", "-d", c.loops[2])                  # pulled
+    c.mount()                                        # cache.devices unchanged
+    st = c.stats()
+    assert [d["state"] for d in st["devices"]] == ["ok", "ok", "removed"], st["devices"]
+    assert st["capacity_bytes"] == cap * 2 // 3
+    read_all(c, blobs)
+    w.check(c.mnt)
+    c.flush()
+    w.check(c.backing)
+    assert c.unmount() == 0
+    r = sh(CTL, "check", "-c", c.conf, check=False)
+    assert r.returncode == 0 and "member 3: removed" in r.stdout, r.stdout + r.stderr
+
+
+def test_remove_refusals(make_cache):
+    c = make_cache(extra={"cache.dirty_copies": "2"})
+    c.format()
+    c.mount()
+    r = c.ctl("remove", c.mnt, c.loops[1], check=False)
+    assert r.returncode != 0 and "dirty_copies = 2 needs two working devices besides it" in r.stderr, r.stderr
+    r = c.ctl("remove", c.mnt, c.meta[0], check=False)
+    assert r.returncode != 0 and "is not a device of this cache" in r.stderr, r.stderr
+    assert [d["state"] for d in c.stats()["devices"]] == ["ok", "ok"]
+    assert c.unmount() == 0
