@@ -297,15 +297,14 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 			break;
 	meta_removed(&c->meta, removed);
 	if (k == c->ndevs || removed[k]) {
-		snprintf(err, errlen, "%s is not a device of this cache%s", path,
-			 k < c->ndevs ? " any more (removed)" : "");
+		snprintf(err, errlen, "%s is not a device of this cache%s",
+			 path, k < c->ndevs ? " any more (removed)" : "");
 		ret = -EINVAL;
 		goto out_unlock;
 	}
 	for (d = 0; d < c->ndevs; d++)
 		left += d != k && !removed[d] && !c->dev_failed[d];
-	if (c->detached || !left ||
-	    (c->cfg->dirty_copies > 1 && left < 2)) {
+	if (c->detached || !left || (c->cfg->dirty_copies > 1 && left < 2)) {
 		snprintf(err, errlen,
 			 c->detached ? "the cache is detached: attach first"
 			 : !left     ? "it is the last working device"
