@@ -1,6 +1,6 @@
 #!/bin/bash
 # devlife_rates.sh BUILD -- how fast nvcachectl replace and remove empty a device, against the raw device's and the store's 1M writes
-# (2 GiB cache devices over /dev/shm, 1 GiB dirty; the backing store on /var/tmp ext4)
+# (three 2 GiB cache devices over /dev/shm, 1.5 GiB dirty; the backing store on /var/tmp ext4)
 set -u
 B=$1; T=/var/tmp/rates; S=/dev/shm/rates
 cleanup() { set +e; fusermount3 -u $T/mnt 2>/dev/null; sleep 0.5; for l in ${L[@]:-}; do losetup -d $l 2>/dev/null; done; rm -rf $T $S-*; }
