@@ -359,16 +359,25 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		pthread_mutex_unlock(&c->lock);
 		if (changed && slot_persist(c, s))
 			log_msg(LOG_ERR, "cannot persist a cleaned slot");
+		if (changed && c->test_cleaned)
+			c->test_cleaned(c, s);
 		/*
 		 * Clean now: the second copy is not needed any more, unless
-		 * a writer holds the slot (pins beyond ours): it checked the
-		 * twin before it took the slot's lock, and will write both.
-		 * The last unpin frees a twin left on a clean slot.
+		 * someone else pins the slot: a writer that found the twin
+		 * (write_any) waits for the slot's lock and will dirty it
+		 * again, counting on the twin.  The pins are counted under
+		 * c->lock, where writers take theirs: counted before it, a
+		 * writer could pin the slot in between and find its twin
+		 * gone ("Two copies" in engine.h).  The last unpin frees a
+		 * twin left on a clean slot.  (A twin appears only under
+		 * c->lock and only on a slot that has none: one that reads
+		 * none here has nothing to free.)
 		 */
-		if (changed && s->twin && !pb_any(c, slot_dirty(c, s)) &&
-		    s->pins == 1) {
+		if (changed && s->twin) {
 			pthread_mutex_lock(&c->lock);
-			twin_free_locked(c, s);
+			if (s->twin && !pb_any(c, slot_dirty(c, s)) &&
+			    s->pins == 1)
+				twin_free_locked(c, s);
 			pthread_mutex_unlock(&c->lock);
 		}
 		srw_unlock(&s->rw);

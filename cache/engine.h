@@ -118,6 +118,19 @@ enum slot_state { SLOT_FREE, SLOT_FRESH, SLOT_CLEAN, SLOT_DIRTY };
  * its slot (not hashed, not on any list) and is freed once the slot is clean.
  * Reads, page fills and destage fall back to the twin when the slot's device
  * fails, so losing one device loses nothing.
+ *
+ * A writer finds (or makes) the twin and pins the slot in one hold of
+ * c->lock (write_any), and then relies on the twin until it unpins: it takes
+ * the slot's lock later, and marks the slot dirty on the strength of the
+ * twin it saw.  So a twin is freed only under c->lock, by a thread that sees
+ * in that same hold the slot clean and pinned by nobody else (destage's
+ * clean step: pins == its own one; the last unpin; truncate and drops, which
+ * shut writers out with f->rw or pins == 0).  Pins counted outside c->lock
+ * prove nothing: a writer can pin the slot right after, then find the twin
+ * gone and write one copy, whose entry then claims dirty pages no second
+ * copy holds (issue 13: destage did so; the crash harness lost data with
+ * device 1).  Every slot a writeback write dirties with two working devices
+ * has its twin while the write holds it (asserted in wseg_begin).
  */
 
 /*
@@ -341,6 +354,10 @@ struct cache {
 	/* tests only: run by file_ensure_record between the path's reading
 	 * and the record's publication (the window a rename can fall in) */
 	void (*test_noted)(struct cache *c, struct cfile *f);
+	/* tests only: run by destage after a slot it cleaned is persisted,
+	 * s->rw held for writing, before it decides whether the slot's twin
+	 * goes (the window a writer can pin the slot in) */
+	void (*test_cleaned)(struct cache *c, struct cslot *s);
 	uint8_t store_stamp[META_STAMP_LEN]; /* of the backing directory */
 	int store_foreign; /* not the one the headers name */
 	int coarse_times; /* the store keeps whole seconds (coherence.c) */

@@ -354,6 +354,24 @@ static int seg_in_place(const struct wseg *w, const char *src, int nowait)
 }
 
 /*
+ * The twins a writeback write counts on (engine.h, "Two copies"): with two
+ * copies and two working devices, write_any gave every slot of the segment
+ * one before it pinned it, and nobody frees a twin of a slot pinned by
+ * another.  Devices only ever fail while mounted, so two working ones now
+ * were two then.
+ */
+static void wseg_assert_twins(struct cache *c, const struct wseg *w)
+{
+	int i;
+
+	if (w->mode != MODE_WRITEBACK || c->cfg->dirty_copies < 2 ||
+	    working_devices(c) < 2)
+		return;
+	for (i = 0; i < w->nsp; i++)
+		assert(w->sp[i].s->twin);
+}
+
+/*
  * Write one segment: blocks [b0, b1) of the request, their slots pinned.
  * Data goes to the devices first; only then are the map entries that find it
  * persisted (on both mirrors, a twin before its slot) and the write
@@ -400,6 +418,7 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 		}
 	}
 	w->locked = 1;
+	wseg_assert_twins(c, w);
 	if (nowait && ((head && prefill_reads_backing(c, f, sp[0].s, sp[0].p0,
 						      w->s0)) ||
 		       (w->hi % NVC_PAGE &&

@@ -1,11 +1,14 @@
 /* tests: two copies of dirty data (cache.dirty_copies = 2) — the watermark,
  * second copies kept in step by every path that changes a dirty page, and
  * device errors charged to the device that failed (issue 9: defects 6, 11 and
- * the stale-twin questions). */
+ * the stale-twin questions), a twin kept for a writer that pinned its slot
+ * while destage cleaned it (issue 13). */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <time.h>
 
 #include "env.h"
+#include "engine.h" /* test_cleaned, the slot's twin */
 
 /* Fill a large stretch of the stack below the caller with ones, so that a
  * field the code under test forgets to set reads as an error code. */
@@ -261,6 +264,81 @@ static void test_first_copies_spread_over_devices(void)
 	free(buf);
 }
 
+/*
+ * A writer pins a block while destage cleans it: destage has persisted the
+ * slot clean and still holds its lock; the writer found the slot's twin,
+ * pinned the slot and waits for the lock (the hook below puts it there).
+ * The twin must stay, since the writer will dirty the slot again counting on
+ * it: freed, the write goes to one device only, and losing that device loses
+ * the write (issue 13: the crash harness's 4-thread two-copy runs, 1 in 10).
+ */
+static struct {
+	struct env *e;
+	struct cfile *f;
+	struct cslot *s; /* the slot destage cleaned */
+	char page[4096];
+	pthread_t writer;
+	int started, ret;
+} race;
+
+static void *race_write(void *arg)
+{
+	(void)arg;
+	race.ret = cache_write(race.e->c, race.f, race.page, sizeof(race.page),
+			       4096);
+	return NULL;
+}
+
+/* On the destager, s cleaned and persisted, s->rw held: a writer pins s. */
+static void pin_while_cleaned(struct cache *c, struct cslot *s)
+{
+	int i;
+
+	c->test_cleaned = NULL;
+	race.s = s;
+	CHECK_EQ(pthread_create(&race.writer, NULL, race_write, NULL), 0);
+	race.started = 1;
+	/* it pins s under c->lock, then waits for s->rw, which we hold */
+	for (i = 0;
+	     i < 10000 && __atomic_load_n(&s->pins, __ATOMIC_ACQUIRE) < 2; i++)
+		usleep(1000);
+	CHECK(__atomic_load_n(&s->pins, __ATOMIC_ACQUIRE) >= 2);
+}
+
+static void test_write_pinning_a_block_destage_cleans_keeps_twin(void)
+{
+	struct env e;
+	char ref[CHG_LEN];
+	struct cfile *f;
+	int fd;
+
+	dirty_copies = 2;
+	env_init(&e, 16, 64 * KiB);
+	dirty_copies = 1;
+	f = file_open(&e, "f", &fd);
+	fill(ref, sizeof(ref), 12);
+	CHECK_EQ(cache_write(e.c, f, ref, sizeof(ref), 0), 0);
+	memset(&race, 0, sizeof(race));
+	race.e = &e;
+	race.f = f;
+	fill(race.page, sizeof(race.page), 13);
+	memcpy(ref + 4096, race.page, sizeof(race.page));
+	e.c->test_cleaned = pin_while_cleaned;
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(race.started);
+	if (race.started)
+		pthread_join(race.writer, NULL);
+	CHECK_EQ(race.ret, 0);
+	/* the page written is dirty again, and in both copies */
+	CHECK(race.s && race.s->state == SLOT_DIRTY && race.s->twin);
+	if (race.s)
+		check_after_losing(&e, f, fd, ref, sizeof(ref),
+				   slot_idx(e.c, race.s) % 2);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -271,6 +349,7 @@ int main(void)
 	RUN(test_truncate_zeroes_twin_tail);
 	RUN(test_fallback_never_reads_unseeded_twin);
 	RUN(test_first_copies_spread_over_devices);
+	RUN(test_write_pinning_a_block_destage_cleans_keeps_twin);
 	free(rbuf);
 	return CHECK_DONE();
 }
