@@ -434,6 +434,19 @@ static void totals(const struct answer *a, struct finfo *t, uint64_t *npinned)
 	}
 }
 
+/* The cache's devices and mirrors, as the statistics show them: their role,
+ * name and state (said, not fatal, if the daemon does not answer). */
+static void status_devices(const char *mnt)
+{
+	struct stat_snap *snap = calloc(1, sizeof(*snap));
+
+	if (snap && !ctl_fetch_stats(mnt, snap)) {
+		putchar('\n');
+		show_devices(stdout, snap, 0);
+	}
+	free(snap);
+}
+
 static void status_text(struct answer *a, int recursive)
 {
 	struct finfo t;
@@ -456,6 +469,7 @@ static void status_text(struct answer *a, int recursive)
 	       a->n, s, c, t.size ? 100.0 * t.cached / t.size : 0.0, d,
 	       (unsigned long long)np,
 	       t.uptodate ? "up to date" : "behind (dirty data)");
+	status_devices(a->mnt);
 	for (k = 0; k < 2; k++) {
 		size_t shown = 0;
 

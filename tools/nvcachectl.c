@@ -293,7 +293,7 @@ static int ctl_connect(const char *mountpoint, const char *cmd, FILE **out)
 }
 
 /* One statistics snapshot from the daemon behind mnt; 0 or an exit code. */
-static int fetch(const char *mnt, struct stat_snap *s)
+int ctl_fetch_stats(const char *mnt, struct stat_snap *s)
 {
 	char line[512], err[256];
 	int proto = 0;
@@ -434,7 +434,7 @@ static int cmd_stats(int argc, char **argv)
 		fail("out of memory");
 		goto out_free;
 	}
-	if (fetch(mnt, cur))
+	if (ctl_fetch_stats(mnt, cur))
 		goto out_free;
 	if (!interval) {
 		if (json)
@@ -460,7 +460,7 @@ static int cmd_stats(int argc, char **argv)
 		cur = t;
 		while (nanosleep(&ts, &ts) && errno == EINTR)
 			;
-		if (fetch(mnt, cur))
+		if (ctl_fetch_stats(mnt, cur))
 			goto out_free;
 		/* after a reset or a restart, the interval starts from zero */
 		if (restarted(prev, cur)) {

@@ -177,7 +177,6 @@ void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 	uint64_t rb = STAT_CTR(s, read_bytes), drain_rate;
 	char a[32], b[64], c[32];
 	double drain;
-	int d;
 
 	show_span(STAT_GAUGE(s, uptime), a, sizeof(a));
 	show_span(STAT_GAUGE(s, since_reset), b, sizeof(b));
@@ -260,6 +259,14 @@ void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 	fputc('\n', out);
 	text_latency(out, s);
 	fputc('\n', out);
+	show_devices(out, s, 1);
+}
+
+void show_devices(FILE *out, const struct stat_snap *s, int io)
+{
+	char a[32], b[32], c[32];
+	int d;
+
 	for (d = 0; d < s->ndevs; d++) {
 		const struct stat_dev_snap *v = &s->dev[d];
 
@@ -268,6 +275,8 @@ void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 		fprintf(out, "device %d   %s  %s; used %s, dirty %s\n", d,
 			v->path, dev_state_text(STAT_DEV_GAUGE(s, d, failed)),
 			a, b);
+		if (!io)
+			continue;
 		show_bytes(STAT_DEV_CTR(s, d, read_bytes), a, sizeof(a));
 		show_bytes(STAT_DEV_CTR(s, d, write_bytes), b, sizeof(b));
 		show_bytes(STAT_DEV_CTR(s, d, hit_bytes), c, sizeof(c));

@@ -9,6 +9,9 @@
 
 /* The full summary of s (counters since the last reset). */
 void show_text(FILE *out, const char *mnt, const struct stat_snap *s);
+/* Each cache device and mirror: its role, name and state (io: and its
+ * I/O counters). */
+void show_devices(FILE *out, const struct stat_snap *s, int io);
 /* One line per interval, iostat style: what happened in d, then totals t. */
 void show_interval_header(FILE *out);
 void show_interval(FILE *out, const struct stat_snap *d,

@@ -120,6 +120,9 @@ def test_renumbered_with_one_device_gone(make_cache):
         [(c.loops[1], "missing"), (c.loops[2], "ok"), (c.loops[0], "ok")], devs
     text = c.ctl("stats", c.mnt).stdout
     assert f"device 0   {c.loops[1]}  MISSING: gone or not this cache's at mount" in text, text
+    text = c.ctl("status", "-r", c.mnt).stdout      # status -r says it too, with the mirrors
+    assert f"device 0   {c.loops[1]}  MISSING" in text and f"device 2   {c.loops[0]}  ok" in text, text
+    assert f"mirror 1   {c.meta[1]}  ok" in text, text
     assert c.unmount() == 0
 
 
