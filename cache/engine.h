@@ -320,6 +320,9 @@ struct cache {
 	/* members removed (nvcachectl remove): their slots are never used;
 	 * c->lock */
 	int nremoved;
+	/* a replace resumed at mount runs on it (replace.c) */
+	pthread_t resume_thread;
+	int resume_started;
 
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
@@ -827,6 +830,9 @@ void file_relist_locked(struct cache *c, struct cfile *f);
 int file_to_bypass(struct cache *c, struct cfile *f);
 /* detach.c: a file object just hashed is bypass if the cache is detached. */
 void detach_file_born_locked(struct cache *c, struct cfile *f);
+/* replace.c: resume at mount a replace cut short; joined at close. */
+int replace_resume_start(struct cache *c);
+void replace_resume_join(struct cache *c);
 /* detach.c: serialises detach, attach and replace-mirror (mirror.c). */
 extern pthread_mutex_t devlife_lock;
 /* detach.c: device d becomes dev, in state state (stats.h); the old one is

@@ -349,6 +349,14 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 		return refuse(why, len, -EUCLEAN,
 			      "header: every one of the %u members is removed",
 			      h->ndevs);
+	if (h->replacing > h->ndevs || h->reserved3 ||
+	    !memchr(h->replace_path, 0, sizeof(h->replace_path)) ||
+	    !h->replacing != !h->replace_path[0])
+		return refuse(why, len, -EUCLEAN,
+			      "header replacing %u (of %u members), reserved3 "
+			      "%u, or its path: not a member with a path, or "
+			      "none without one",
+			      h->replacing, h->ndevs, h->reserved3);
 	return members_ok(h, why, len);
 }
 
@@ -514,6 +522,36 @@ int meta_set_members(struct meta *m, uint8_t members[NVC_MAX_DEVS][16])
 {
 	return hdr_put(m, offsetof(struct meta_hdr, members), members,
 		       NVC_MAX_DEVS * 16);
+}
+
+struct hdr_replacing {
+	uint32_t replacing;
+	uint32_t reserved3;
+	char path[256];
+};
+_Static_assert(offsetof(struct meta_hdr, replace_path) ==
+		       offsetof(struct meta_hdr, replacing) + 8,
+	       "replacing, reserved3 and replace_path are one run");
+
+uint32_t meta_replacing(struct meta *m, char path[256])
+{
+	struct hdr_replacing r;
+
+	hdr_get(m, offsetof(struct meta_hdr, replacing), &r, sizeof(r));
+	memcpy(path, r.path, sizeof(r.path));
+	return r.replacing;
+}
+
+int meta_set_replacing(struct meta *m, uint32_t member1, const char *path)
+{
+	struct hdr_replacing r = { .replacing = member1 };
+
+	if (path && strlen(path) >= sizeof(r.path))
+		return -ENAMETOOLONG;
+	if (path)
+		strcpy(r.path, path);
+	return hdr_put(m, offsetof(struct meta_hdr, replacing), &r,
+		       sizeof(r));
 }
 
 void meta_removed(struct meta *m, uint8_t out[NVC_MAX_DEVS])

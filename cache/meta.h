@@ -95,7 +95,12 @@ struct meta_hdr {
 	/* removed[k]: 1 once member k was removed (nvcachectl remove): its
 	 * slots are never used again, its device never opened (replace.c) */
 	uint8_t removed[NVC_MAX_DEVS];
-	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 17];
+	/* a replace under way (replace.c): member + 1 (0: none) and the new
+	 * device's path, NUL-terminated; the next mount resumes it */
+	uint32_t replacing;
+	uint32_t reserved3;
+	char replace_path[256];
+	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 17 - 264];
 	uint64_t csum;
 };
 
@@ -253,6 +258,10 @@ int meta_replace(struct meta *m, int k, struct pm_region *nr,
 void meta_members(struct meta *m, uint8_t out[NVC_MAX_DEVS][16]);
 /* Write the member table into each usable mirror's header in turn. */
 int meta_set_members(struct meta *m, uint8_t members[NVC_MAX_DEVS][16]);
+/* The replace under way (member + 1, 0: none; the new device's path in
+ * path[256]), and its writing (path NULL with 0). */
+uint32_t meta_replacing(struct meta *m, char path[256]);
+int meta_set_replacing(struct meta *m, uint32_t member1, const char *path);
 /* The removed flags of the first usable header, and their writing. */
 void meta_removed(struct meta *m, uint8_t out[NVC_MAX_DEVS]);
 int meta_set_removed(struct meta *m, const uint8_t removed[NVC_MAX_DEVS]);

@@ -1031,6 +1031,9 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		goto err_close;
 	if (detached)
 		detach_at_mount(*out);
+	else if (replace_resume_start(*out))
+		log_msg(LOG_ERR, "replace: cannot resume the replace under way: "
+				 "run nvcachectl replace again");
 	(*out)->own_devs = 1;
 	return 0;
 err_close:
@@ -1050,6 +1053,7 @@ int cache_close(struct cache *c, int flush)
 	if (flush)
 		ret = cache_flush(c, NULL, NULL);
 	destage_stop(c);
+	replace_resume_join(c); /* it stops with the destagers */
 	bks_stop(c);
 	/* remember how every backing file looked, for the check at the next
 	 * mount */
@@ -1070,6 +1074,7 @@ int cache_close(struct cache *c, int flush)
 void cache_abandon(struct cache *c)
 {
 	destage_stop(c);
+	replace_resume_join(c);
 	bks_stop(c);
 	cache_free(c);
 }

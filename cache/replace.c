@@ -4,6 +4,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,10 @@
  *   5. a last flush: data written with one copy before the swap (while k
  *      drained, or while it was failed) is destaged; from the swap on,
  *      writes have their two copies again.
+ * Step 0, before 1: both headers record the replace under way (member,
+ * new device's path); the next mount resumes it on a thread of its own
+ * (replace_resume_start), so a kill -9 or an unmount during the drain does
+ * not leave it half done; a replace that fails otherwise clears it.
  * A crash in 2 leaves a cache with fewer cached blocks on k; in 3, either
  * the old device or the new one is member k, and both are empty: a mount
  * with the configuration naming the other is refused with the former
@@ -81,6 +86,11 @@ static int drain(struct cache *c, int k, cache_progress_fn fn, void *arg,
 
 	__atomic_store_n(&c->dev_draining[k], 1, __ATOMIC_RELEASE);
 	for (round = 0; round < DRAIN_ROUNDS; round++) {
+		if (__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE)) {
+			snprintf(err, errlen, "the cache is stopping");
+			ret = -ESHUTDOWN;
+			break;
+		}
 		ret = cache_flush(c, fn, arg);
 		if (ret) {
 			snprintf(err, errlen,
@@ -201,13 +211,16 @@ static int new_member(struct cache *c, int k, struct dev *nd, char *err,
 	return ret;
 }
 
-int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
-		      cache_progress_fn fn, void *arg, char *err, size_t errlen)
+int cache_replace_dev(struct cache *c, const char *old_arg,
+		      const char *new_path, cache_progress_fn fn, void *arg,
+		      char *err, size_t errlen)
 {
 	struct dev *nd = NULL, *od;
+	char old[PATH_MAX]; /* old_arg may be the old device's own name */
 	int k, ret;
 
 	err[0] = 0;
+	snprintf(old, sizeof(old), "%s", old_arg);
 	pthread_mutex_lock(&devlife_lock);
 	/* by the name the device has now (listed names are in member order
 	 * only when they were listed so: members.c) */
@@ -235,18 +248,26 @@ int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
 	ret = new_dev_ok(c, new_path, &nd, err, errlen);
 	if (ret)
 		goto out_unlock;
+	/* step 0: the next mount resumes it, if this one stops first */
+	ret = meta_set_replacing(&c->meta, k + 1, new_path);
+	if (ret) {
+		snprintf(err, errlen, "cannot record the replace: %s",
+			 strerror(-ret));
+		goto err_close;
+	}
 	log_msg(LOG_NOTICE,
 		"replace: emptying member %d (%s): its dirty data destaged, "
 		"its clean data dropped",
 		k + 1, old);
 	ret = drain(c, k, fn, arg, err, errlen);
 	if (ret)
-		goto err_close;
+		goto err_record;
 	ret = new_member(c, k, nd, err, errlen);
 	if (ret) {
 		__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
-		goto err_close;
+		goto err_record;
 	}
+	meta_set_replacing(&c->meta, 0, NULL);
 	od = cache_dev_swap(c, k, nd, STAT_DEV_OK);
 	stats_attach_devs(c);
 	__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
@@ -265,12 +286,65 @@ int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
 		"cache.devices in the configuration from %s to %s",
 		k + 1, new_path, old, old, new_path);
 	goto out_unlock;
+err_record:
+	/* stopped by an unmount: the next mount goes on; else it is over */
+	if (!__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
+		meta_set_replacing(&c->meta, 0, NULL);
 err_close:
 	dev_close(nd);
 	log_msg(LOG_ERR, "replace of %s failed: %s", old, err);
 out_unlock:
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;
+}
+
+/* The replace the headers say was under way, run again on its thread. */
+static void *resume_main(void *arg)
+{
+	struct cache *c = arg;
+	char path[256], err[768], old[PATH_MAX];
+	uint32_t m = meta_replacing(&c->meta, path);
+	int ret;
+
+	if (!m || m > (uint32_t)c->ndevs)
+		return NULL;
+	if (!strcmp(dev_path(c->devs[m - 1]), path)) {
+		/* it was swapped in before the record was cleared */
+		meta_set_replacing(&c->meta, 0, NULL);
+		cache_flush(c, NULL, NULL);
+		return NULL;
+	}
+	snprintf(old, sizeof(old), "%s", dev_path(c->devs[m - 1]));
+	log_msg(LOG_NOTICE,
+		"replace: resuming the replace of member %u (%s) by %s, cut "
+		"short by the last stop",
+		m, old, path);
+	ret = cache_replace_dev(c, old, path, NULL, NULL, err, sizeof(err));
+	if (ret && !__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
+		log_msg(LOG_ERR,
+			"replace: the resumed replace failed (%s): run "
+			"nvcachectl replace again",
+			err);
+	return NULL;
+}
+
+int replace_resume_start(struct cache *c)
+{
+	char path[256];
+
+	if (!meta_replacing(&c->meta, path) || c->detached)
+		return 0;
+	if (pthread_create(&c->resume_thread, NULL, resume_main, c))
+		return -EAGAIN;
+	c->resume_started = 1;
+	return 0;
+}
+
+void replace_resume_join(struct cache *c)
+{
+	if (c->resume_started)
+		pthread_join(c->resume_thread, NULL);
+	c->resume_started = 0;
 }
 
 /*

@@ -178,9 +178,17 @@ def test_replace_failed_device_then_lose_the_other(make_cache):
     assert f"replace: member 2 is now {c.loops[2]} ({c.loops[1]} is a former member)" in log, log
 
 
-def test_replace_killed_midway_then_again(make_cache):
-    """A kill -9 while the old device is being emptied: the next mount has it as before, nothing lost; the
-    replace is run again and finishes; the old device is then refused as a former member."""
+def wait_log(c, text, secs=60):
+    deadline = time.time() + secs
+    while text not in c.log_text() and time.time() < deadline:
+        time.sleep(0.05)
+    assert text in c.log_text(), c.log_text()[-3000:]
+
+
+def test_replace_killed_midway_resumes(make_cache):
+    """A kill -9 while the old device is being emptied: the next mount (its configuration unchanged) has every
+    byte and resumes the replace on its own, which finishes; the old device is then refused as a former member,
+    and the configuration naming the new one mounts."""
     c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep", "destage.max_rate": "16M"})
     keys = dict(c.keys)
     keys["cache.devices"] = ", ".join(c.loops[:2])
@@ -200,16 +208,12 @@ def test_replace_killed_midway_then_again(make_cache):
     c.kill9()
     p.wait(timeout=30)
     assert p.returncode != 0
-    c.mount()                                        # the configuration, as it was: nothing changed
-    st = c.stats()
-    assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[1], "ok")]
+    c.mount()                                        # the configuration as it was
     read_all(c, blobs)
-    keys["destage.max_rate"] = "0"
-    c.keys = keys
-    c.write_conf()
-    assert c.unmount() == 0
-    c.mount()
-    c.ctl("replace", c.mnt, c.loops[1], c.loops[2])
+    wait_log(c, "replace: resuming the replace of member 2 (%s) by %s" % (c.loops[1], c.loops[2]))
+    wait_log(c, f"replace: member 2 is now {c.loops[2]} ({c.loops[1]} is a former member)")
+    st = c.stats()
+    assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[2], "ok")]
     read_all(c, blobs)
     assert c.unmount() == 0
     p = c.mount(check=False)                         # still naming the old device: refused by name
@@ -220,6 +224,7 @@ def test_replace_killed_midway_then_again(make_cache):
     c.write_conf()
     c.mount()
     read_all(c, blobs)
+    assert "resuming" not in c.log_text().split("former member of this cache")[-1]   # nothing left to resume
     assert c.unmount() == 0
 
 
