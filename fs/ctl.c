@@ -236,6 +236,57 @@ static int file_command(const char *cmd)
 	return 0;
 }
 
+/* The device-life commands (cache/detach.c, mirror.c, replace.c) and
+ * the arguments each takes. */
+static const struct {
+	const char *cmd;
+	unsigned nargs;
+} device_cmds[] = { { "detach", 0 },
+		    { "attach", 0 },
+		    { "replace", 2 },
+		    { "remove", 1 },
+		    { "replace-mirror", 2 } };
+
+static int device_command(const struct ctl_req *req)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(device_cmds) / sizeof(device_cmds[0]); i++)
+		if (!strcmp(req->cmd, device_cmds[i].cmd) &&
+		    req->nargs == device_cmds[i].nargs)
+			return 1;
+	return 0;
+}
+
+/* One of them: progress lines while it destages, then "ok" or "error". */
+static void device_run(struct client *cl, const struct ctl_req *req)
+{
+	struct cache *c = cl->fs->cache;
+	const char *cmd = req->cmd, *a = req->args[0], *b = req->args[1];
+	char why[768];
+	int ret;
+
+	log_msg(LOG_NOTICE, "%s requested%s%s%s%s", cmd, a ? ": " : "",
+		a ? a : "", b ? " -> " : "", b ? b : "");
+	if (!strcmp(cmd, "detach"))
+		ret = cache_detach(c, flush_progress, &cl->fd, why,
+				   sizeof(why));
+	else if (!strcmp(cmd, "attach"))
+		ret = cache_attach(c, why, sizeof(why));
+	else if (!strcmp(cmd, "replace"))
+		ret = cache_replace_dev(c, a, b, flush_progress, &cl->fd, why,
+					sizeof(why));
+	else if (!strcmp(cmd, "remove"))
+		ret = cache_remove_dev(c, a, flush_progress, &cl->fd, why,
+				       sizeof(why));
+	else
+		ret = cache_replace_mirror(c, a, b, why, sizeof(why));
+	if (ret)
+		ctl_say(cl->fd, "error %s\n", why);
+	else
+		ctl_say(cl->fd, "ok\n");
+}
+
 /*
  * Requests (ctl.h) start with "COMMAND PROTO": the client's protocol version
  * must be the daemon's, so that an older or newer nvcachectl says so instead
@@ -285,59 +336,8 @@ static void *client_main(void *arg)
 			ctl_say(cl->fd, "error %s\n", strerror(-ret));
 		else
 			ctl_say(cl->fd, "ok\n");
-	} else if (!strcmp(cmd, "detach") && !req.nargs) {
-		char why[512];
-
-		log_msg(LOG_NOTICE, "detach requested");
-		ret = cache_detach(cl->fs->cache, flush_progress, &cl->fd, why,
-				   sizeof(why));
-		if (ret)
-			ctl_say(cl->fd, "error %s\n", why);
-		else
-			ctl_say(cl->fd, "ok\n");
-	} else if (!strcmp(cmd, "attach") && !req.nargs) {
-		char why[512];
-
-		log_msg(LOG_NOTICE, "attach requested");
-		ret = cache_attach(cl->fs->cache, why, sizeof(why));
-		if (ret)
-			ctl_say(cl->fd, "error %s\n", why);
-		else
-			ctl_say(cl->fd, "ok\n");
-	} else if (!strcmp(cmd, "replace") && req.nargs == 2) {
-		char why[768];
-
-		log_msg(LOG_NOTICE, "replace requested: %s -> %s", req.args[0],
-			req.args[1]);
-		ret = cache_replace_dev(cl->fs->cache, req.args[0], req.args[1],
-					flush_progress, &cl->fd, why,
-					sizeof(why));
-		if (ret)
-			ctl_say(cl->fd, "error %s\n", why);
-		else
-			ctl_say(cl->fd, "ok\n");
-	} else if (!strcmp(cmd, "remove") && req.nargs == 1) {
-		char why[768];
-
-		log_msg(LOG_NOTICE, "remove requested: %s", req.args[0]);
-		ret = cache_remove_dev(cl->fs->cache, req.args[0],
-				       flush_progress, &cl->fd, why,
-				       sizeof(why));
-		if (ret)
-			ctl_say(cl->fd, "error %s\n", why);
-		else
-			ctl_say(cl->fd, "ok\n");
-	} else if (!strcmp(cmd, "replace-mirror") && req.nargs == 2) {
-		char why[768];
-
-		log_msg(LOG_NOTICE, "replace-mirror requested: %s -> %s",
-			req.args[0], req.args[1]);
-		ret = cache_replace_mirror(cl->fs->cache, req.args[0],
-					   req.args[1], why, sizeof(why));
-		if (ret)
-			ctl_say(cl->fd, "error %s\n", why);
-		else
-			ctl_say(cl->fd, "ok\n");
+	} else if (device_command(&req)) {
+		device_run(cl, &req);
 	} else if (!strcmp(cmd, "flush") || file_command(cmd)) {
 		ctl_file_command(cl->fs, cl->fd, &req);
 	} else {

@@ -7,6 +7,16 @@ import time
 MiB = 1 << 20
 
 
+def excl_free(dev):
+    """True if nobody holds dev open exclusively (the daemon does while it uses it)."""
+    try:
+        fd = os.open(dev, os.O_RDONLY | os.O_EXCL)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
 class Workload:
     """Random writes (and reads checked against a reference) to a few files until stopped."""
 

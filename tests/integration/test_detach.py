@@ -4,17 +4,7 @@ devices back at attach, refusing ones that are not this cache's; data compared b
 import os
 
 from conftest import MiB
-from rwload import Workload
-
-
-def excl_free(dev):
-    """True if nobody holds dev open exclusively (the daemon does while it uses it)."""
-    try:
-        fd = os.open(dev, os.O_RDONLY | os.O_EXCL)
-    except OSError:
-        return False
-    os.close(fd)
-    return True
+from rwload import Workload, excl_free
 
 
 def test_detach_and_attach_under_load(make_cache):

@@ -6,7 +6,7 @@ import subprocess
 import time
 
 from conftest import CTL, MiB, sh
-from rwload import Workload
+from rwload import Workload, excl_free
 
 
 def write_all(c, blobs):
@@ -255,15 +255,6 @@ def test_replace_refuses_bad_new_devices(make_cache):
         assert r.returncode != 0 and why in r.stderr, (old, new, r.stderr)
     assert [d["state"] for d in c.stats()["devices"]] == ["ok", "ok"]
     assert c.unmount() == 0
-
-
-def excl_free(dev):
-    try:
-        fd = os.open(dev, os.O_RDONLY | os.O_EXCL)
-    except OSError:
-        return False
-    os.close(fd)
-    return True
 
 
 def test_remove_under_load_then_pull_it(make_cache):
