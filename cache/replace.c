@@ -118,6 +118,32 @@ static int drain(struct cache *c, int k, cache_progress_fn fn, void *arg,
 	return ret;
 }
 
+/* Member k by the name its device has now (listed names are in member
+ * order only when they were listed so: members.c); c->ndevs if none. */
+static int member_named(struct cache *c, const char *name)
+{
+	int k;
+
+	for (k = 0; k < c->ndevs; k++)
+		if (!strcmp(dev_path(c->devs[k]), name))
+			break;
+	return k;
+}
+
+/* Steps 4 and 5: dev in member k's place, in state, k no longer draining,
+ * the old device closed; then a flush destages what was written with one
+ * copy while k drained (or was failed).  The flush's result. */
+static int swap_in(struct cache *c, int k, struct dev *dev, int state,
+		   cache_progress_fn fn, void *arg)
+{
+	struct dev *old = cache_dev_swap(c, k, dev, state);
+
+	stats_attach_devs(c);
+	__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
+	dev_close(old);
+	return cache_flush(c, fn, arg);
+}
+
 /* The new device is fit: not in use, holding nothing libblkid knows, large
  * enough for member k.  It is opened (O_EXCL) into *out. */
 static int new_dev_ok(struct cache *c, const char *path, struct dev **out,
@@ -215,18 +241,14 @@ int cache_replace_dev(struct cache *c, const char *old_arg,
 		      const char *new_path, cache_progress_fn fn, void *arg,
 		      char *err, size_t errlen)
 {
-	struct dev *nd = NULL, *od;
+	struct dev *nd = NULL;
 	char old[PATH_MAX]; /* old_arg may be the old device's own name */
 	int k, ret;
 
 	err[0] = 0;
 	snprintf(old, sizeof(old), "%s", old_arg);
 	pthread_mutex_lock(&devlife_lock);
-	/* by the name the device has now (listed names are in member order
-	 * only when they were listed so: members.c) */
-	for (k = 0; k < c->ndevs; k++)
-		if (!strcmp(dev_path(c->devs[k]), old))
-			break;
+	k = member_named(c, old);
 	if (k == c->ndevs || c->dev_failed[k] == STAT_DEV_REMOVED) {
 		snprintf(err, errlen, "%s is not a device of this cache%s", old,
 			 k < c->ndevs ? " any more (removed)" : "");
@@ -268,13 +290,7 @@ int cache_replace_dev(struct cache *c, const char *old_arg,
 		goto err_record;
 	}
 	meta_set_replacing(&c->meta, 0, NULL);
-	od = cache_dev_swap(c, k, nd, STAT_DEV_OK);
-	stats_attach_devs(c);
-	__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
-	dev_close(od);
-	/* step 5: what was written with one copy (while k drained, or was
-	 * failed) goes to the store; writes from now on have two again */
-	ret = cache_flush(c, fn, arg);
+	ret = swap_in(c, k, nd, STAT_DEV_OK, fn, arg);
 	if (ret)
 		snprintf(err, errlen,
 			 "%s is in place, but data written with one copy "
@@ -361,14 +377,12 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 		     void *arg, char *err, size_t errlen)
 {
 	uint8_t removed[NVC_MAX_DEVS];
-	struct dev *standin, *od;
+	struct dev *standin;
 	int k, d, left = 0, ret;
 
 	err[0] = 0;
 	pthread_mutex_lock(&devlife_lock);
-	for (k = 0; k < c->ndevs; k++)
-		if (!strcmp(dev_path(c->devs[k]), path))
-			break;
+	k = member_named(c, path);
 	meta_removed(&c->meta, removed);
 	if (k == c->ndevs || removed[k]) {
 		snprintf(err, errlen, "%s is not a device of this cache%s",
@@ -407,15 +421,10 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 		__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
 		goto err_log;
 	}
-	od = cache_dev_swap(c, k, standin, STAT_DEV_REMOVED);
 	pthread_mutex_lock(&c->lock);
 	c->nremoved++;
 	pthread_mutex_unlock(&c->lock);
-	__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
-	stats_attach_devs(c);
-	dev_close(od);
-	/* what was written with one copy while it drained */
-	ret = cache_flush(c, fn, arg);
+	ret = swap_in(c, k, standin, STAT_DEV_REMOVED, fn, arg);
 	if (ret)
 		snprintf(err, errlen,
 			 "removed, but data written with one copy meanwhile "

@@ -21,6 +21,12 @@ def read_all(c, blobs):
             assert f.read() == b, n
 
 
+def use_devices(c, *paths):
+    """cache.devices names these from now on."""
+    c.keys = dict(c.keys, **{"cache.devices": ", ".join(paths)})
+    c.write_conf()
+
+
 def renumber(c):
     """The loop devices come back in another order: each listed name now holds the next image."""
     for lo in c.loops:
@@ -61,9 +67,7 @@ def test_device_of_another_cache_is_refused(make_cache):
     b = make_cache()
     a.format()
     b.format()
-    keys = dict(a.keys)
-    keys["cache.devices"] = f"{a.loops[0]}, {b.loops[1]}"
-    a.write_conf(keys)
+    use_devices(a, a.loops[0], b.loops[1])
     p = a.mount(check=False)
     assert p.wait(timeout=30) != 0
     log = a.log_text()
@@ -82,9 +86,7 @@ def test_copy_of_a_member_is_refused(make_cache, tmp_path):
     c.images.append(img)                            # removed by cleanup
     lo = sh("losetup", "--find", "--show", "--direct-io=on", img).stdout.strip()
     c.loops.append(lo)
-    keys = dict(c.keys)
-    keys["cache.devices"] = f"{c.loops[0]}, {lo}"
-    c.write_conf(keys)
+    use_devices(c, c.loops[0], lo)
     p = c.mount(check=False)
     assert p.wait(timeout=30) != 0
     log = c.log_text()
@@ -136,10 +138,7 @@ def test_replace_failed_device_then_lose_the_other(make_cache):
     """dirty_copies = 2: member 2 fails under a workload and is replaced by a spare while the workload runs;
     then member 1 is lost too, after a kill -9, and nothing is lost."""
     c = make_cache(ndevs=3, extra={"cache.dirty_copies": "2", "destage.on_unmount": "keep"})
-    keys = dict(c.keys)
-    keys["cache.devices"] = ", ".join(c.loops[:2])   # loops[2] is the spare
-    c.keys = keys
-    c.write_conf()
+    use_devices(c, *c.loops[:2])                    # loops[2] is the spare
     c.format()
     c.mount()
     blobs = {f"f{i}": os.urandom(2 * MiB + i * 4097) for i in range(4)}
@@ -163,9 +162,7 @@ def test_replace_failed_device_then_lose_the_other(make_cache):
     assert st["devices"][1]["gauges"]["dirty_bytes"] > 0, st["devices"]
     read_all(c, blobs)
     c.kill9()
-    keys["cache.devices"] = f"{c.loops[0]}, {c.loops[2]}"
-    c.keys = keys
-    c.write_conf()
+    use_devices(c, c.loops[0], c.loops[2])
     sh("losetup", "-d", c.loops[0])                  # and now member 1 is gone
     c.mount()
     assert "mounting degraded, from the second copies" in c.log_text()
@@ -190,10 +187,7 @@ def test_replace_killed_midway_resumes(make_cache):
     byte and resumes the replace on its own, which finishes; the old device is then refused as a former member,
     and the configuration naming the new one mounts."""
     c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep", "destage.max_rate": "16M"})
-    keys = dict(c.keys)
-    keys["cache.devices"] = ", ".join(c.loops[:2])
-    c.keys = keys
-    c.write_conf()
+    use_devices(c, *c.loops[:2])
     c.format()
     c.mount()
     blobs = {f"f{i}": os.urandom(8 * MiB) for i in range(6)}
@@ -219,9 +213,7 @@ def test_replace_killed_midway_resumes(make_cache):
     p = c.mount(check=False)                         # still naming the old device: refused by name
     assert p.wait(timeout=30) != 0
     assert f"{c.loops[1]} is a former member of this cache" in c.log_text()
-    keys["cache.devices"] = f"{c.loops[0]}, {c.loops[2]}"
-    c.keys = keys
-    c.write_conf()
+    use_devices(c, c.loops[0], c.loops[2])
     c.mount()
     read_all(c, blobs)
     assert "resuming" not in c.log_text().split("former member of this cache")[-1]   # nothing left to resume
@@ -230,10 +222,7 @@ def test_replace_killed_midway_resumes(make_cache):
 
 def test_replace_refuses_bad_new_devices(make_cache):
     c = make_cache(ndevs=4)
-    keys = dict(c.keys)
-    keys["cache.devices"] = ", ".join(c.loops[:2])
-    c.keys = keys
-    c.write_conf()
+    use_devices(c, *c.loops[:2])
     c.format()
     c.mount()
     small = f"/dev/shm/{c.tag}-small.img"
