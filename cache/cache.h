@@ -266,8 +266,6 @@ int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
 		 size_t errlen);
 /* Take the listed devices back (checked as a mount does). */
 int cache_attach(struct cache *c, char *err, size_t errlen);
-/* 1 while detached. */
-int cache_detached(struct cache *c);
 /* Metadata mirror old (a path of cache.metadata) becomes new_path, rebuilt
  * from the other mirror while the mount serves (mirror.c).  0, or -errno
  * with err set. */

@@ -211,8 +211,7 @@ static void detach_undo(struct cache *c)
  * c->devs[d] and the statistics while they read its name: so nobody uses the
  * old one once this returns.
  */
-struct dev *cache_dev_swap(struct cache *c, int d, struct dev *dev,
-			   int state)
+struct dev *cache_dev_swap(struct cache *c, int d, struct dev *dev, int state)
 {
 	struct dev *old;
 
@@ -399,9 +398,4 @@ int cache_attach(struct cache *c, char *err, size_t errlen)
 out_unlock:
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;
-}
-
-int cache_detached(struct cache *c)
-{
-	return __atomic_load_n(&c->detached, __ATOMIC_ACQUIRE);
 }

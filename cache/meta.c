@@ -470,19 +470,6 @@ int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16])
 	return hdr_put(m, offsetof(struct meta_hdr, store_stamp), stamp, 16);
 }
 
-int meta_detached(struct meta *m)
-{
-	int k, ret = 0;
-
-	pthread_rwlock_rdlock(&m->swap);
-	for (k = 0; k < 2; k++)
-		if (m->have[k] &&
-		    ((const struct meta_hdr *)m->r[k].addr)->detached)
-			ret = 1;
-	pthread_rwlock_unlock(&m->swap);
-	return ret;
-}
-
 int meta_set_detached(struct meta *m, uint32_t detached)
 {
 	return hdr_put(m, offsetof(struct meta_hdr, detached), &detached,

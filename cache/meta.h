@@ -245,8 +245,6 @@ uint64_t meta_next_seq(struct meta *m);
  * setting it in every mirror that takes writes. */
 void meta_store_stamp(struct meta *m, uint8_t out[16]);
 int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16]);
-/* 1 if a usable mirror's header says detached (detach.c). */
-int meta_detached(struct meta *m);
 /* Write the detached state into each usable mirror's header in turn. */
 int meta_set_detached(struct meta *m, uint32_t detached);
 /* Mirror k becomes the region nr, a copy of the other mirror (which must be
