@@ -54,6 +54,7 @@ struct cache_config {
 	uint64_t idle_ms;
 	uint64_t threads;
 	uint64_t max_rate;
+	uint64_t rebuild_max_rate;
 	int on_unmount;
 	int on_close;
 	uint64_t fuse_workers;

@@ -101,6 +101,30 @@ static uint64_t destage_rate_locked(struct cache *c)
 	return span_ms ? sum * 1000 / span_ms : 0;
 }
 
+/* Device d's state, as its failed gauge says it. */
+static uint64_t dev_state(struct cache *c, int d)
+{
+	if (__atomic_load_n(&c->rebuild_member, __ATOMIC_ACQUIRE) == d + 1)
+		return STAT_DEV_REBUILDING;
+	if (c->dev_failed[d])
+		return c->dev_failed[d];
+	return __atomic_load_n(&c->dev_draining[d], __ATOMIC_ACQUIRE)
+		       ? STAT_DEV_DRAINING
+		       : STAT_DEV_OK;
+}
+
+/* Bytes of device d still to copy onto its replacement, of *total. */
+static uint64_t rebuild_left(struct cache *c, int d, uint64_t *total)
+{
+	uint64_t done = __atomic_load_n(&c->rebuild_done, __ATOMIC_ACQUIRE);
+
+	*total = 0;
+	if (__atomic_load_n(&c->rebuild_member, __ATOMIC_ACQUIRE) != d + 1)
+		return 0;
+	*total = __atomic_load_n(&c->rebuild_total, __ATOMIC_ACQUIRE);
+	return *total > done ? *total - done : 0;
+}
+
 int cache_snapshot(struct cache *c, struct stat_snap *s)
 {
 	struct timespec ts;
@@ -144,11 +168,9 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 			c->dev_valid_pages[d] * NVC_PAGE;
 		STAT_DEV_GAUGE(s, d, dirty_bytes) =
 			c->dev_dirty_pages[d] * NVC_PAGE;
-		STAT_DEV_GAUGE(s, d, failed) =
-			c->dev_failed[d] ? c->dev_failed[d]
-			: __atomic_load_n(&c->dev_draining[d], __ATOMIC_ACQUIRE)
-				? STAT_DEV_DRAINING
-				: STAT_DEV_OK;
+		STAT_DEV_GAUGE(s, d, failed) = dev_state(c, d);
+		STAT_DEV_GAUGE(s, d, rebuild_left_bytes) =
+			rebuild_left(c, d, &STAT_DEV_GAUGE(s, d, rebuild_bytes));
 	}
 	pthread_mutex_unlock(&c->lock);
 	for (d = 0; d < c->ndevs; d++) {

@@ -320,6 +320,10 @@ struct cache {
 	/* members removed (nvcachectl remove): their slots are never used;
 	 * c->lock */
 	int nremoved;
+	/* member + 1 whose blocks nvcachectl replace copies onto its successor
+	 * (rebuild.c), 0: none; bytes of it to copy, and copied (atomic) */
+	int rebuild_member;
+	uint64_t rebuild_total, rebuild_done;
 	/* a replace resumed at mount runs on it (replace.c) */
 	pthread_t resume_thread;
 	int resume_started;
@@ -712,6 +716,9 @@ void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s);
 int working_devices(struct cache *c);
 void twin_free_locked(struct cache *c, struct cslot *s);
 int twin_persist(struct cache *c, struct cslot *s);
+/* Copy the pages of s in mask to t, each durable when it returns. */
+int twin_copy(struct cache *c, struct cslot *s, struct cslot *t,
+	      const uint64_t *mask);
 int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
 	      uint32_t p1);
 
@@ -751,6 +758,17 @@ void *io_buf(void);
 int backing_read(struct cache *c, struct cfile *f, void *buf, size_t len,
 		 uint64_t off);
 void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n);
+/* Member k's blocks copied onto nd, which shadows it from now on (steps 1
+ * to 3 of rebuild.c); 0, or -errno with err set (and the shadow gone). */
+int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
+		 void *arg, char *err, size_t errlen);
+/* The rebuild over: old has no shadow, no member is shown rebuilding. */
+void rebuild_end(struct cache *c, struct dev *old);
+/* No I/O begun before a device swap is still under way (step 4). */
+void rebuild_settle(struct cache *c);
+/* Every dirty block without a second copy gets one (step 5); how many
+ * could not (no room: destage takes them). */
+uint64_t rebuild_twins(struct cache *c);
 /* Device d wrote plain (not FUA) data: one more generation to flush. */
 void cache_dev_written(struct cache *c, int d);
 /* Every plain write to device d that completed before the call is durable. */

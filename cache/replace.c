@@ -14,10 +14,32 @@
 #include <unistd.h>
 
 /*
- * Replace by emptying.  Member k's slots are fixed places on member k (slot
- * s lives on s % ndevs), so the new device takes member k's place empty:
- * before the swap, everything member k holds is made safe elsewhere.
+ * Replace.  The new device takes member k's place with k's blocks on it:
  *
+ *   0. both headers record the replace under way (member, new device's
+ *      path); the next mount resumes it on a thread of its own
+ *      (replace_resume_start), so a kill -9 or an unmount during the
+ *      rebuild does not leave it half done; a replace that fails
+ *      otherwise clears it;
+ *   1. k's blocks are copied onto the new device at their offsets, which
+ *      shadows k meanwhile (rebuild.c: from the old device, or from the
+ *      second copies if it has failed);
+ *   2. the new device gets member k's superblock with a new UUID, then both
+ *      headers record that UUID for member k: the old device is a former
+ *      member from then on (members.c refuses it by name);
+ *   3. the new device is swapped in (cache_dev_swap: under the flush lock),
+ *      every I/O begun on the old one waited for, the old one closed;
+ *   4. if the old device had failed, data written with one copy while it
+ *      was failed gets its second copy (rebuild_twins), or, where there is
+ *      no room for one, is destaged.
+ * A crash before 2 leaves the old device member k and the new one scratch
+ * (the resumed replace copies again); after 2, the new device is member k,
+ * and a mount with the configuration naming the old one is refused with the
+ * former member's name (change cache.devices, mount again).
+ */
+
+/*
+ * Drain (remove empties member k before it stops using it):
  *   1. c->dev_draining[k]: no new slot goes to k (free_take_locked), a twin
  *      is never placed there (k does not count as working: while it drains,
  *      new dirty data may have one copy), and a write to a clean block on k
@@ -25,26 +47,12 @@
  *      the asynchronous path leaves such writes to write_any (aio.c);
  *   2. rounds of: a flush (every dirty page, of k or with a twin on k,
  *      durable in the backing store; a dirty page whose only copy was on a
- *      failed k cannot be, and the replace is refused), then every clean,
+ *      failed k cannot be, and the remove is refused), then every clean,
  *      unpinned slot of k dropped; until k holds nothing, or too many
- *      rounds (a workload that keeps one block dirty on k: -EBUSY);
- *   3. the new device gets member k's superblock with a new UUID, then both
- *      headers record that UUID for member k: the old device is a former
- *      member from then on (members.c refuses it by name);
- *   4. the new device is swapped in (cache_dev_swap: under the flush lock),
- *      the old one closed, k no longer draining;
- *   5. a last flush: data written with one copy before the swap (while k
- *      drained, or while it was failed) is destaged; from the swap on,
- *      writes have their two copies again.
- * Step 0, before 1: both headers record the replace under way (member,
- * new device's path); the next mount resumes it on a thread of its own
- * (replace_resume_start), so a kill -9 or an unmount during the drain does
- * not leave it half done; a replace that fails otherwise clears it.
- * A crash in 2 leaves a cache with fewer cached blocks on k; in 3, either
- * the old device or the new one is member k, and both are empty: a mount
- * with the configuration naming the other is refused with the former
- * member's name (change cache.devices, mount again).  Nothing is lost at
- * any point: everything k held is in the backing store before 3.
+ *      rounds (a workload that keeps one block dirty on k: -EBUSY).
+ * Then (swap_in) k's device is swapped for its stand-in, k no longer
+ * draining, and a last flush destages what was written with one copy
+ * while k drained.
  */
 
 #define DRAIN_ROUNDS 50
@@ -76,7 +84,7 @@ static uint64_t drop_clean_on(struct cache *c, int k)
 	return left;
 }
 
-/* Steps 1 and 2: k holds nothing.  0, or -errno with err set (k is then
+/* Drain steps 1 and 2: k holds nothing.  0, or -errno with err set (k is then
  * no longer draining). */
 static int drain(struct cache *c, int k, cache_progress_fn fn, void *arg,
 		 char *err, size_t errlen)
@@ -130,7 +138,7 @@ static int member_named(struct cache *c, const char *name)
 	return k;
 }
 
-/* Steps 4 and 5: dev in member k's place, in state, k no longer draining,
+/* After a drain: dev in member k's place, in state, k no longer draining,
  * the old device closed; then a flush destages what was written with one
  * copy while k drained (or was failed).  The flush's result. */
 static int swap_in(struct cache *c, int k, struct dev *dev, int state,
@@ -145,9 +153,10 @@ static int swap_in(struct cache *c, int k, struct dev *dev, int state,
 }
 
 /* The new device is fit: not in use, holding nothing libblkid knows, large
- * enough for member k.  It is opened (O_EXCL) into *out. */
-static int new_dev_ok(struct cache *c, const char *path, struct dev **out,
-		      char *err, size_t errlen)
+ * enough for member k (probe: libblkid finds nothing in it).  It is opened
+ * (O_EXCL) into *out. */
+static int new_dev_ok(struct cache *c, const char *path, int probe,
+		      struct dev **out, char *err, size_t errlen)
 {
 	uint64_t need = SB_DATA_OFF + c->nslots / c->ndevs * (uint64_t)c->bs;
 	int d, ret;
@@ -165,8 +174,10 @@ static int new_dev_ok(struct cache *c, const char *path, struct dev **out,
 				 "%s is a metadata mirror of this cache", path);
 			return -EINVAL;
 		}
-	ret = fmt_probe_in_use(path, "refusing to use it (wipefs -a it first)",
-			       err, errlen);
+	ret = probe ? fmt_probe_in_use(path,
+				       "refusing to use it (wipefs -a it first)",
+				       err, errlen)
+		    : 0;
 	if (ret)
 		return ret;
 	ret = dev_open(path, out);
@@ -201,7 +212,8 @@ static int uuid_used(uint8_t (*members)[16], int n, int k)
 	return 0;
 }
 
-/* Step 3: the new device's superblock, then the headers' member table. */
+/* Replace step 2: the new device's superblock, then the headers' member
+ * table. */
 static int new_member(struct cache *c, int k, struct dev *nd, char *err,
 		      size_t errlen)
 {
@@ -237,9 +249,49 @@ static int new_member(struct cache *c, int k, struct dev *nd, char *err,
 	return ret;
 }
 
-int cache_replace_dev(struct cache *c, const char *old_arg,
-		      const char *new_path, cache_progress_fn fn, void *arg,
-		      char *err, size_t errlen)
+/* Steps 3 and 4 of a replace: nd in member k's place, the old device
+ * closed once nothing uses it.  0, or a flush's error. */
+static int replace_swap(struct cache *c, int k, struct dev *nd,
+			cache_progress_fn fn, void *arg)
+{
+	int failed = __atomic_load_n(&c->dev_failed[k], __ATOMIC_ACQUIRE);
+	struct dev *old = cache_dev_swap(c, k, nd, STAT_DEV_OK);
+
+	stats_attach_devs(c);
+	rebuild_settle(c);
+	rebuild_end(c, old);
+	dev_close(old);
+	if (failed && rebuild_twins(c))
+		return cache_flush(c, fn, arg); /* no room for every twin */
+	return 0;
+}
+
+/* Member k by the name it has now, if it can be replaced; else c->ndevs,
+ * with err set. */
+static int replaceable(struct cache *c, const char *old, char *err,
+		       size_t errlen)
+{
+	int k = member_named(c, old);
+
+	if (k == c->ndevs || c->dev_failed[k] == STAT_DEV_REMOVED)
+		snprintf(err, errlen, "%s is not a device of this cache%s", old,
+			 k < c->ndevs ? " any more (removed)" : "");
+	else if (c->detached)
+		snprintf(err, errlen, "the cache is detached: attach first");
+	else if (!members_recorded(c->meta.r[c->meta.have[0] ? 0 : 1].addr))
+		snprintf(err, errlen,
+			 "this cache was formatted before its devices had "
+			 "UUIDs: replace it offline (unmount, format, mount)");
+	else
+		return k;
+	return c->ndevs;
+}
+
+/* resumed: new_path is the one the headers recorded, written by the
+ * replace cut short (libblkid may find anything in it). */
+static int replace_dev(struct cache *c, const char *old_arg,
+		       const char *new_path, int resumed, cache_progress_fn fn,
+		       void *arg, char *err, size_t errlen)
 {
 	struct dev *nd = NULL;
 	char old[PATH_MAX]; /* old_arg may be the old device's own name */
@@ -248,49 +300,31 @@ int cache_replace_dev(struct cache *c, const char *old_arg,
 	err[0] = 0;
 	snprintf(old, sizeof(old), "%s", old_arg);
 	pthread_mutex_lock(&devlife_lock);
-	k = member_named(c, old);
-	if (k == c->ndevs || c->dev_failed[k] == STAT_DEV_REMOVED) {
-		snprintf(err, errlen, "%s is not a device of this cache%s", old,
-			 k < c->ndevs ? " any more (removed)" : "");
-		ret = -EINVAL;
+	k = replaceable(c, old, err, errlen);
+	ret = -EINVAL;
+	if (k == c->ndevs)
 		goto out_unlock;
-	}
-	if (c->detached) {
-		snprintf(err, errlen, "the cache is detached: attach first");
-		ret = -EINVAL;
-		goto out_unlock;
-	}
-	if (!members_recorded(c->meta.r[c->meta.have[0] ? 0 : 1].addr)) {
-		snprintf(err, errlen,
-			 "this cache was formatted before its devices had "
-			 "UUIDs: replace it offline (unmount, format, mount)");
-		ret = -EINVAL;
-		goto out_unlock;
-	}
-	ret = new_dev_ok(c, new_path, &nd, err, errlen);
+	ret = new_dev_ok(c, new_path, !resumed, &nd, err, errlen);
 	if (ret)
 		goto out_unlock;
-	/* step 0: the next mount resumes it, if this one stops first */
-	ret = meta_set_replacing(&c->meta, k + 1, new_path);
+	ret = meta_set_replacing(&c->meta, k + 1, new_path); /* step 0 */
 	if (ret) {
 		snprintf(err, errlen, "cannot record the replace: %s",
 			 strerror(-ret));
 		goto err_close;
 	}
-	log_msg(LOG_NOTICE,
-		"replace: emptying member %d (%s): its dirty data destaged, "
-		"its clean data dropped",
-		k + 1, old);
-	ret = drain(c, k, fn, arg, err, errlen);
+	log_msg(LOG_NOTICE, "replace: rebuilding member %d (%s) onto %s",
+		k + 1, old, new_path);
+	ret = rebuild_onto(c, k, nd, fn, arg, err, errlen);
 	if (ret)
 		goto err_record;
 	ret = new_member(c, k, nd, err, errlen);
 	if (ret) {
-		__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
+		rebuild_end(c, c->devs[k]);
 		goto err_record;
 	}
 	meta_set_replacing(&c->meta, 0, NULL);
-	ret = swap_in(c, k, nd, STAT_DEV_OK, fn, arg);
+	ret = replace_swap(c, k, nd, fn, arg);
 	if (ret)
 		snprintf(err, errlen,
 			 "%s is in place, but data written with one copy "
@@ -314,6 +348,13 @@ out_unlock:
 	return ret;
 }
 
+int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
+		      cache_progress_fn fn, void *arg, char *err,
+		      size_t errlen)
+{
+	return replace_dev(c, old, new_path, 0, fn, arg, err, errlen);
+}
+
 /* The replace the headers say was under way, run again on its thread. */
 static void *resume_main(void *arg)
 {
@@ -335,7 +376,7 @@ static void *resume_main(void *arg)
 		"replace: resuming the replace of member %u (%s) by %s, cut "
 		"short by the last stop",
 		m, old, path);
-	ret = cache_replace_dev(c, old, path, NULL, NULL, err, sizeof(err));
+	ret = replace_dev(c, old, path, 1, NULL, NULL, err, sizeof(err));
 	if (ret && !__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
 		log_msg(LOG_ERR,
 			"replace: the resumed replace failed (%s): run "

@@ -96,7 +96,12 @@
 	X(dirty_bytes, "bytes", "dirty data on the device")          \
 	X(failed, "",                                                \
 	  "1: failed while mounted, 2: missing at mount (fenced), 3: "  \
-	  "detached, 4: draining, 5: removed; no new data goes to it")
+	  "detached, 4: draining, 5: removed; no new data goes to it; " \
+	  "6: rebuilding onto its replacement")                        \
+	X(rebuild_bytes, "bytes",                                    \
+	  "bytes to copy onto its replacement (nvcachectl replace)")  \
+	X(rebuild_left_bytes, "bytes",                               \
+	  "bytes still to copy onto its replacement")
 
 /* the failed gauge of a device */
 enum stat_dev_state {
@@ -105,7 +110,8 @@ enum stat_dev_state {
 	STAT_DEV_MISSING,
 	STAT_DEV_DETACHED, /* closed by nvcachectl detach */
 	STAT_DEV_DRAINING, /* being emptied by nvcachectl replace/remove */
-	STAT_DEV_REMOVED /* removed by nvcachectl remove: never used again */
+	STAT_DEV_REMOVED, /* removed by nvcachectl remove: never used again */
+	STAT_DEV_REBUILDING /* its blocks copied onto a replacement */
 };
 
 #define STAT_DEV_LATS(X)          \

@@ -56,8 +56,8 @@ static int prefill_reads_backing(struct cache *c, struct cfile *f,
  * holds them before its entry says so.  A device error is charged to the
  * device that failed.
  */
-static int twin_copy(struct cache *c, struct cslot *s, struct cslot *t,
-		     const uint64_t *mask)
+int twin_copy(struct cache *c, struct cslot *s, struct cslot *t,
+	      const uint64_t *mask)
 {
 	struct dev_io io = { .len = NVC_PAGE };
 	uint32_t p;

@@ -716,7 +716,65 @@ static void dev_flush_now(struct dev_io *io)
 	io->res = fdatasync(io->dev->fd) ? -errno : 0;
 }
 
-int dev_io_run(struct dev_io *ios, unsigned n)
+void dev_set_shadow(struct dev *d, struct dev *shadow)
+{
+	assert(!shadow || !shadow->shadow);
+	__atomic_store_n(&d->shadow, shadow, __ATOMIC_RELEASE);
+}
+
+int dev_shadow_errors(struct dev *d)
+{
+	return __atomic_load_n(&d->shadow_errors, __ATOMIC_ACQUIRE);
+}
+
+struct dev *dev_shadow_of(const struct dev_io *io)
+{
+	if (io->op == DEV_READ)
+		return NULL;
+	return __atomic_load_n(&io->dev->shadow, __ATOMIC_ACQUIRE);
+}
+
+static int dev_io_batch(struct dev_io *ios, unsigned n);
+
+#define SHADOW_BATCH 32
+
+/* Run the k copies in cp; a failed one is counted on its device (from). */
+static void shadow_run(struct dev_io *cp, struct dev **from, unsigned k)
+{
+	unsigned i;
+
+	dev_io_batch(cp, k);
+	for (i = 0; i < k; i++)
+		if (cp[i].res)
+			__atomic_add_fetch(&from[i]->shadow_errors, 1,
+					   __ATOMIC_ACQ_REL);
+}
+
+/* The shadows' copies of the requests in ios that succeeded. */
+static void shadow_copies(struct dev_io *ios, unsigned n)
+{
+	struct dev_io cp[SHADOW_BATCH];
+	struct dev *from[SHADOW_BATCH];
+	unsigned i, k = 0;
+
+	for (i = 0; i < n; i++) {
+		struct dev *sh = dev_shadow_of(&ios[i]);
+
+		if (!sh || ios[i].res)
+			continue;
+		cp[k] = ios[i];
+		cp[k].dev = sh;
+		from[k] = ios[i].dev;
+		if (++k == SHADOW_BATCH) {
+			shadow_run(cp, from, k);
+			k = 0;
+		}
+	}
+	if (k)
+		shadow_run(cp, from, k);
+}
+
+static int dev_io_batch(struct dev_io *ios, unsigned n)
 {
 	struct batch b = { 0 };
 	unsigned i;
@@ -743,6 +801,19 @@ int dev_io_run(struct dev_io *ios, unsigned n)
 	for (i = 0; i < n; i++)
 		if (ios[i].res && !first)
 			first = ios[i].res;
+	return first;
+}
+
+int dev_io_run(struct dev_io *ios, unsigned n)
+{
+	unsigned i;
+	int first = dev_io_batch(ios, n);
+
+	for (i = 0; i < n; i++)
+		if (dev_shadow_of(&ios[i])) {
+			shadow_copies(ios, n);
+			break;
+		}
 	return first;
 }
 

@@ -54,6 +54,7 @@ struct dev_acb {
 	struct dev_io *io; /* the device I/O, or NULL (dev_aring_readable) */
 	int res; /* 0 or -errno */
 	uint64_t t0;
+	int ran; /* done when queued (a shadowed write): res is final */
 };
 
 int dev_aring_new(unsigned depth, struct dev_aring **out);
@@ -94,6 +95,20 @@ const char *dev_path(const struct dev *d);
 struct dev_faults *dev_faults(struct dev *d);
 
 int dev_io_run(struct dev_io *ios, unsigned n);
+
+/*
+ * A shadow takes a copy of every write and flush that its device completes
+ * (a cache device's rebuild onto its replacement, cache/rebuild.c): once
+ * the device's own request succeeded, the same request goes to the shadow,
+ * before dev_io_run() returns or the ring's callback runs.  So a write that
+ * completed on the device is on the shadow too, and a flush of the device
+ * is a flush of the shadow: what the device has durable, the shadow has.
+ * A shadow's failure does not fail the request; dev_shadow_errors() counts
+ * them.  A ring (dev_aring_io) runs a shadowed write synchronously.  Set
+ * and cleared while requests run; NULL clears it.
+ */
+void dev_set_shadow(struct dev *d, struct dev *shadow);
+int dev_shadow_errors(struct dev *d);
 
 /*
  * Test hook: make the calling thread's io_uring calls fail, as the kernel

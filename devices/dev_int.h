@@ -19,6 +19,8 @@ struct dev {
 	dev_observe_fn obs;
 	void *obs_arg;
 	int obs_timing;
+	struct dev *shadow; /* takes a copy of each write and flush (atomic) */
+	int shadow_errors; /* of those copies (atomic) */
 };
 
 /* 0, or why io cannot be issued (out of range, an injected fault). */
@@ -30,5 +32,7 @@ int dev_io_finish(struct dev_io *io, uint32_t done);
 uint64_t dev_mono_ns(void);
 /* Tell the device's observer that io completed (t0: when it was issued). */
 void dev_observe(const struct dev_io *io, uint64_t t0);
+/* d's shadow, if io is a write or flush that has one. */
+struct dev *dev_shadow_of(const struct dev_io *io);
 
 #endif

@@ -153,6 +153,7 @@ static const char *dev_state_name(uint64_t st)
 	       : st == STAT_DEV_DETACHED ? "detached"
 	       : st == STAT_DEV_DRAINING ? "draining"
 	       : st == STAT_DEV_REMOVED	 ? "removed"
+	       : st == STAT_DEV_REBUILDING ? "rebuilding"
 					 : "unknown";
 }
 
@@ -262,6 +263,20 @@ void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 	show_devices(out, s, 1);
 }
 
+/* A device rebuilding onto its replacement: how far it is. */
+static void show_rebuild(FILE *out, const struct stat_snap *s, int d)
+{
+	uint64_t total = STAT_DEV_GAUGE(s, d, rebuild_bytes);
+	uint64_t left = STAT_DEV_GAUGE(s, d, rebuild_left_bytes);
+	char a[32];
+
+	show_bytes(left, a, sizeof(a));
+	fprintf(out,
+		"           REBUILDING onto its replacement (nvcachectl "
+		"replace): %d%% copied, %s left\n",
+		total ? (int)((total - left) * 100 / total) : 100, a);
+}
+
 void show_devices(FILE *out, const struct stat_snap *s, int io)
 {
 	char a[32], b[32], c[32];
@@ -275,6 +290,8 @@ void show_devices(FILE *out, const struct stat_snap *s, int io)
 		fprintf(out, "device %d   %s  %s; used %s, dirty %s\n", d,
 			v->path, dev_state_text(STAT_DEV_GAUGE(s, d, failed)),
 			a, b);
+		if (STAT_DEV_GAUGE(s, d, failed) == STAT_DEV_REBUILDING)
+			show_rebuild(out, s, d);
 		if (!io)
 			continue;
 		show_bytes(STAT_DEV_CTR(s, d, read_bytes), a, sizeof(a));

@@ -175,6 +175,41 @@ def test_replace_failed_device_then_lose_the_other(make_cache):
     assert f"replace: member 2 is now {c.loops[2]} ({c.loops[1]} is a former member)" in log, log
 
 
+def test_replace_healthy_device_under_load_copies_it(make_cache):
+    """dirty_copies = 2: a working member is replaced by a spare while a workload runs. Its blocks, dirty ones and
+    second copies, are copied onto the spare, not destaged: the backing store has none of the dirty files after the
+    replace. Then, after a kill -9, the *other* member is lost too, and every byte is there."""
+    c = make_cache(ndevs=3, extra={"cache.dirty_copies": "2", "destage.on_unmount": "keep"})
+    use_devices(c, *c.loops[:2])
+    c.format()
+    c.mount()
+    blobs = {f"f{i}": os.urandom(2 * MiB + i * 4097) for i in range(4)}
+    write_all(c, blobs)
+    w = Workload(c)
+    w.start()
+    w.wait_ops(200)
+    r = c.ctl("replace", c.mnt, c.loops[1], c.loops[2])
+    assert f"device {c.loops[1]} replaced by {c.loops[2]}" in r.stdout, r.stdout
+    w.wait_ops(w.ops + 200)
+    w.finish()
+    for n in blobs:                                  # copied, not destaged
+        assert os.path.getsize(os.path.join(c.backing, n)) == 0, n
+    st = c.stats()
+    assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[2], "ok")]
+    assert st["devices"][1]["gauges"]["dirty_bytes"] >= sum(map(len, blobs.values())) // 2, st["devices"]
+    c.kill9()
+    use_devices(c, c.loops[0], c.loops[2])
+    sh("losetup", "-d", c.loops[0])                  # member 1 gone: everything from member 2, the new one
+    c.mount()
+    assert "mounting degraded, from the second copies" in c.log_text()
+    read_all(c, blobs)
+    w.check(c.mnt)
+    c.flush()
+    w.check(c.backing)
+    read_all(c, blobs)
+    assert c.unmount() == 0
+
+
 def wait_log(c, text, secs=60):
     deadline = time.time() + secs
     while text not in c.log_text() and time.time() < deadline:
@@ -183,22 +218,27 @@ def wait_log(c, text, secs=60):
 
 
 def test_replace_killed_midway_resumes(make_cache):
-    """A kill -9 while the old device is being emptied: the next mount (its configuration unchanged) has every
-    byte and resumes the replace on its own, which finishes; the old device is then refused as a former member,
-    and the configuration naming the new one mounts."""
-    c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep", "destage.max_rate": "16M"})
+    """A kill -9 while the old device's blocks are copied onto the new one: the next mount (its configuration
+    unchanged) has every byte and resumes the replace on its own, which finishes; the old device is then refused
+    as a former member, and the configuration naming the new one mounts."""
+    c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep", "cache.rebuild_max_rate": "16M"})
     use_devices(c, *c.loops[:2])
     c.format()
     c.mount()
     blobs = {f"f{i}": os.urandom(8 * MiB) for i in range(6)}
-    write_all(c, blobs)                              # 48 MiB dirty: three seconds of destage at 16M/s
+    write_all(c, blobs)                              # 24 MiB on member 2: 1.5 s of copying at 16M/s
     p = subprocess.Popen([CTL, "replace", c.mnt, c.loops[1], c.loops[2]], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 10
-    while c.stats()["devices"][1]["state"] != "draining" and time.time() < deadline:
+    while c.stats()["devices"][1]["state"] != "rebuilding" and time.time() < deadline:
         time.sleep(0.02)
-    assert c.stats()["devices"][1]["state"] == "draining"
     time.sleep(0.5)
+    st = c.stats()
+    assert st["devices"][1]["state"] == "rebuilding", st["devices"]
+    g = st["devices"][1]["gauges"]
+    assert 0 < g["rebuild_left_bytes"] < g["rebuild_bytes"] <= 24 * MiB + 2 * MiB, g
+    text = c.ctl("stats", c.mnt).stdout
+    assert "REBUILDING onto its replacement (nvcachectl replace): " in text and "% copied" in text, text
     c.kill9()
     p.wait(timeout=30)
     assert p.returncode != 0

@@ -453,6 +453,67 @@ static void test_pm_map_creates_nothing_under_dev(void)
 	unlink(path);
 }
 
+static void shadow_done(struct dev_acb *cb)
+{
+	(void)cb;
+}
+
+/*
+ * A shadow gets every write the device completed, in a batch larger than
+ * the ring and through a ring, and its flushes; not the writes that
+ * failed on the device, and not after it is cleared.  A shadow's own
+ * failure leaves the request's result alone and is counted.
+ */
+static void test_shadow_copies_writes(void)
+{
+	struct dev *sh = open_file_dev(NBLK * BLK), *bad;
+	struct dev_io ios[BATCH];
+	struct dev_aring *r;
+	struct dev_acb cb = { .done = shadow_done };
+	unsigned i;
+
+	dev_set_shadow(dev, sh);
+	for (i = 0; i < BATCH; i++) {
+		pattern(wbuf[0] + i * BLK, i, 7);
+		ios[i] = (struct dev_io){ .dev = dev, .op = DEV_WRITE,
+					  .buf = wbuf[0] + i * BLK,
+					  .off = (uint64_t)i * BLK, .len = BLK,
+					  .fua = i % 2 };
+	}
+	ios[3].off = (uint64_t)NBLK * BLK; /* past the end: fails */
+	CHECK_EQ(dev_io_run(ios, BATCH), -EINVAL);
+	CHECK_EQ(ios[3].res, -EINVAL);
+	CHECK_EQ(dev_read(sh, rbuf[0], BATCH * BLK, 0), 0);
+	for (i = 0; i < BATCH; i++)
+		CHECK(is_pattern(rbuf[0] + i * BLK, i, 7) == (i != 3));
+	/* through a ring: the copy is there when the callback runs */
+	CHECK_EQ(dev_aring_new(8, &r), 0);
+	pattern(wbuf[1], 3, 8);
+	ios[0] = (struct dev_io){ .dev = dev, .op = DEV_WRITE, .buf = wbuf[1],
+				  .off = 3 * BLK, .len = BLK };
+	CHECK_EQ(dev_aring_io(r, &ios[0], &cb), 0);
+	CHECK(dev_aring_run(r, 1, 0) >= 0);
+	CHECK_EQ(cb.res, 0);
+	CHECK_EQ(dev_read(sh, rbuf[1], BLK, 3 * BLK), 0);
+	CHECK(is_pattern(rbuf[1], 3, 8));
+	dev_aring_free(r);
+	CHECK_EQ(dev_flush(dev), 0);
+	CHECK_EQ(dev_shadow_errors(dev), 0);
+	/* a shadow that fails: the device's write stands, counted */
+	CHECK_EQ(dev_missing_create("gone", NBLK * BLK, &bad), 0);
+	dev_set_shadow(dev, bad);
+	CHECK_EQ(dev_write(dev, wbuf[1], BLK, 5 * BLK), 0);
+	CHECK_EQ(dev_shadow_errors(dev), 1);
+	/* cleared: nothing more goes to it */
+	dev_set_shadow(dev, NULL);
+	pattern(wbuf[1], 6, 9);
+	CHECK_EQ(dev_write(dev, wbuf[1], BLK, 6 * BLK), 0);
+	CHECK_EQ(dev_read(sh, rbuf[1], BLK, 6 * BLK), 0);
+	CHECK(is_pattern(rbuf[1], 6, 7));
+	dev_close(bad);
+	dev_close(sh);
+}
+
 /* A test that hangs fails: an I/O that never completes is a bug here. */
 static const char *current;
 
@@ -501,6 +562,7 @@ int main(int argc, char **argv)
 	RUN_SOME(test_failed_waits);
 	RUN_SOME(test_no_ring);
 	RUN_SOME(test_pm_map_creates_nothing_under_dev);
+	RUN_SOME(test_shadow_copies_writes);
 	dev_close(dev);
 	for (i = 0; i < 2; i++) {
 		free(wbuf[i]);

@@ -1,0 +1,343 @@
+/* cache: a replaced cache device's blocks rebuilt onto its successor while the mount serves. */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+
+/*
+ * Rebuild.  Slot s lives on member s % ndevs at a fixed offset, so the new
+ * device (NEW) can take member k's slots as they are: every slot of k that
+ * holds something is copied to the same offset of NEW, and once NEW takes
+ * k's place every map entry is true of it without a change.
+ *
+ *   1. NEW shadows the old device (dev_set_shadow): from now on every write
+ *      and flush that completes on the old device is done on NEW too, with
+ *      the same FUA flag, before it counts as done.
+ *   2. One pass over k's slots, each copied under the locks that shut out
+ *      whoever could write it: its file's rw for reading (a truncate zeroes
+ *      an edge page under the file's rw alone) and its slot's rw for writing
+ *      (writes to the slot and to its twin, and page fills, hold the slot's
+ *      rw; a twin on k is locked through its slot).  A write that had the
+ *      lock before the copy is in the copy; a write after it reaches NEW
+ *      through the shadow.  A slot taken by another block during the pass
+ *      was written after step 1: the shadow has it.
+ *      The copy comes from the old device; if it has failed (or fails on
+ *      the read) from the other copy: a twin on k from its slot, a slot on
+ *      k from its twin, which holds every dirty page of the slot; the
+ *      slot's other valid pages (clean: the backing file has them) are
+ *      forgotten and the entry persisted before NEW can be member k.  A
+ *      clean block without a twin on a failed device is forgotten whole.
+ *      A dirty block with no copy left is lost already: the replace stops.
+ *   3. NEW is flushed (the copies are plain writes), gets member k's
+ *      superblock with a new UUID, and both headers record that UUID.
+ *   4. NEW is swapped in (replace.c); a sweep takes every slot's rw once,
+ *      so that no I/O begun on the old device (under some slot's rw) is
+ *      still under way when it is closed;
+ *   5. if the old device had failed, dirty blocks written meanwhile with
+ *      one copy (no second working device had room) get their twins, as a
+ *      write makes them (write.c: data first, the twin's entry persisted
+ *      before anything relies on it); one that finds no room is left to
+ *      destage.
+ * A crash before 3 leaves the old device member k (NEW holds scratch);
+ * after 3, NEW, which holds all that k's entries claim: the copies,
+ * flushed before 3, and every later write, durable on NEW no later than
+ * on the old device.
+ */
+
+/* A slot of member k being copied: its block's file, its slot (primary),
+ * and v, the slot on k (the primary or its twin). */
+struct rb_slot {
+	struct cfile *f;
+	struct cslot *p, *v;
+};
+
+/* Pin the slot that owns slots[s] and lock it (file rw for reading, slot rw
+ * for writing).  0: locked; 1: nothing to copy (free, or nothing written
+ * yet, or taken by another block since step 1: the shadow has it). */
+static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r)
+{
+	struct cslot *v = &c->slots[s], *p;
+	uint32_t rec;
+	uint64_t blk;
+
+	pthread_mutex_lock(&c->lock);
+	if (!v->file || (!v->is_twin && v->state != SLOT_CLEAN &&
+			 v->state != SLOT_DIRTY)) {
+		pthread_mutex_unlock(&c->lock);
+		return 1;
+	}
+	rec = v->file;
+	blk = v->blk;
+	r->f = c->recs[rec - 1];
+	r->f->refs++;
+	pthread_mutex_unlock(&c->lock);
+	pthread_rwlock_rdlock(&r->f->rw);
+	pthread_mutex_lock(&c->lock);
+	p = v->file == rec && v->blk == blk
+		    ? (v->is_twin ? slot_find(c, rec, blk) : v)
+		    : NULL;
+	if (p && v->is_twin && p->twin != s + 1)
+		p = NULL;
+	if (p)
+		p->pins++;
+	else
+		file_put_locked(c, r->f);
+	pthread_mutex_unlock(&c->lock);
+	if (!p) {
+		pthread_rwlock_unlock(&r->f->rw);
+		return 1;
+	}
+	srw_wrlock(&p->rw);
+	r->p = p;
+	r->v = v;
+	return 0;
+}
+
+static void rb_unlock(struct cache *c, struct rb_slot *r)
+{
+	srw_unlock(&r->p->rw);
+	pthread_rwlock_unlock(&r->f->rw);
+	pthread_mutex_lock(&c->lock);
+	slot_unpin_locked(c, r->f, r->p);
+	file_put_locked(c, r->f);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Read slot x's block from its device into buf. */
+static int rb_read(struct cache *c, struct cslot *x, void *buf)
+{
+	struct dev_io io = { .dev = slot_dev(c, slot_idx(c, x)),
+			     .op = DEV_READ,
+			     .buf = buf,
+			     .off = slot_off(c, slot_idx(c, x)),
+			     .len = c->bs };
+	int ret = dev_io_run(&io, 1);
+
+	if (ret)
+		note_dev_error(c, &io, 1);
+	return ret;
+}
+
+/*
+ * The primary's pages that the copy from its twin does not hold are
+ * forgotten: they are clean (its dirty pages are all in the twin), and an
+ * entry must not claim them on NEW.  No twin: all of them (a clean block).
+ * The entry is persisted if it changed.  Slot rw held for writing.
+ */
+static int rb_forget_rest(struct cache *c, struct cslot *p, struct cslot *t)
+{
+	uint32_t n = 0, pg;
+
+	pthread_mutex_lock(&c->lock);
+	for (pg = 0; pg < c->ppb; pg++)
+		if (pb_test(slot_valid(c, p), pg) &&
+		    (!t || !pb_test(slot_valid(c, t), pg))) {
+			assert(!pb_test(slot_dirty(c, p), pg));
+			page_forget_locked(c, p, pg);
+			n++;
+		}
+	if (n)
+		slot_settle(c, p);
+	pthread_mutex_unlock(&c->lock);
+	return n && p->persisted ? slot_persist(c, p) : 0;
+}
+
+/*
+ * Fill buf with what NEW must hold for r->v, from the other copy: the old
+ * device has failed.  1: nothing to hold (a clean block, forgotten);
+ * -EIO: a dirty block whose last copy is gone.
+ */
+static int rb_from_other(struct cache *c, struct rb_slot *r, void *buf)
+{
+	struct cslot *p = r->p, *t = p->twin ? &c->slots[p->twin - 1] : NULL;
+	int ret;
+
+	if (r->v != p) /* a twin on k: its slot holds the pages */
+		return slot_failed(c, p) ? -EIO : rb_read(c, p, buf);
+	if (t && !slot_failed(c, t) && !rb_read(c, t, buf)) {
+		ret = rb_forget_rest(c, p, t);
+		return ret ? ret : 0;
+	}
+	if (pb_any(c, slot_dirty(c, p)))
+		return -EIO;
+	ret = rb_forget_rest(c, p, NULL);
+	return ret ? ret : 1;
+}
+
+/* Copy slots[s] of member k to NEW.  0, or -errno with err set. */
+static int rb_copy(struct cache *c, int k, uint64_t s, struct dev *nd,
+		   void *buf, char *err, size_t errlen)
+{
+	struct rb_slot r;
+	int ret;
+
+	if (rb_lock(c, s, &r))
+		return 0;
+	ret = -EIO;
+	if (!__atomic_load_n(&c->dev_failed[k], __ATOMIC_ACQUIRE))
+		ret = rb_read(c, r.v, buf);
+	if (ret)
+		ret = rb_from_other(c, &r, buf);
+	if (ret == -EIO)
+		snprintf(err, errlen,
+			 "block %llu of a file has dirty data with no copy "
+			 "left on a working device",
+			 (unsigned long long)r.p->blk);
+	else if (ret < 0)
+		snprintf(err, errlen, "cannot forget a block's clean pages: %s",
+			 strerror(-ret));
+	if (!ret) {
+		ret = dev_write(nd, buf, c->bs, slot_off(c, s));
+		if (ret)
+			snprintf(err, errlen, "%s: write error: %s",
+				 dev_path(nd), strerror(-ret));
+	}
+	rb_unlock(c, &r);
+	return ret < 0 ? ret : 0;
+}
+
+/* Keep to cache.rebuild_max_rate: done bytes since t0 (ns). */
+static void rb_pace(struct cache *c, uint64_t done, uint64_t t0)
+{
+	uint64_t rate = __atomic_load_n(&c->cfg->rebuild_max_rate,
+					__ATOMIC_RELAXED);
+	uint64_t due, now = now_ns();
+
+	if (!rate)
+		return;
+	due = t0 + done * 1000000000.0 / rate;
+	if (due > now) {
+		struct timespec ts = { (due - now) / 1000000000ull,
+				       (due - now) % 1000000000ull };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Slots of member k that hold something now. */
+static uint64_t rb_used(struct cache *c, int k)
+{
+	uint64_t s, n = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (s = k; s < c->nslots; s += c->ndevs)
+		n += c->slots[s].file != 0;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
+		 void *arg, char *err, size_t errlen)
+{
+	struct dev *old = c->devs[k];
+	uint64_t s, total, done = 0, tick = 0, t0 = now_ns();
+	void *buf = dev_alloc_buf(c->bs);
+	int ret = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	total = rb_used(c, k) * c->bs;
+	__atomic_store_n(&c->rebuild_total, total, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->rebuild_done, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->rebuild_member, k + 1, __ATOMIC_RELEASE);
+	dev_set_shadow(old, nd); /* step 1 */
+	for (s = k; s < c->nslots && !ret; s += c->ndevs) {
+		if (__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE)) {
+			snprintf(err, errlen, "the cache is stopping");
+			ret = -ESHUTDOWN;
+			break;
+		}
+		if (!c->slots[s].file)
+			continue;
+		ret = rb_copy(c, k, s, nd, buf, err, errlen);
+		done += c->bs;
+		__atomic_store_n(&c->rebuild_done, done < total ? done : total,
+				 __ATOMIC_RELEASE);
+		if (fn && ++tick % 256 == 0)
+			fn(arg, total > done ? total - done : 0, done);
+		rb_pace(c, done, t0);
+	}
+	if (!ret && dev_shadow_errors(old)) {
+		snprintf(err, errlen, "%s: write errors while rebuilding",
+			 dev_path(nd));
+		ret = -EIO;
+	}
+	if (!ret) { /* step 3's first half: the copies durable */
+		ret = dev_flush(nd);
+		if (ret)
+			snprintf(err, errlen, "%s: flush failed: %s",
+				 dev_path(nd), strerror(-ret));
+	}
+	if (ret)
+		rebuild_end(c, old);
+	else if (fn)
+		fn(arg, 0, total);
+	free(buf);
+	return ret;
+}
+
+void rebuild_end(struct cache *c, struct dev *old)
+{
+	dev_set_shadow(old, NULL);
+	__atomic_store_n(&c->rebuild_member, 0, __ATOMIC_RELEASE);
+}
+
+void rebuild_settle(struct cache *c)
+{
+	uint64_t s;
+
+	/* I/O runs under some slot's rw: whoever took one before the swap
+	 * is done once it is had here (step 4) */
+	for (s = 0; s < c->nslots; s++) {
+		srw_wrlock(&c->slots[s].rw);
+		srw_unlock(&c->slots[s].rw);
+	}
+}
+
+/* Step 5 for slots[s]: 1 if it stays without a twin. */
+static int rb_twin(struct cache *c, uint64_t s)
+{
+	uint64_t mask[META_MAX_WORDS];
+	struct rb_slot r;
+	struct cslot *t = NULL;
+	int ret = 0;
+
+	if (rb_lock(c, s, &r))
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	if (r.v == r.p && r.p->state == SLOT_DIRTY && !r.p->twin &&
+	    !slot_failed(c, r.p)) {
+		t = twin_alloc_locked(c, r.p);
+		ret = !t;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (t) {
+		pb_get(c, slot_dirty(c, r.p), mask);
+		ret = twin_copy(c, r.p, t, mask) || twin_persist(c, r.p);
+	}
+	rb_unlock(c, &r); /* a twin left empty: the next write seeds it */
+	return ret;
+}
+
+uint64_t rebuild_twins(struct cache *c)
+{
+	uint64_t s, left = 0;
+
+	if (c->cfg->dirty_copies < 2 || working_devices(c) < 2)
+		return 0;
+	for (s = 0; s < c->nslots; s++) {
+		struct cslot *v = &c->slots[s];
+
+		if (__atomic_load_n(&v->state, __ATOMIC_RELAXED) ==
+			    SLOT_DIRTY &&
+		    !__atomic_load_n(&v->twin, __ATOMIC_RELAXED))
+			left += rb_twin(c, s);
+	}
+	return left;
+}
