@@ -272,12 +272,16 @@ int cache_attach(struct cache *c, char *err, size_t errlen);
  * with err set. */
 int cache_replace_mirror(struct cache *c, const char *old,
 			 const char *new_path, char *err, size_t errlen);
-/* Cache device old is emptied (dirty data destaged, clean data dropped)
- * and new_path takes its place as a new member (replace.c).  0, or -errno
- * with err set. */
+/* new_path takes cache device old's place as a new member, with old's
+ * blocks copied onto it (replace.c, rebuild.c).  0, or -errno with err
+ * set. */
 int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
 		      cache_progress_fn fn, void *arg, char *err,
 		      size_t errlen);
+/* The same onto nd, opened by the caller (the crash harness); on success
+ * the old device is closed and nd is member k, else nd is the caller's. */
+int cache_replace_dev_with(struct cache *c, const char *old, struct dev *nd,
+			   char *err, size_t errlen);
 /* Cache device path is emptied as for a replace and then never used again,
  * so that it can be pulled (replace.c).  0, or -errno with err set. */
 int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,

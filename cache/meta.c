@@ -389,6 +389,29 @@ static int hdr_same(const struct meta_hdr *a, const struct meta_hdr *b)
 	       !memcmp(a->members, b->members, sizeof(a->members));
 }
 
+/*
+ * hdr_put persists mirror 0's header before mirror 1's, so two valid
+ * headers of one cache that record different members are a crash between
+ * the two persists of a replace's member table (replace.c, step 2), and
+ * mirror 0's is the newer: mirror 1 takes it.  (The crash harness found
+ * this state: the mount refused it as two caches' mirrors.)
+ */
+static void members_settle(struct meta *m, const struct meta_hdr *h[2])
+{
+	struct meta_hdr *h1 = m->r[1].addr;
+
+	if (memcmp(h[0]->set_uuid, h[1]->set_uuid, 16) ||
+	    h[0]->ndevs != h[1]->ndevs ||
+	    !memcmp(h[0]->members, h[1]->members, sizeof(h[0]->members)))
+		return;
+	log_msg(LOG_NOTICE,
+		"metadata mirror 1 recorded the device set before its last "
+		"change (a crash during a replace): it takes mirror 0's");
+	memcpy(h1->members, h[0]->members, sizeof(h1->members));
+	h1->csum = meta_csum(h1, offsetof(struct meta_hdr, csum));
+	pm_persist(&m->r[1], h1, META_HDR_SIZE);
+}
+
 static void meta_geometry(struct meta *m, const struct meta_hdr *h)
 {
 	memcpy(m->set_uuid, h->set_uuid, 16);
@@ -688,6 +711,8 @@ int meta_attach_named(struct meta *m, struct pm_region r[2],
 			 n[0], why[0], n[1], why[1]);
 		return -ENODATA;
 	}
+	if (m->have[0] && m->have[1])
+		members_settle(m, h);
 	if (m->have[0] && m->have[1] && !hdr_same(h[0], h[1])) {
 		snprintf(err, len,
 			 "the two metadata mirrors (%s, %s) belong to "

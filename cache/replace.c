@@ -287,31 +287,19 @@ static int replaceable(struct cache *c, const char *old, char *err,
 	return c->ndevs;
 }
 
-/* resumed: new_path is the one the headers recorded, written by the
- * replace cut short (libblkid may find anything in it). */
-static int replace_dev(struct cache *c, const char *old_arg,
-		       const char *new_path, int resumed, cache_progress_fn fn,
-		       void *arg, char *err, size_t errlen)
+/* Steps 0 to 4 onto nd (named new_path), member k being old; devlife_lock
+ * held.  0, or -errno with err set; *placed: nd is member k (else it is the
+ * caller's to close). */
+static int replace_run(struct cache *c, int k, const char *old, struct dev *nd,
+		       const char *new_path, cache_progress_fn fn, void *arg,
+		       int *placed, char *err, size_t errlen)
 {
-	struct dev *nd = NULL;
-	char old[PATH_MAX]; /* old_arg may be the old device's own name */
-	int k, ret;
+	int ret = meta_set_replacing(&c->meta, k + 1, new_path); /* step 0 */
 
-	err[0] = 0;
-	snprintf(old, sizeof(old), "%s", old_arg);
-	pthread_mutex_lock(&devlife_lock);
-	k = replaceable(c, old, err, errlen);
-	ret = -EINVAL;
-	if (k == c->ndevs)
-		goto out_unlock;
-	ret = new_dev_ok(c, new_path, !resumed, &nd, err, errlen);
-	if (ret)
-		goto out_unlock;
-	ret = meta_set_replacing(&c->meta, k + 1, new_path); /* step 0 */
 	if (ret) {
 		snprintf(err, errlen, "cannot record the replace: %s",
 			 strerror(-ret));
-		goto err_close;
+		goto err_log;
 	}
 	log_msg(LOG_NOTICE, "replace: rebuilding member %d (%s) onto %s",
 		k + 1, old, new_path);
@@ -324,6 +312,7 @@ static int replace_dev(struct cache *c, const char *old_arg,
 		goto err_record;
 	}
 	meta_set_replacing(&c->meta, 0, NULL);
+	*placed = 1;
 	ret = replace_swap(c, k, nd, fn, arg);
 	if (ret)
 		snprintf(err, errlen,
@@ -335,15 +324,56 @@ static int replace_dev(struct cache *c, const char *old_arg,
 		"replace: member %d is now %s (%s is a former member); change "
 		"cache.devices in the configuration from %s to %s",
 		k + 1, new_path, old, old, new_path);
-	goto out_unlock;
+	return ret;
 err_record:
 	/* stopped by an unmount: the next mount goes on; else it is over */
 	if (!__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
 		meta_set_replacing(&c->meta, 0, NULL);
-err_close:
-	dev_close(nd);
+err_log:
 	log_msg(LOG_ERR, "replace of %s failed: %s", old, err);
+	return ret;
+}
+
+/* resumed: new_path is the one the headers recorded, written by the
+ * replace cut short (libblkid may find anything in it). */
+static int replace_dev(struct cache *c, const char *old_arg,
+		       const char *new_path, int resumed, cache_progress_fn fn,
+		       void *arg, char *err, size_t errlen)
+{
+	struct dev *nd = NULL;
+	char old[PATH_MAX]; /* old_arg may be the old device's own name */
+	int k, ret, placed = 0;
+
+	err[0] = 0;
+	snprintf(old, sizeof(old), "%s", old_arg);
+	pthread_mutex_lock(&devlife_lock);
+	k = replaceable(c, old, err, errlen);
+	ret = -EINVAL;
+	if (k == c->ndevs)
+		goto out_unlock;
+	ret = new_dev_ok(c, new_path, !resumed, &nd, err, errlen);
+	if (ret)
+		goto out_unlock;
+	ret = replace_run(c, k, old, nd, new_path, fn, arg, &placed, err,
+			  errlen);
+	if (!placed)
+		dev_close(nd);
 out_unlock:
+	pthread_mutex_unlock(&devlife_lock);
+	return ret;
+}
+
+int cache_replace_dev_with(struct cache *c, const char *old, struct dev *nd,
+			   char *err, size_t errlen)
+{
+	int k, ret = -EINVAL, placed = 0;
+
+	err[0] = 0;
+	pthread_mutex_lock(&devlife_lock);
+	k = replaceable(c, old, err, errlen);
+	if (k < c->ndevs)
+		ret = replace_run(c, k, old, nd, dev_path(nd), NULL, NULL,
+				  &placed, err, errlen);
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;
 }

@@ -11,6 +11,7 @@
 #include <liburing.h>
 #include <linux/fs.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -324,13 +325,22 @@ const struct rec_event *rec_log_get(struct rec_log *l, size_t i)
 int dev_rec_create(struct rec_log *l, int target, uint64_t size,
 		   struct dev **out)
 {
-	int ret = dev_mem_create(size, out);
+	char name[32];
+	struct dev *d;
 
-	if (!ret) {
-		(*out)->rec = l;
-		(*out)->rec_id = target;
+	snprintf(name, sizeof(name), "rec%d", target);
+	d = dev_new_mem(name, size);
+	if (!d)
+		return -ENOMEM;
+	d->mem = calloc(1, size);
+	if (!d->mem) {
+		dev_close(d);
+		return -ENOMEM;
 	}
-	return ret;
+	d->rec = l;
+	d->rec_id = target;
+	*out = d;
+	return 0;
 }
 
 int pm_rec_create(struct rec_log *l, int target, size_t len,

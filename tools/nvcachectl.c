@@ -57,16 +57,17 @@ static void usage(FILE *f)
 		"        take the cache devices back (checked as a mount "
 		"checks them)\n"
 		"  replace MOUNTPOINT OLD NEW\n"
-		"        cache device OLD (failed or not) is emptied (its "
-		"dirty data destaged,\n"
-		"        its clean data dropped) and NEW takes its place; then "
-		"change\n"
-		"        cache.devices to name NEW\n"
+		"        cache device OLD's blocks (from OLD, or from the "
+		"second copies if it\n"
+		"        failed) are copied onto NEW while the mount serves, "
+		"and NEW takes\n"
+		"        its place; then change cache.devices to name NEW\n"
 		"  remove MOUNTPOINT DEVICE\n"
-		"        empty the cache device (as replace does) and stop "
-		"using it, so that\n"
-		"        it can be pulled; cache.devices keeps an entry for "
-		"it\n"
+		"        empty the cache device (dirty data destaged, clean "
+		"data dropped) and\n"
+		"        stop using it, so that it can be pulled; "
+		"cache.devices keeps an entry\n"
+		"        for it\n"
 		"  replace-mirror MOUNTPOINT OLD NEW\n"
 		"        metadata mirror OLD (failed or not) becomes NEW (a "
 		"new file or an\n"
@@ -641,7 +642,7 @@ static int cmd_replace(const char *cmd, int argc, char **argv)
 		       "configuration to name %s before the next mount\n",
 		       mirror ? "mirror" : "device", old, nw,
 		       mirror ? " (rebuilt from the other one)"
-			      : " (the old one emptied first)",
+			      : " (its blocks copied onto it)",
 		       mirror ? "cache.metadata" : "cache.devices", nw);
 	return ret;
 }

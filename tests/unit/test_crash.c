@@ -125,6 +125,11 @@ static int hold_inodes, held_fds[MAXINC], nheld;
 /* NVC_CRASH_IDENT: 2 finds files by path; NVC_CRASH_BEHIND: files are
  * renamed or replaced behind the cache's back at the crash (behind_apply) */
 static int ident_mode, behind;
+/* NVC_CRASH_REPLACE=1: halfway through the workload, device 1 is replaced
+ * by a third one (rebuilt onto it while the workload runs); a crash state
+ * is recovered with the device its metadata calls member 1 */
+static int replace_mode, replaced, force_pick;
+static struct dev *new_dev;
 
 #undef CHECK_EQ
 #define CHECK_EQ(a, b)                                               \
@@ -315,6 +320,15 @@ static void do_op(unsigned *rs, int nth, char *buf, char *rb)
 	if (nthreads == 1 && idx == total_ops * 2 / 3) {
 		kind = OP_UNLINK;
 		slot = NSLOTF - 1;
+	}
+	if (replace_mode && idx == total_ops / 2) {
+		char e[512];
+		int r = cache_replace_dev_with(C, "rec1", new_dev, e, sizeof(e));
+
+		if (r)
+			fprintf(out, "replace failed: %s\n", e);
+		CHECK_EQ(r, 0);
+		replaced = !r;
 	}
 	o = &ops[idx];
 	if (kind == OP_TRUNC || kind == OP_UNLINK)
@@ -652,7 +666,7 @@ static size_t mlen;
 
 static void index_events(void)
 {
-	size_t j, first_end[2] = { SIZE_MAX, SIZE_MAX };
+	size_t j, first_end[3] = { SIZE_MAX, SIZE_MAX, SIZE_MAX };
 	int d;
 
 	nev = rec_log_count(L);
@@ -1390,27 +1404,53 @@ static void dump_slots(struct pm_region *r)
 	}
 }
 
+/* Replace runs: 2 if the new device (all[2]) is member 1 by the first valid
+ * mirror header, else 1. */
+static int member1_of(struct dev **all, struct pm_region *r)
+{
+	struct sb_disk sb;
+	uint64_t len;
+	int m;
+
+	for (m = 0; m < 2; m++) {
+		const struct meta_hdr *h = r[m].addr;
+
+		if (meta_hdr_check(r[m].addr, mlen, &len))
+			continue;
+		return !sb_read(all[2], &sb) &&
+				       !memcmp(sb.dev_uuid, h->members[1], 16)
+			       ? 2
+			       : 1;
+	}
+	return 1;
+}
+
 static void crash_check(struct cache_config *cfg, const struct crash *cr,
 			uint8_t *img)
 {
-	struct dev *devs[2];
+	struct dev *devs[3] = { 0 }, *all[3] = { 0 };
 	struct pm_region r[2];
 	struct cache *c;
 	char err[CFG_ERRLEN] = "";
 	FILE *devnull = fopen("/dev/null", "w");
-	int d, i, bad = 0, problems;
+	int d, i, bad = 0, problems, pick;
 
-	for (d = 0; d < 2; d++) {
-		dev_mem_create(devsize, &devs[d]);
+	for (d = 0; d < 2 + replace_mode; d++)
+		dev_mem_create(devsize, &all[d]);
+	for (d = 0; d < 2; d++)
 		pm_mem_create(mlen, &r[d]);
-	}
-	materialize_devs(cr, devs);
+	materialize_devs(cr, all);
 	materialize_meta(cr, r);
+	pick = force_pick ? force_pick : replace_mode ? member1_of(all, r) : 1;
+	devs[0] = all[0];
+	devs[1] = all[pick];
 	for (i = 0; i < nincs; i++)
 		if (!incs[i].unlinked)
 			materialize_backing(cr, i, img);
 	if (cr->lose)
 		lose_device(cr, devs);
+	all[0] = devs[0];
+	all[pick] = devs[1];
 	behind_apply(cr);
 	bad += check_records(cr, r);
 	if (debug > 1)
@@ -1438,6 +1478,15 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 		}
 	if (cache_open_devs(cfg, devs, 2, r, backing_fd, &c, err,
 			    sizeof(err))) {
+		if (replace_mode && !force_pick && strstr(err, "former member")) {
+			/* the mirrors disagree on member 1 (a torn header
+			 * update): the administrator names the other one */
+			force_pick = 3 - pick;
+			behind_undo();
+			crash_check(cfg, cr, img);
+			force_pick = 0;
+			goto out_close;
+		}
 		fprintf(out, "crash point %zu%s: recovery failed: %s\n", cr->k,
 			cr->kill ? " (kill)" : "", err);
 		bad++;
@@ -1470,11 +1519,12 @@ out:
 		check_failures += bad;
 		failed_states++;
 	}
+out_close:
 	fclose(devnull);
-	for (d = 0; d < 2; d++) {
-		dev_close(devs[d]);
+	for (d = 0; d < 3; d++)
+		dev_close(all[d]);
+	for (d = 0; d < 2; d++)
 		pm_unmap(&r[d]);
-	}
 }
 
 /* ---------------------------------------------------------- the run */
@@ -1553,7 +1603,7 @@ static int size_cmp(const void *a, const void *b)
 static int run_seed(unsigned s)
 {
 	struct cache_config cfg;
-	struct dev *devs[2];
+	struct dev *devs[3] = { 0 };
 	struct pm_region r[2];
 	char err[CFG_ERRLEN];
 	size_t *points, npoints = 0, j, nkill = 0, nlost = 0, nstates = 0;
@@ -1579,8 +1629,10 @@ static int run_seed(unsigned s)
 	rec_log_new(&L);
 	config(&cfg);
 	devsize = SB_DATA_OFF + SLOTS_PER_DEV * BS;
-	for (d = 0; d < 2; d++)
+	for (d = 0; d < 2 + replace_mode; d++)
 		dev_rec_create(L, d, devsize, &devs[d]);
+	new_dev = devs[2];
+	replaced = 0;
 	mlen = fmt_meta_len(&cfg, devs, 2);
 	for (d = 0; d < 2; d++)
 		(blk ? pm_rec_create_blk : pm_rec_create)(L, d, mlen, &r[d]);
@@ -1720,10 +1772,14 @@ static int run_seed(unsigned s)
 		free(ops[j].rdata);
 	while (nheld)
 		close(held_fds[--nheld]);
-	for (d = 0; d < 2; d++) {
-		dev_close(devs[d]);
-		pm_unmap(&r[d]);
+	if (replaced) { /* the replace closed the old one */
+		devs[1] = devs[2];
+		devs[2] = NULL;
 	}
+	for (d = 0; d < 3; d++)
+		dev_close(devs[d]);
+	for (d = 0; d < 2; d++)
+		pm_unmap(&r[d]);
 	close(backing_fd);
 	{
 		char cmd[128];
@@ -1763,6 +1819,7 @@ int main(void)
 	hold_inodes = env_int("NVC_CRASH_HOLD_INODES", 0);
 	ident_mode = env_int("NVC_CRASH_IDENT", IDENT_AUTO);
 	behind = env_int("NVC_CRASH_BEHIND", 0);
+	replace_mode = !!env_int("NVC_CRASH_REPLACE", 0);
 	total_ops = env_int("NVC_CRASH_OPS", total_ops);
 	s0 = s1 = env_int("NVC_CRASH_SEED", 12345);
 	if (seeds && sscanf(seeds, "%u-%u", &s0, &s1) < 2)
@@ -1772,8 +1829,10 @@ int main(void)
 		fprintf(out,
 			"seed %u (NVC_CRASH_SEED=%u NVC_CRASH_THREADS=%d "
 			"NVC_CRASH_COPIES=%d NVC_CRASH_BLK=%d "
-			"NVC_CRASH_IDENT=%d NVC_CRASH_BEHIND=%d)\n",
-			s, s, nthreads, copies, blk, ident_mode, behind);
+			"NVC_CRASH_IDENT=%d NVC_CRASH_BEHIND=%d "
+			"NVC_CRASH_REPLACE=%d)\n",
+			s, s, nthreads, copies, blk, ident_mode, behind,
+			replace_mode);
 		run_seed(s);
 	}
 	free(rbuf);
