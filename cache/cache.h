@@ -11,8 +11,8 @@
 
 #include "../devices/dev.h"
 #include "stats.h"
+#include "version.h" /* NVC_VERSION: meson's project version */
 
-#define NVC_VERSION "0.1.0"
 #define NVC_MAX_DEVS 16
 #define NVC_PAGE 4096u
 /* in the backing directory: dirty data whose file could not be found */
