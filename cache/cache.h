@@ -11,8 +11,8 @@
 
 #include "../devices/dev.h"
 #include "stats.h"
+#include "version.h" /* NVC_VERSION: meson's project version */
 
-#define NVC_VERSION "0.1.0"
 #define NVC_MAX_DEVS 16
 #define NVC_PAGE 4096u
 /* in the backing directory: dirty data whose file could not be found */
@@ -87,6 +87,10 @@ int cfg_validate(struct cache_config *c, char *err, size_t errlen);
  * policies are taken from next (which keeps none). */
 int cfg_reload_into(struct cache_config *live, struct cache_config *next);
 void cfg_help(FILE *f);
+/* The keys as roff for nvcachefs.conf(5) (tools/man/mkconfman.c). */
+void cfg_man(FILE *f);
+/* s as roff text (no request, backslashes escaped). */
+void cfg_roff(FILE *f, const char *s);
 void cfg_print(const struct cache_config *c, FILE *f);
 void cfg_free(struct cache_config *c);
 

@@ -770,6 +770,98 @@ void cfg_help(FILE *f)
 	pol_help(f);
 }
 
+/* ------------------------------------------------------------ man page */
+
+/* s as roff text: a backslash printed as one, no line read as a request. */
+void cfg_roff(FILE *f, const char *s)
+{
+	if (*s == '.' || *s == '\'')
+		fputs("\\&", f);
+	for (; *s; s++)
+		if (*s == '\\')
+			fputs("\\e", f);
+		else
+			fputc(*s, f);
+}
+
+/* v in the largest unit of the key's type that shows it exactly. */
+static void fmt_value(const struct cfg_key *k, uint64_t v, char *out,
+		      size_t len)
+{
+	static const char units[] = "KMGT";
+	int u = -1;
+
+	if (k->type == T_TIME) {
+		if (!v)
+			snprintf(out, len, "0");
+		else if (v % 60000 == 0)
+			snprintf(out, len, "%llumin",
+				 (unsigned long long)v / 60000);
+		else if (v % 1000 == 0)
+			snprintf(out, len, "%llus",
+				 (unsigned long long)v / 1000);
+		else
+			snprintf(out, len, "%llums", (unsigned long long)v);
+		return;
+	}
+	if (k->type == T_SIZE || k->type == T_RATE)
+		while (v && v % 1024 == 0 && u < 3) {
+			v /= 1024;
+			u++;
+		}
+	snprintf(out, len, "%llu%.*s", (unsigned long long)v, u >= 0 ? 1 : 0,
+		 u >= 0 ? &units[u] : "");
+}
+
+/* The key's type, default, range and SIGHUP mark, for its man page tag. */
+static void man_tag(FILE *f, const struct cfg_key *k)
+{
+	char lo[32], hi[32];
+	size_t i;
+
+	fprintf(f, ".TP\n\\fB%s.%s\\fR (\\fI%s\\fR", k->section, k->key,
+		type_name(k->type));
+	if (!k->def)
+		fputs(", required", f);
+	else if (*k->def)
+		fprintf(f, ", default \\fB%s\\fR", k->def);
+	else
+		fputs(", default empty", f);
+	if (k->type == T_ENUM) {
+		fputs(": ", f);
+		for (i = 0; k->names[i]; i++)
+			fprintf(f, "%s\\fB%s\\fR", i ? ", " : "", k->names[i]);
+	} else if (k->type != T_STR) {
+		fmt_value(k, k->min, lo, sizeof(lo));
+		fmt_value(k, k->max, hi, sizeof(hi));
+		if (k->max == UINT64_MAX && k->min)
+			fprintf(f, ", at least %s", lo);
+		else if (k->max != UINT64_MAX)
+			fprintf(f, ", %s to %s", lo, hi);
+	}
+	fprintf(f, "%s)\n", k->reload ? "; re-read on SIGHUP" : "");
+}
+
+void cfg_man(FILE *f)
+{
+	const char *section = "";
+	size_t i;
+
+	for (i = 0; i < NKEYS; i++) {
+		const struct cfg_key *k = &keys[i];
+
+		if (strcmp(section, k->section)) {
+			section = k->section;
+			fprintf(f, ".SS \"[%s]\"\n", section);
+		}
+		man_tag(f, k);
+		cfg_roff(f, k->help);
+		fputs("\n", f);
+	}
+	fputs(".SS \"[policy NAME]\"\n", f);
+	pol_man(f);
+}
+
 void cfg_print(const struct cache_config *c, FILE *f)
 {
 	size_t i;

@@ -592,6 +592,19 @@ void pol_help(FILE *f)
 			pol_keys[i].type, pol_keys[i].help);
 }
 
+/* The policy keys for nvcachefs.conf(5), after cfg_man's own. */
+void pol_man(FILE *f)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(pol_keys) / sizeof(pol_keys[0]); i++) {
+		fprintf(f, ".TP\n\\fBpolicy.%s\\fR (\\fI%s\\fR)\n",
+			pol_keys[i].key, pol_keys[i].type);
+		cfg_roff(f, pol_keys[i].help);
+		fputs("\n", f);
+	}
+}
+
 /* ---------------------------------------------------------------- names */
 
 /*

@@ -55,6 +55,7 @@ int pol_set_equal(const struct pol_set *a, const struct pol_set *b);
 int pol_count(const struct pol_set *s);
 void pol_print(const struct pol_set *s, FILE *f);
 void pol_help(FILE *f);
+void pol_man(FILE *f);
 
 /* The first rule that path (relative to the mount) and size match: its
  * index, or -1 with *out the global defaults. */

@@ -10,7 +10,7 @@ PKGS="gcc meson ninja-build pkg-config libfuse3-dev fuse3 liburing-dev libpmem-d
 libinih-dev libblkid-dev libjson-c-dev libxxhash-dev python3-pytest fio strace
 util-linux e2fsprogs valgrind gdb prometheus rclone mergerfs bindfs bonnie++ python3-matplotlib
 clang libclang-rt-dev iproute2 glusterfs-server glusterfs-client moosefs-master moosefs-chunkserver
-moosefs-client mpich libmpich-dev"
+moosefs-client mpich libmpich-dev debhelper dpkg-dev lintian groff-base bash-completion libsystemd-dev"
 
 install() {
 	if [ "$(id -u)" != 0 ]; then
@@ -117,6 +117,8 @@ run_tests() {
 	NVC_BUILD="$here/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration || prc=$?
 	[ "$prc" = 5 ] && { echo "no integration test ran" >&2; exit 1; }
 	[ "$prc" = 0 ] || rc=$prc
+	echo "== Debian package: build, lintian, dpkg -i, --version and a mount from the installed files, dpkg --purge"
+	tools/package-test.sh || rc=$?
 	return "$rc"
 }
 
