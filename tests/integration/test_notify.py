@@ -132,3 +132,29 @@ def test_without_notify_socket_nothing_is_sent(make_cache, monkeypatch):
         f.write(b"x" * 4096)
     assert c.unmount() == 0
     assert "told systemd" not in c.log_text()
+
+
+def test_stop_keeping_dirty_data_says_so(make_cache, monkeypatch):
+    c = make_cache(extra={"destage.on_unmount": "keep"})
+    c.format()
+    ns = NotifySocket(os.path.join(c.tmp, "notify.sock"))
+    try:
+        monkeypatch.setenv("NOTIFY_SOCKET", ns.path)
+        c.mount()
+        ns.until(lambda m: m == "READY=1")
+        with open(c.path("f"), "wb") as f:
+            f.write(os.urandom(2 * MiB))
+        ns.until(lambda m: m.startswith("STATUS=dirty 2.0 MiB"), timeout=10)
+        assert c.unmount() == 0                                   # fusermount3 -u: the loop ends the same way
+        _, msg = ns.until(lambda m: "STOPPING=1" in m.split("\n"))
+        assert msg == "STOPPING=1\nSTATUS=stopping: unmounting, 2.0 MiB dirty kept in the cache (on_unmount keep)"
+        ns.sock.setblocking(False)
+        rest = []
+        while True:
+            try:
+                rest.append(ns.sock.recv(4096))
+            except BlockingIOError:
+                break
+        assert rest == []                                         # no flush, no progress
+    finally:
+        ns.close()
