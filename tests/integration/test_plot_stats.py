@@ -61,7 +61,8 @@ def test_plot_stats_draws_every_panel_from_real_output(make_cache, tmp_path):
     finally:
         stats.send_signal(signal.SIGINT)
         stats.wait(timeout=10)
-    r = subprocess.run([PLOT, str(out), "-o", png, "--summary"], capture_output=True, text=True)
+    with open(out) as f:                                      # from standard input, as in a pipe
+        r = subprocess.run([PLOT, "-o", png, "--summary"], stdin=f, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     with open(png, "rb") as f:
