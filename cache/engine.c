@@ -161,6 +161,8 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 	STAT_GAUGE(s, dirty_bytes) = c->dirty_pages * NVC_PAGE;
 	STAT_GAUGE(s, high_watermark_bytes) =
 		usable_slots(c) * c->bs / 100 * c->cfg->high_wm;
+	STAT_GAUGE(s, low_watermark_bytes) =
+		usable_slots(c) * c->bs / 100 * c->cfg->low_wm;
 	STAT_GAUGE(s, destaging) = c->active > 0;
 	STAT_GAUGE(s, detached) = c->detached;
 	for (d = 0; d < c->ndevs; d++) {

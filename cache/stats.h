@@ -61,6 +61,7 @@
 	X(used_slots, "", "cache blocks in use")                             \
 	X(dirty_slots, "", "cache blocks with dirty data")                   \
 	X(high_watermark_bytes, "bytes", "dirty level where destage starts") \
+	X(low_watermark_bytes, "bytes", "dirty level where destage stops")   \
 	X(destaging, "", "1 while the destager is writing back")             \
 	X(destage_rate, "bytes_per_second",                                  \
 	  "destage bandwidth over the last 10 seconds")                      \

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "fs.h"
 #include "loop.h"
+#include "notify.h"
 #include "proto.h"
 
 #include <errno.h>
@@ -254,7 +255,7 @@ int main(int argc, char **argv)
 	char err[CFG_ERRLEN], mnt[PATH_MAX], stats[1024];
 	const char *config = NULL, *mountpoint;
 	char **ov = calloc(argc, sizeof(char *));
-	int nov = 0, foreground = 0, debug = 0, opt, ret, flush;
+	int nov = 0, foreground = 0, debug = 0, opt, ret, close_ret, flush;
 	pthread_t reload_thread, ra_thread;
 	struct sigaction sa;
 	struct stat st;
@@ -401,23 +402,29 @@ int main(int argc, char **argv)
 	if (!pthread_create(&ra_thread, NULL, readahead_main, &fs))
 		pthread_detach(ra_thread);
 	fsloop_on_idle(fs_thread_idle);
+	notify_start(fs.cache, mnt);
 	ret = fsloop_run(se, cfg.fuse_workers, cfg.fuse_threads,
 			 cfg.io_poll_us * 1000ull);
 
+	flush = cfg.on_unmount == UNMOUNT_FLUSH;
+	notify_stopping(flush);
 	fuse_session_unmount(se);
 	proto_stats(stats, sizeof(stats));
 	log_msg(LOG_INFO, "%s", stats);
-	flush = cfg.on_unmount == UNMOUNT_FLUSH;
 	log_msg(LOG_NOTICE, "unmounted %s; %s", mnt,
 		flush ? "destaging all dirty data"
 		      : "keeping dirty data in the cache");
 	fs_ctl_stop();
-	ret = cache_close(fs.cache, flush);
+	/* cache_close(c, 1) flushes the same way, without the progress */
+	ret = flush ? cache_flush(fs.cache, notify_flush_progress, NULL) : 0;
+	close_ret = cache_close(fs.cache, 0);
+	ret = ret ? ret : close_ret;
 	if (ret)
 		log_msg(LOG_ERR,
 			"closing the cache: %s; dirty data stays in the cache "
 			"and is destaged after the next mount",
 			strerror(-ret));
+	notify_end();
 	(void)!write(hup_pipe[1], "q", 1);
 	pthread_join(reload_thread, NULL);
 	fuse_remove_signal_handlers(se);
