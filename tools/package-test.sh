@@ -55,7 +55,9 @@ installed=1
 dpkg -i "$deb" >/dev/null
 for f in /usr/bin/nvcachefs /usr/bin/nvcachectl /usr/share/man/man8/nvcachefs.8.gz \
 	/usr/share/man/man8/nvcachectl.8.gz /usr/share/man/man5/nvcachefs.conf.5.gz \
-	/usr/share/bash-completion/completions/nvcachectl /usr/share/doc/nvcachefs/examples/nvcachefs.conf; do
+	/usr/share/bash-completion/completions/nvcachectl /usr/share/doc/nvcachefs/examples/nvcachefs.conf \
+	/lib/systemd/system/nvcachefs@.service /usr/bin/nvcachefs-plot-stats \
+	/usr/share/nvcachefs/grafana/nvcachefs.json; do
 	[ -f "$f" ] || fail "$f not installed"
 done
 /usr/bin/nvcachefs --version

@@ -10,7 +10,7 @@ PKGS="gcc meson ninja-build pkg-config libfuse3-dev fuse3 liburing-dev libpmem-d
 libinih-dev libblkid-dev libjson-c-dev libxxhash-dev libsystemd-dev systemd python3-pytest fio strace
 util-linux e2fsprogs valgrind gdb prometheus rclone mergerfs bindfs bonnie++ python3-matplotlib
 clang libclang-rt-dev iproute2 glusterfs-server glusterfs-client moosefs-master moosefs-chunkserver
-moosefs-client mpich libmpich-dev debhelper dpkg-dev lintian groff-base bash-completion libsystemd-dev"
+moosefs-client mpich libmpich-dev debhelper dpkg-dev lintian groff-base bash-completion"
 
 install() {
 	if [ "$(id -u)" != 0 ]; then
