@@ -1,5 +1,5 @@
 #!/bin/bash
-# devlife_rates.sh BUILD -- how fast nvcachectl replace and remove empty a device, against the raw device's and the store's 1M writes
+# devlife_rates.sh BUILD -- how fast nvcachectl replace rebuilds a device (copies its blocks onto the new one) and remove empties one, against the raw device's and the store's 1M writes
 # (three 2 GiB cache devices over /dev/shm, 1.5 GiB dirty; the backing store on /var/tmp ext4)
 set -u
 B=$1; T=/var/tmp/rates; S=/dev/shm/rates
@@ -23,7 +23,9 @@ run() { # what, command...
   local t0=$(date +%s.%N); "$@" >/dev/null; local rc=$?; local t1=$(date +%s.%N)
   /usr/bin/python3 -c "
 dt=$t1-$t0; tot, dev = [int(x)/2**20 for x in '$dev_dirty'.split()]
-print(f'$what: rc $rc, {tot:.0f} MiB dirty in the cache ({dev:.0f} MiB on the device) destaged and the device emptied in {dt:.2f} s: {tot/dt:.0f} MiB/s; raw device 1M write {$raw/1024:.0f} MiB/s, store 1M write {$store/1024:.0f} MiB/s')"
+moved = dev if '$what' == 'replace' else tot
+how = 'copied onto the new device' if '$what' == 'replace' else 'destaged (all the dirty data) and the device emptied'
+print(f'$what: rc $rc, {tot:.0f} MiB dirty in the cache, {dev:.0f} MiB on the device; {moved:.0f} MiB {how} in {dt:.2f} s: {moved/dt:.0f} MiB/s; raw device 1M write {$raw/1024:.0f} MiB/s, store 1M write {$store/1024:.0f} MiB/s')"
 }
 IDX=1 run replace $B/tools/nvcachectl replace $T/mnt ${L[1]} ${L[3]}
 IDX=2 run remove $B/tools/nvcachectl remove $T/mnt ${L[2]}
