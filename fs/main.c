@@ -269,11 +269,13 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 'h':
 			usage(stdout);
-			return 0;
+			ret = 0;
+			goto out_args;
 		case 'V':
 			printf("nvcachefs %s (libfuse %s)\n", NVC_VERSION,
 			       fuse_pkgversion());
-			return 0;
+			ret = 0;
+			goto out_args;
 		case 'f':
 			foreground = 1;
 			break;
@@ -301,7 +303,8 @@ int main(int argc, char **argv)
 		}
 		default:
 			usage(stderr);
-			return 2;
+			ret = 2;
+			goto out_args;
 		}
 	}
 	if (optind == argc - 2 && !config)
@@ -309,7 +312,8 @@ int main(int argc, char **argv)
 	if (optind != argc - 1) {
 		fprintf(stderr,
 			"nvcachefs: expected one MOUNTPOINT (see --help)\n");
-		return 2;
+		ret = 2;
+		goto out_args;
 	}
 	if (!config)
 		config = DEFAULT_CONFIG;
@@ -429,9 +433,14 @@ int main(int argc, char **argv)
 	pthread_join(reload_thread, NULL);
 	fuse_remove_signal_handlers(se);
 	fuse_session_destroy(se);
-	fuse_opt_free_args(&args);
 	fs_free_table(&fs);
 	log_msg(LOG_NOTICE, "exit");
 	cfg_free(&cfg);
-	return 0;
+	ret = 0;
+out_args:
+	fuse_opt_free_args(&args);
+	while (nov)
+		free(ov[--nov]);
+	free(ov);
+	return ret;
 }
