@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include <string.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -27,6 +28,17 @@ enum conflict_policy { CONFLICT_OVERWRITE, CONFLICT_KEEP_BOTH };
 enum on_close_policy { ON_CLOSE_NONE, ON_CLOSE_FLUSH };
 
 struct pol_set;
+
+/*
+ * A cache.devices entry that names no device: a member place kept free at
+ * format, for nvcachectl add (replace.c).  Its slots are in the layout from
+ * the start, never used until a device is added there.
+ */
+#define CFG_SPARE "spare"
+static inline int cfg_is_spare(const char *path)
+{
+	return path && !strcmp(path, CFG_SPARE);
+}
 
 /* Every tunable is a row of the table in config.c; this struct holds values. */
 struct cache_config {
@@ -286,6 +298,9 @@ int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
  * the old device is closed and nd is member k, else nd is the caller's. */
 int cache_replace_dev_with(struct cache *c, const char *old, struct dev *nd,
 			   char *err, size_t errlen);
+/* The device at path takes a free member place (spare at format, or
+ * removed), used at once (replace.c).  0, or -errno with err set. */
+int cache_add_dev(struct cache *c, const char *path, char *err, size_t errlen);
 /* Cache device path is emptied as for a replace and then never used again,
  * so that it can be pulled (replace.c).  0, or -errno with err set. */
 int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,

@@ -44,7 +44,8 @@ static const char *const on_close_names[] = { "none", "flush", NULL };
 /* The one table: parsing, validation, --help and the stats output read it. */
 static const struct cfg_key keys[] = {
 	{ "cache", "devices", T_STR, OFF(devices), 0, 0, NULL, 0, NULL,
-	  "comma-separated cache data devices (block devices or files)" },
+	  "comma-separated cache data devices (block devices or files); an "
+	  "entry \"spare\" keeps a member place free for nvcachectl add" },
 	{ "cache", "metadata", T_STR, OFF(metadata), 0, 0, NULL, 0, NULL,
 	  "two locations for the metadata mirrors (files, pmem/DAX)" },
 	{ "cache", "block_size", T_SIZE, OFF(block_size), 4 * KIB, 1 * MIB,
@@ -619,9 +620,20 @@ int cfg_validate(struct cache_config *c, char *err, size_t errlen)
 		free(list);
 		return -EINVAL;
 	}
+	for (i = 0, j = 0; i < n; i++)
+		j += !cfg_is_spare(parts[i]);
+	if (!j) {
+		snprintf(err, errlen,
+			 "%scache.devices needs a device besides its spare "
+			 "places",
+			 w);
+		free(list);
+		return -EINVAL;
+	}
 	for (i = 0; i < n; i++)
 		for (j = 0; j < i; j++)
-			if (!strcmp(parts[i], parts[j])) {
+			if (!strcmp(parts[i], parts[j]) &&
+			    !cfg_is_spare(parts[i])) {
 				snprintf(err, errlen,
 					 "%scache.devices names %s twice", w,
 					 parts[i]);
@@ -634,10 +646,12 @@ int cfg_validate(struct cache_config *c, char *err, size_t errlen)
 	free(list);
 
 	where(c, "cache", "dirty_copies", w, sizeof(w));
-	if (c->dirty_copies == 2 && c->ndevs < 2) {
+	for (i = 0, j = 0; i < c->ndevs; i++)
+		j += !cfg_is_spare(c->dev_paths[i]);
+	if (c->dirty_copies == 2 && j < 2) {
 		snprintf(err, errlen,
 			 "%scache.dirty_copies = 2 needs at least two "
-			 "cache.devices",
+			 "cache.devices (not spare places)",
 			 w);
 		return -EINVAL;
 	}

@@ -21,7 +21,7 @@ static uint64_t slots_per_dev(const struct cache_config *cfg, struct dev **devs,
 	int i;
 
 	for (i = 0; i < ndev; i++) {
-		uint64_t sz = dev_size(devs[i]);
+		uint64_t sz = devs[i] ? dev_size(devs[i]) : UINT64_MAX;
 		uint64_t n = sz > SB_DATA_OFF
 				     ? (sz - SB_DATA_OFF) / cfg->block_size
 				     : 0;
@@ -54,7 +54,7 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 	uint32_t nfiles = nfiles_for(cfg, nslots);
 	uint8_t uuid[16], members[NVC_MAX_DEVS][16] = { { 0 } };
 	struct sb_disk sb;
-	int i, ret;
+	int i, k, ret;
 
 	if (per < 4) {
 		snprintf(
@@ -94,6 +94,8 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		meta_init_hdr(&h, uuid, i, cfg->block_size, nslots, nfiles,
 			      ndev);
 		memcpy(h.members, members, sizeof(h.members));
+		for (k = 0; k < ndev; k++)
+			h.removed[k] = !devs[k]; /* a spare place */
 		h.csum = meta_csum(&h, offsetof(struct meta_hdr, csum));
 		memcpy(mirrors[i].addr, &h, sizeof(h));
 		ret = pm_persist(&mirrors[i], mirrors[i].addr, len);
@@ -105,6 +107,8 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		}
 	}
 	for (i = 0; i < ndev; i++) {
+		if (!devs[i])
+			continue; /* a spare place: nvcachectl add fills it */
 		memset(&sb, 0, sizeof(sb));
 		sb.magic = SB_MAGIC;
 		sb.version = SB_VERSION;
@@ -222,6 +226,8 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 	for (i = 0; i < cfg->ndevs; i++) {
 		const char *p = cfg->dev_paths[i];
 
+		if (cfg_is_spare(p))
+			continue; /* devs[i] stays NULL */
 		if (stat(p, &st)) {
 			snprintf(o->err, sizeof(o->err), "%s: %s", p,
 				 strerror(errno));

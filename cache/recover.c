@@ -891,7 +891,16 @@ static int open_devs(struct cache_config *cfg, int detached, int removed,
 						 &devs[i]);
 			continue;
 		}
-		ret = dev_open(cfg->dev_paths[i], &devs[i]);
+		ret = cfg_is_spare(cfg->dev_paths[i]) && removed
+			      ? -ENOENT
+			      : dev_open(cfg->dev_paths[i], &devs[i]);
+		if (ret && ret != -EBUSY && removed &&
+		    cfg_is_spare(cfg->dev_paths[i])) {
+			removed--; /* a free place (replace.c, add) */
+			ret = dev_missing_create(cfg->dev_paths[i], UINT64_MAX,
+						 &devs[i]);
+			continue;
+		}
 		if (ret && ret != -EBUSY && removed) {
 			/* a removed member's name: its device may be gone
 			 * (check_superblocks says which member is removed) */

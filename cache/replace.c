@@ -219,11 +219,12 @@ static int new_member(struct cache *c, int k, struct dev *nd, char *err,
 {
 	uint8_t members[NVC_MAX_DEVS][16];
 	struct sb_disk sb;
-	int ret;
+	int ret, d;
 
 	ret = sb_read(c->devs[k], &sb);
-	if (ret) /* a failed device: the other members' say the same */
-		ret = sb_read(c->devs[(k + 1) % c->ndevs], &sb);
+	/* a failed device or a free place: the other members' say the same */
+	for (d = 0; ret && d < c->ndevs; d++)
+		ret = sb_read(c->devs[d], &sb);
 	if (ret) {
 		snprintf(err, errlen,
 			 "no superblock to copy the geometry from");
@@ -508,6 +509,77 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 	goto out_unlock;
 err_log:
 	log_msg(LOG_ERR, "remove of %s failed: %s", path, err);
+out_unlock:
+	pthread_mutex_unlock(&devlife_lock);
+	return ret;
+}
+
+/*
+ * Add: a device takes a free member place, one kept spare at format (a
+ * cache.devices entry "spare") or left by a remove.  The place's slots are
+ * in the layout already and free on the media, so nothing moves:
+ *   1. the new device (checked as for a replace) gets the place's
+ *      superblock with a new UUID, flushed, and both headers record the
+ *      UUID (new_member);
+ *   2. both headers clear the place's removed flag;
+ *   3. the device is swapped in for the place's stand-in: its slots are
+ *      taken from now on (free_take_locked no longer skips them), and the
+ *      capacity and the watermarks count them (usable_slots).
+ * A crash after 1 leaves the place free under the new UUID (a mount takes
+ * the device there as the free place it still is); add runs again.
+ */
+int cache_add_dev(struct cache *c, const char *path, char *err, size_t errlen)
+{
+	uint8_t removed[NVC_MAX_DEVS];
+	struct dev *nd;
+	int k, ret;
+
+	err[0] = 0;
+	pthread_mutex_lock(&devlife_lock);
+	meta_removed(&c->meta, removed);
+	for (k = 0; k < c->ndevs && !removed[k]; k++)
+		;
+	ret = -EINVAL;
+	if (c->detached) {
+		snprintf(err, errlen, "the cache is detached: attach first");
+		goto out_unlock;
+	}
+	if (k == c->ndevs) {
+		snprintf(err, errlen,
+			 "no free member place: all %d are in use (a "
+			 "cache.devices entry \"spare\" at format keeps one "
+			 "free; nvcachectl remove frees one)",
+			 c->ndevs);
+		goto out_unlock;
+	}
+	ret = new_dev_ok(c, path, 1, &nd, err, errlen);
+	if (ret)
+		goto out_unlock;
+	ret = new_member(c, k, nd, err, errlen);
+	if (!ret) {
+		removed[k] = 0;
+		ret = meta_set_removed(&c->meta, removed);
+		if (ret)
+			snprintf(err, errlen, "cannot record the device: %s",
+				 strerror(-ret));
+	}
+	if (ret) {
+		dev_close(nd);
+		log_msg(LOG_ERR, "add of %s failed: %s", path, err);
+		goto out_unlock;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->nremoved--;
+	pthread_mutex_unlock(&c->lock);
+	dev_close(cache_dev_swap(c, k, nd, STAT_DEV_OK));
+	stats_attach_devs(c);
+	pthread_mutex_lock(&c->lock);
+	space_freed_locked(c); /* writers waiting for room have it */
+	pthread_mutex_unlock(&c->lock);
+	log_msg(LOG_NOTICE,
+		"add: %s is member %d, in use now; name it in that place of "
+		"cache.devices (entry %d)",
+		path, k + 1, k + 1);
 out_unlock:
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;

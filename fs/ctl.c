@@ -245,6 +245,7 @@ static const struct {
 		    { "attach", 0 },
 		    { "replace", 2 },
 		    { "remove", 1 },
+		    { "add", 1 },
 		    { "replace-mirror", 2 } };
 
 static int device_command(const struct ctl_req *req)
@@ -279,6 +280,8 @@ static void device_run(struct client *cl, const struct ctl_req *req)
 	else if (!strcmp(cmd, "remove"))
 		ret = cache_remove_dev(c, a, flush_progress, &cl->fd, why,
 				       sizeof(why));
+	else if (!strcmp(cmd, "add"))
+		ret = cache_add_dev(c, a, why, sizeof(why));
 	else
 		ret = cache_replace_mirror(c, a, b, why, sizeof(why));
 	if (ret)

@@ -68,6 +68,10 @@ static void usage(FILE *f)
 		"        stop using it, so that it can be pulled; "
 		"cache.devices keeps an entry\n"
 		"        for it\n"
+		"  add MOUNTPOINT DEVICE\n"
+		"        DEVICE takes a free member place (a cache.devices "
+		"entry \"spare\" at\n"
+		"        format, or a removed device's) and is used at once\n"
 		"  replace-mirror MOUNTPOINT OLD NEW\n"
 		"        metadata mirror OLD (failed or not) becomes NEW (a "
 		"new file or an\n"
@@ -648,23 +652,29 @@ static int cmd_replace(const char *cmd, int argc, char **argv)
 }
 
 /* remove MNT DEV */
-static int cmd_remove(int argc, char **argv)
+/* remove and add: one device. */
+static int cmd_one_dev(const char *cmd, int argc, char **argv)
 {
 	char dev[PATH_MAX], req[2 * PATH_MAX];
-	int n, ret;
+	int n, ret, add = !strcmp(cmd, "add");
 	FILE *f;
 
 	if (argc != 3)
-		return fail("remove needs MOUNTPOINT DEVICE");
+		return fail("%s needs MOUNTPOINT DEVICE", cmd);
 	ret = abs_path(argv[2], dev, sizeof(dev));
 	if (ret)
-		return fail("remove: %s", strerror(-ret));
-	n = snprintf(req, sizeof(req), "remove %d 1 0\n%s", CTL_PROTO_VERSION,
-		     dev);
+		return fail("%s: %s", cmd, strerror(-ret));
+	n = snprintf(req, sizeof(req), "%s %d 1 0\n%s", cmd,
+		     CTL_PROTO_VERSION, dev);
 	if (ctl_connect_len(argv[1], req, n + 1, &f))
 		return 1;
-	ret = destage_answer(f, "remove");
-	if (!ret)
+	ret = add ? simple_answer(f, cmd) : destage_answer(f, cmd);
+	if (!ret && add)
+		printf("device %s added: new data goes to it from now on; "
+		       "name it in cache.devices in place of the entry it "
+		       "took (nvcachectl stats lists the places)\n",
+		       dev);
+	else if (!ret)
 		printf("device %s removed: it is not used any more and can be "
 		       "pulled (keep an entry for it in cache.devices)\n",
 		       dev);
@@ -709,8 +719,8 @@ int main(int argc, char **argv)
 		return cmd_destage(argv[1], argc - 1, argv + 1);
 	if (!strcmp(argv[1], "attach"))
 		return cmd_attach(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "remove"))
-		return cmd_remove(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "remove") || !strcmp(argv[1], "add"))
+		return cmd_one_dev(argv[1], argc - 1, argv + 1);
 	if (!strcmp(argv[1], "replace-mirror") || !strcmp(argv[1], "replace"))
 		return cmd_replace(argv[1], argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))

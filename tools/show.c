@@ -164,7 +164,8 @@ static const char *dev_state_text(uint64_t st)
 		       ? "MISSING: gone or not this cache's at mount; its "
 			 "dirty data is read from the second copies"
 	       : st == STAT_DEV_REMOVED
-		       ? "removed (nvcachectl remove): not used, can be pulled"
+		       ? "removed, or a spare place: not used (nvcachectl add "
+			 "puts a device there)"
 	       : st == STAT_DEV_DETACHED ? "detached: closed, not used"
 	       : st == STAT_DEV_DRAINING
 		       ? "DRAINING (nvcachectl replace): its data is being "

@@ -335,3 +335,80 @@ def test_remove_refusals(make_cache):
     assert r.returncode != 0 and "is not a device of this cache" in r.stderr, r.stderr
     assert [d["state"] for d in c.stats()["devices"]] == ["ok", "ok"]
     assert c.unmount() == 0
+
+
+def test_add_into_a_spare_place_under_load(make_cache):
+    """A cache formatted with a spare place (cache.devices entry "spare") grows: a device added while a workload
+    runs is used at once (new data lands on it, the capacity grows by a third); after a kill -9 the configuration
+    naming it in that place mounts with every byte; with no free place left, add is refused."""
+    c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
+    use_devices(c, c.loops[0], c.loops[1], "spare")
+    c.format()
+    r = sh(CTL, "check", "-c", c.conf, check=False)
+    assert r.returncode == 0 and "member 3: removed" in r.stdout, r.stdout + r.stderr
+    c.mount()
+    st = c.stats()
+    assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[1], "ok"),
+                                                                 ("spare", "removed")], st["devices"]
+    cap = st["capacity_bytes"]
+    blobs = {f"f{i}": os.urandom(3 * MiB + i * 4097) for i in range(4)}
+    write_all(c, blobs)
+    w = Workload(c)
+    w.start()
+    w.wait_ops(200)
+    r = c.ctl("add", c.mnt, c.loops[2])
+    assert f"device {c.loops[2]} added" in r.stdout, r.stdout
+    more = {f"g{i}": os.urandom(2 * MiB) for i in range(6)}
+    write_all(c, more)                               # new blocks go to all three devices
+    w.wait_ops(w.ops + 300)
+    w.finish()
+    st = c.stats()
+    assert [(d["path"], d["state"]) for d in st["devices"]][2] == (c.loops[2], "ok"), st["devices"]
+    assert st["devices"][2]["gauges"]["dirty_bytes"] >= 2 * MiB, st["devices"]
+    assert st["capacity_bytes"] == cap * 3 // 2, (st["capacity_bytes"], cap)
+    r = c.ctl("add", c.mnt, c.loops[3], check=False)
+    assert r.returncode != 0 and "no free member place" in r.stderr, r.stderr
+    blobs.update(more)
+    read_all(c, blobs)
+    c.kill9()
+    use_devices(c, c.loops[0], c.loops[1], c.loops[2])
+    c.mount()
+    assert [d["state"] for d in c.stats()["devices"]] == ["ok", "ok", "ok"]
+    read_all(c, blobs)
+    w.check(c.mnt)
+    c.flush()
+    w.check(c.backing)
+    read_all(c, blobs)
+    assert c.unmount() == 0
+    r = sh(CTL, "check", "-c", c.conf, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_add_into_a_removed_place(make_cache):
+    """A removed device's place takes a new device; the cache keeps serving every byte; a mount still naming the
+    removed device there refuses it as a former member."""
+    c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
+    use_devices(c, *c.loops[:3])
+    c.format()
+    c.mount()
+    blobs = {f"f{i}": os.urandom(2 * MiB + i * 4097) for i in range(4)}
+    write_all(c, blobs)
+    c.ctl("remove", c.mnt, c.loops[1])
+    r = c.ctl("add", c.mnt, c.loops[3])
+    assert f"device {c.loops[3]} added" in r.stdout, r.stdout
+    st = c.stats()
+    assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[3], "ok"),
+                                                                 (c.loops[2], "ok")], st["devices"]
+    more = {f"g{i}": os.urandom(2 * MiB) for i in range(3)}
+    write_all(c, more)
+    assert c.stats()["devices"][1]["gauges"]["dirty_bytes"] > 0
+    blobs.update(more)
+    read_all(c, blobs)
+    c.kill9()
+    p = c.mount(check=False)                         # still naming the removed device in its place
+    assert p.wait(timeout=30) != 0
+    assert f"{c.loops[1]} is a former member of this cache" in c.log_text()
+    use_devices(c, c.loops[0], c.loops[3], c.loops[2])
+    c.mount()
+    read_all(c, blobs)
+    assert c.unmount() == 0

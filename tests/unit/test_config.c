@@ -84,6 +84,10 @@ static void test_errors_name_file_and_line(void)
 		     "needs at least two cache.devices");
 	expect_error("[cache]\nmetadata = /m0\n", "exactly two locations");
 	expect_error("[cache]\ndevices = /a, /a\n", "names /a twice");
+	expect_error("[cache]\ndevices = spare, spare\n",
+		     "needs a device besides its spare places");
+	expect_error("[cache]\ndirty_copies = 2\ndevices = /a, spare\n",
+		     "needs at least two cache.devices (not spare places)");
 	expect_error("[cache]\nmetadata = /dev/a, /m1\n",
 		     "is both a metadata mirror and a cache device");
 }
