@@ -18,6 +18,9 @@
  * detached and opens no device until attach.
  *
  * A detach, in this order:
+ *   0. both headers say META_DETACHING: a kill -9 or an unmount before 3
+ *      leaves the cache attached, and the next mount resumes the detach
+ *      (replace.c, resume_main); a detach that fails otherwise clears it;
  *   1. c->detached = 1 (c->lock): a file object made from now on is bypass
  *      from birth (detach_file_born_locked), and an open's policy match no
  *      longer changes a file's mode (fpolicy.c);
@@ -264,6 +267,12 @@ int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
 	pthread_mutex_unlock(&c->lock);
 	log_msg(LOG_NOTICE, "detach: destaging everything, then closing the "
 			    "cache devices");
+	ret = meta_set_detached(&c->meta, META_DETACHING); /* step 0 */
+	if (ret) {
+		snprintf(err, errlen, "cannot write the metadata: %s",
+			 strerror(-ret));
+		goto err_undo;
+	}
 
 	ret = cache_flush(c, fn, arg);
 	if (ret) {
@@ -287,7 +296,6 @@ int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
 	if (ret) {
 		snprintf(err, errlen, "cannot write the metadata: %s",
 			 strerror(-ret));
-		meta_set_detached(&c->meta, 0);
 		goto err_undo;
 	}
 	ret = devices_release(c);
@@ -301,6 +309,9 @@ int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
 			"until nvcachectl attach");
 	goto out_unlock;
 err_undo:
+	/* stopped by an unmount: the next mount goes on; else it is over */
+	if (!__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
+		meta_set_detached(&c->meta, 0);
 	detach_undo(c);
 	log_msg(LOG_ERR, "detach failed: %s; still attached", err);
 out_unlock:

@@ -848,9 +848,10 @@ void file_relist_locked(struct cache *c, struct cfile *f);
 int file_to_bypass(struct cache *c, struct cfile *f);
 /* detach.c: a file object just hashed is bypass if the cache is detached. */
 void detach_file_born_locked(struct cache *c, struct cfile *f);
-/* replace.c: resume at mount a replace cut short; joined at close. */
-int replace_resume_start(struct cache *c);
-void replace_resume_join(struct cache *c);
+/* replace.c: resume at mount a replace, remove or detach cut short (on a
+ * thread of its own, joined at close). */
+int devlife_resume_start(struct cache *c);
+void devlife_resume_join(struct cache *c);
 /* detach.c: serialises detach, attach and replace-mirror (mirror.c). */
 extern pthread_mutex_t devlife_lock;
 /* detach.c: device d becomes dev, in state state (stats.h); the old one is

@@ -332,11 +332,11 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      "header total_len %llu exceeds the mirror's %zu "
 			      "bytes",
 			      (unsigned long long)h->total_len, maplen);
-	if (h->detached > 1 || h->reserved2)
+	if (h->detached > META_DETACHING || h->removing > h->ndevs)
 		return refuse(why, len, -EUCLEAN,
-			      "header detached %u, reserved2 %u: not 0 or 1, "
-			      "and 0",
-			      h->detached, h->reserved2);
+			      "header detached %u, removing %u: not 0, 1 or 2, "
+			      "and not a member (of %u)",
+			      h->detached, h->removing, h->ndevs);
 	for (k = 0, n = 0; k < NVC_MAX_DEVS; k++) {
 		if (h->removed[k] > 1 || (h->removed[k] && k >= h->ndevs))
 			return refuse(why, len, -EUCLEAN,
@@ -491,6 +491,28 @@ void meta_store_stamp(struct meta *m, uint8_t out[16])
 int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16])
 {
 	return hdr_put(m, offsetof(struct meta_hdr, store_stamp), stamp, 16);
+}
+
+uint32_t meta_detach_state(struct meta *m)
+{
+	uint32_t v;
+
+	hdr_get(m, offsetof(struct meta_hdr, detached), &v, sizeof(v));
+	return v;
+}
+
+uint32_t meta_removing(struct meta *m)
+{
+	uint32_t v;
+
+	hdr_get(m, offsetof(struct meta_hdr, removing), &v, sizeof(v));
+	return v;
+}
+
+int meta_set_removing(struct meta *m, uint32_t member1)
+{
+	return hdr_put(m, offsetof(struct meta_hdr, removing), &member1,
+		       sizeof(member1));
 }
 
 int meta_set_detached(struct meta *m, uint32_t detached)

@@ -89,9 +89,12 @@ struct meta_hdr {
 	 * ndevs, the rest zero; all zero: not recorded (members.c) */
 	uint8_t members[NVC_MAX_DEVS][16];
 	/* 1: detached by nvcachectl detach: the mount opens no cache device
-	 * and serves everything from the backing store (detach.c) */
+	 * and serves everything from the backing store (detach.c);
+	 * META_DETACHING: a detach under way, which the next mount resumes */
 	uint32_t detached;
-	uint32_t reserved2;
+	/* a remove under way (replace.c): member + 1 (0: none); the next mount
+	 * resumes it */
+	uint32_t removing;
 	/* removed[k]: 1 once member k was removed (nvcachectl remove): its
 	 * slots are never used again, its device never opened (replace.c) */
 	uint8_t removed[NVC_MAX_DEVS];
@@ -260,6 +263,12 @@ int meta_set_members(struct meta *m, uint8_t members[NVC_MAX_DEVS][16]);
  * path[256]), and its writing (path NULL with 0). */
 uint32_t meta_replacing(struct meta *m, char path[256]);
 int meta_set_replacing(struct meta *m, uint32_t member1, const char *path);
+/* The remove under way (member + 1, 0: none), and its writing. */
+uint32_t meta_removing(struct meta *m);
+int meta_set_removing(struct meta *m, uint32_t member1);
+/* The detached field (0, 1, META_DETACHING), and its writing. */
+#define META_DETACHING 2u
+uint32_t meta_detach_state(struct meta *m);
 /* The removed flags of the first usable header, and their writing. */
 void meta_removed(struct meta *m, uint8_t out[NVC_MAX_DEVS]);
 int meta_set_removed(struct meta *m, const uint8_t removed[NVC_MAX_DEVS]);

@@ -1010,8 +1010,8 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	/* detached (detach.c): either header is enough */
 	for (i = 0; i < 2; i++)
 		if (!mret[i] &&
-		    ((const struct meta_hdr *)mirrors[i].addr)->detached)
-			detached = 1;
+		    ((const struct meta_hdr *)mirrors[i].addr)->detached == 1)
+			detached = 1; /* META_DETACHING: resumed once mounted */
 	for (i = 0; i < 2; i++)
 		if (!mret[i]) {
 			const struct meta_hdr *h = mirrors[i].addr;
@@ -1040,9 +1040,10 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		goto err_close;
 	if (detached)
 		detach_at_mount(*out);
-	else if (replace_resume_start(*out))
-		log_msg(LOG_ERR, "replace: cannot resume the replace under way: "
-				 "run nvcachectl replace again");
+	else if (devlife_resume_start(*out))
+		log_msg(LOG_ERR,
+			"cannot resume the replace, remove or detach under "
+			"way: run it again");
 	(*out)->own_devs = 1;
 	return 0;
 err_close:
@@ -1062,7 +1063,7 @@ int cache_close(struct cache *c, int flush)
 	if (flush)
 		ret = cache_flush(c, NULL, NULL);
 	destage_stop(c);
-	replace_resume_join(c); /* it stops with the destagers */
+	devlife_resume_join(c); /* it stops with the destagers */
 	bks_stop(c);
 	/* remember how every backing file looked, for the check at the next
 	 * mount */
@@ -1083,7 +1084,7 @@ int cache_close(struct cache *c, int flush)
 void cache_abandon(struct cache *c)
 {
 	destage_stop(c);
-	replace_resume_join(c);
+	devlife_resume_join(c);
 	bks_stop(c);
 	cache_free(c);
 }

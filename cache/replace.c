@@ -18,7 +18,7 @@
  *
  *   0. both headers record the replace under way (member, new device's
  *      path); the next mount resumes it on a thread of its own
- *      (replace_resume_start), so a kill -9 or an unmount during the
+ *      (devlife_resume_start), so a kill -9 or an unmount during the
  *      rebuild does not leave it half done; a replace that fails
  *      otherwise clears it;
  *   1. k's blocks are copied onto the new device at their offsets, which
@@ -386,21 +386,19 @@ int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
 	return replace_dev(c, old, new_path, 0, fn, arg, err, errlen);
 }
 
-/* The replace the headers say was under way, run again on its thread. */
-static void *resume_main(void *arg)
+/* The replace the headers say was under way, run again. */
+static void resume_replace(struct cache *c, uint32_t m, const char *path)
 {
-	struct cache *c = arg;
-	char path[256], err[768], old[PATH_MAX];
-	uint32_t m = meta_replacing(&c->meta, path);
+	char err[768], old[PATH_MAX];
 	int ret;
 
-	if (!m || m > (uint32_t)c->ndevs)
-		return NULL;
+	if (m > (uint32_t)c->ndevs)
+		return;
 	if (!strcmp(dev_path(c->devs[m - 1]), path)) {
 		/* it was swapped in before the record was cleared */
 		meta_set_replacing(&c->meta, 0, NULL);
 		cache_flush(c, NULL, NULL);
-		return NULL;
+		return;
 	}
 	snprintf(old, sizeof(old), "%s", dev_path(c->devs[m - 1]));
 	log_msg(LOG_NOTICE,
@@ -413,14 +411,66 @@ static void *resume_main(void *arg)
 			"replace: the resumed replace failed (%s): run "
 			"nvcachectl replace again",
 			err);
+}
+
+/* The remove the headers say was under way, run again. */
+static void resume_remove(struct cache *c, uint32_t m)
+{
+	uint8_t removed[NVC_MAX_DEVS];
+	char err[768], name[PATH_MAX];
+
+	meta_removed(&c->meta, removed);
+	if (m > (uint32_t)c->ndevs || removed[m - 1]) {
+		/* it was marked removed before the record was cleared */
+		meta_set_removing(&c->meta, 0);
+		return;
+	}
+	snprintf(name, sizeof(name), "%s", dev_path(c->devs[m - 1]));
+	log_msg(LOG_NOTICE,
+		"remove: resuming the remove of member %u (%s), cut short by "
+		"the last stop",
+		m, name);
+	if (cache_remove_dev(c, name, NULL, NULL, err, sizeof(err)) &&
+	    !__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
+		log_msg(LOG_ERR,
+			"remove: the resumed remove failed (%s): run "
+			"nvcachectl remove again",
+			err);
+}
+
+/* A device-life operation cut short by the last stop, finished on its own
+ * thread: a replace, a remove or a detach (each records itself in both
+ * headers first; one runs at a time, under devlife_lock). */
+static void *resume_main(void *arg)
+{
+	struct cache *c = arg;
+	char path[256], err[768];
+	uint32_t m = meta_replacing(&c->meta, path);
+
+	if (m) {
+		resume_replace(c, m, path);
+	} else if ((m = meta_removing(&c->meta))) {
+		resume_remove(c, m);
+	} else if (meta_detach_state(&c->meta) == META_DETACHING) {
+		log_msg(LOG_NOTICE, "detach: resuming the detach cut short by "
+				    "the last stop");
+		if (cache_detach(c, NULL, NULL, err, sizeof(err)) &&
+		    !__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
+			log_msg(LOG_ERR,
+				"detach: the resumed detach failed (%s): run "
+				"nvcachectl detach again",
+				err);
+	}
 	return NULL;
 }
 
-int replace_resume_start(struct cache *c)
+int devlife_resume_start(struct cache *c)
 {
 	char path[256];
 
-	if (!meta_replacing(&c->meta, path) || c->detached)
+	if (c->detached || (!meta_replacing(&c->meta, path) &&
+			    !meta_removing(&c->meta) &&
+			    meta_detach_state(&c->meta) != META_DETACHING))
 		return 0;
 	if (pthread_create(&c->resume_thread, NULL, resume_main, c))
 		return -EAGAIN;
@@ -428,7 +478,7 @@ int replace_resume_start(struct cache *c)
 	return 0;
 }
 
-void replace_resume_join(struct cache *c)
+void devlife_resume_join(struct cache *c)
 {
 	if (c->resume_started)
 		pthread_join(c->resume_thread, NULL);
@@ -443,7 +493,9 @@ void replace_resume_join(struct cache *c)
  * the capacity and the watermarks).  cache.devices keeps an entry for it:
  * the mount takes any name it cannot open, or a device it identifies as the
  * removed member, for that place.  A crash before the headers say removed
- * leaves member k in use, emptier; after, it is removed.
+ * leaves member k in use, emptier, and both headers recording the remove
+ * under way (meta_hdr.removing, written before the drain): the next mount
+ * runs it again (resume_main); after, it is removed.
  */
 int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 		     void *arg, char *err, size_t errlen)
@@ -473,13 +525,19 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 		ret = -EINVAL;
 		goto out_unlock;
 	}
+	ret = meta_set_removing(&c->meta, k + 1); /* resumed if cut short */
+	if (ret) {
+		snprintf(err, errlen, "cannot record the remove: %s",
+			 strerror(-ret));
+		goto err_log;
+	}
 	log_msg(LOG_NOTICE,
 		"remove: emptying member %d (%s): its dirty data destaged, "
 		"its clean data dropped",
 		k + 1, path);
 	ret = drain(c, k, fn, arg, err, errlen);
 	if (ret)
-		goto err_log;
+		goto err_record;
 	ret = dev_missing_create(path, UINT64_MAX, &standin);
 	if (!ret) {
 		removed[k] = 1;
@@ -491,8 +549,9 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 		snprintf(err, errlen, "cannot record the removal: %s",
 			 strerror(-ret));
 		__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
-		goto err_log;
+		goto err_record;
 	}
+	meta_set_removing(&c->meta, 0);
 	pthread_mutex_lock(&c->lock);
 	c->nremoved++;
 	pthread_mutex_unlock(&c->lock);
@@ -507,6 +566,10 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 		"pulled; keep an entry for it in cache.devices",
 		k + 1, path);
 	goto out_unlock;
+err_record:
+	/* stopped by an unmount: the next mount goes on; else it is over */
+	if (!__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
+		meta_set_removing(&c->meta, 0);
 err_log:
 	log_msg(LOG_ERR, "remove of %s failed: %s", path, err);
 out_unlock:

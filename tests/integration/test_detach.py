@@ -92,3 +92,44 @@ def test_detached_survives_kill9_and_attach_checks_devices(make_cache):
     with open(c.path("x"), "rb") as f:
         assert f.read() == blob
     assert c.unmount() == 0
+
+
+def test_detach_killed_midway_resumes(make_cache):
+    """A kill -9 while a detach destages: the next mount has every byte, finishes the detach on its own (the
+    devices let go, the state detached), and attach takes them back."""
+    import subprocess
+    import time
+    from conftest import CTL
+    c = make_cache(extra={"destage.on_unmount": "keep", "destage.max_rate": "16M"})
+    c.format()
+    c.mount()
+    blobs = {f"f{i}": os.urandom(8 * MiB) for i in range(4)}   # 32 MiB dirty: 2 s of destage at 16M/s
+    for n, b in blobs.items():
+        with open(c.path(n), "wb") as f:
+            f.write(b)
+    p = subprocess.Popen([CTL, "detach", c.mnt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.7)
+    assert c.stats()["dirty_bytes"] > 0                # still destaging
+    c.kill9()
+    p.wait(timeout=30)
+    assert p.returncode != 0
+    c.mount()
+    deadline = time.time() + 60
+    while "detached: no cache" not in c.log_text() and time.time() < deadline:
+        time.sleep(0.05)
+    st = c.stats()
+    assert st["detached"] == 1 and st["used_slots"] == 0, st
+    assert "detach: resuming the detach cut short by the last stop" in c.log_text()
+    assert all(excl_free(lo) for lo in c.loops)
+    for n, b in blobs.items():
+        with open(os.path.join(c.backing, n), "rb") as f:
+            assert f.read() == b, n
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b, n
+    r = c.ctl("attach", c.mnt)
+    assert "attached" in r.stdout
+    assert c.unmount() == 0
+    c.mount()
+    assert c.stats()["detached"] == 0
+    assert "resuming" not in c.log_text().split("attached")[-1]
+    assert c.unmount() == 0

@@ -325,6 +325,39 @@ def test_remove_under_load_then_pull_it(make_cache):
     assert r.returncode == 0 and "member 3: removed" in r.stdout, r.stdout + r.stderr
 
 
+def test_remove_killed_midway_resumes(make_cache):
+    """A kill -9 while a remove destages: the next mount, its configuration unchanged, has every byte and finishes
+    the remove on its own."""
+    c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep", "destage.max_rate": "16M"})
+    c.format()
+    c.mount()
+    blobs = {f"f{i}": os.urandom(8 * MiB) for i in range(6)}
+    write_all(c, blobs)                              # 48 MiB dirty: three seconds of destage at 16M/s
+    p = subprocess.Popen([CTL, "remove", c.mnt, c.loops[2]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.time() + 10
+    while c.stats()["devices"][2]["state"] != "draining" and time.time() < deadline:
+        time.sleep(0.02)
+    assert c.stats()["devices"][2]["state"] == "draining"
+    time.sleep(0.5)
+    c.kill9()
+    p.wait(timeout=30)
+    assert p.returncode != 0
+    c.mount()
+    read_all(c, blobs)
+    wait_log(c, f"remove: resuming the remove of member 3 ({c.loops[2]})")
+    wait_log(c, f"remove: member 3 ({c.loops[2]}) is removed")
+    st = c.stats()
+    assert [d["state"] for d in st["devices"]] == ["ok", "ok", "removed"], st["devices"]
+    assert excl_free(c.loops[2])
+    read_all(c, blobs)
+    assert c.unmount() == 0
+    c.mount()
+    assert "resuming" not in c.log_text().split("is removed")[-1]
+    read_all(c, blobs)
+    assert c.unmount() == 0
+
+
 def test_remove_refusals(make_cache):
     c = make_cache(extra={"cache.dirty_copies": "2"})
     c.format()
