@@ -58,9 +58,11 @@ struct rb_slot {
 };
 
 /* Pin the slot that owns slots[s] and lock it (file rw for reading, slot rw
- * for writing).  0: locked; 1: nothing to copy (free, or nothing written
- * yet, or taken by another block since step 1: the shadow has it). */
-static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r)
+ * for writing), waiting for the locks only if wait (a batch's first slot:
+ * its thread holds no other).  0: locked; 1: nothing to copy (free, or
+ * nothing written yet, or taken by another block since step 1: the shadow
+ * has it); 2: busy (not waited for). */
+static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 {
 	struct cslot *v = &c->slots[s], *p;
 	uint32_t rec;
@@ -77,7 +79,10 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r)
 	r->f = c->recs[rec - 1];
 	r->f->refs++;
 	pthread_mutex_unlock(&c->lock);
-	pthread_rwlock_rdlock(&r->f->rw);
+	if (wait)
+		pthread_rwlock_rdlock(&r->f->rw);
+	else if (pthread_rwlock_tryrdlock(&r->f->rw))
+		goto err_put;
 	pthread_mutex_lock(&c->lock);
 	p = v->file == rec && v->blk == blk
 		    ? (v->is_twin ? slot_find(c, rec, blk) : v)
@@ -86,17 +91,33 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r)
 		p = NULL;
 	if (p)
 		p->pins++;
-	else
-		file_put_locked(c, r->f);
 	pthread_mutex_unlock(&c->lock);
 	if (!p) {
 		pthread_rwlock_unlock(&r->f->rw);
+		pthread_mutex_lock(&c->lock);
+		file_put_locked(c, r->f);
+		pthread_mutex_unlock(&c->lock);
 		return 1;
 	}
-	srw_wrlock(&p->rw);
+	if (wait)
+		srw_wrlock(&p->rw);
+	else if (!srw_trywrlock(&p->rw))
+		goto err_unpin;
 	r->p = p;
 	r->v = v;
 	return 0;
+err_unpin:
+	pthread_rwlock_unlock(&r->f->rw);
+	pthread_mutex_lock(&c->lock);
+	slot_unpin_locked(c, r->f, p);
+	file_put_locked(c, r->f);
+	pthread_mutex_unlock(&c->lock);
+	return 2;
+err_put:
+	pthread_mutex_lock(&c->lock);
+	file_put_locked(c, r->f);
+	pthread_mutex_unlock(&c->lock);
+	return 2;
 }
 
 static void rb_unlock(struct cache *c, struct rb_slot *r)
@@ -170,36 +191,105 @@ static int rb_from_other(struct cache *c, struct rb_slot *r, void *buf)
 	return ret ? ret : 1;
 }
 
-/* Copy slots[s] of member k to NEW.  0, or -errno with err set. */
-static int rb_copy(struct cache *c, int k, uint64_t s, struct dev *nd,
-		   void *buf, char *err, size_t errlen)
+/*
+ * A batch: slots of member k locked together, so that their reads and their
+ * writes each go as one request batch (dev_io_run) instead of one 64 KiB
+ * read and write at a time.  Only its first slot's locks are waited for; a
+ * later slot whose locks are busy ends the batch (it comes first in the
+ * next one): a thread that waits holds nothing, so no lock order is needed
+ * among slots of different files.
+ */
+#define RB_BATCH 32
+#define RB_BATCH_BYTES (2u << 20)
+
+struct rb_batch {
+	struct rb_slot r[RB_BATCH];
+	struct dev_io io[RB_BATCH];
+	int skip[RB_BATCH]; /* nothing to write for it */
+	int n;
+};
+
+/* Lock a batch from *s on (stride ndevs); *s moves past what it holds and
+ * what it skipped.  *seen counts the slots in use it passed. */
+static void rb_collect(struct cache *c, uint64_t *s, int max,
+		       struct rb_batch *b, uint64_t *seen)
 {
-	struct rb_slot r;
 	int ret;
 
-	if (rb_lock(c, s, &r))
-		return 0;
-	ret = -EIO;
-	if (!__atomic_load_n(&c->dev_failed[k], __ATOMIC_ACQUIRE))
-		ret = rb_read(c, r.v, buf);
-	if (ret)
-		ret = rb_from_other(c, &r, buf);
-	if (ret == -EIO)
-		snprintf(err, errlen,
-			 "block %llu of a file has dirty data with no copy "
-			 "left on a working device",
-			 (unsigned long long)r.p->blk);
-	else if (ret < 0)
-		snprintf(err, errlen, "cannot forget a block's clean pages: %s",
-			 strerror(-ret));
-	if (!ret) {
-		ret = dev_write(nd, buf, c->bs, slot_off(c, s));
+	for (b->n = 0; *s < c->nslots && b->n < max; *s += c->ndevs) {
+		if (!c->slots[*s].file)
+			continue;
+		ret = rb_lock(c, *s, &b->r[b->n], !b->n);
+		if (ret == 2)
+			break; /* busy: the next batch's first */
+		*seen += 1;
+		if (!ret)
+			b->io[b->n++].off = slot_off(c, *s);
+	}
+}
+
+/* Fill each slot's buffer: from the old device (one batch of reads), or for
+ * those it cannot give, from the other copy.  0, or -errno with err set. */
+static int rb_fill(struct cache *c, int k, struct rb_batch *b, char *bufs,
+		   char *err, size_t errlen)
+{
+	int i, ret, healthy = !__atomic_load_n(&c->dev_failed[k],
+					       __ATOMIC_ACQUIRE);
+
+	for (i = 0; i < b->n; i++) {
+		b->io[i] = (struct dev_io){ .dev = c->devs[k],
+					    .op = DEV_READ,
+					    .buf = bufs + (size_t)i * c->bs,
+					    .off = b->io[i].off,
+					    .len = c->bs,
+					    .res = -EIO };
+		b->skip[i] = 0;
+	}
+	if (healthy && dev_io_run(b->io, b->n))
+		note_dev_error(c, b->io, b->n);
+	for (i = 0; i < b->n; i++) {
+		if (healthy && !b->io[i].res)
+			continue;
+		ret = rb_from_other(c, &b->r[i], b->io[i].buf);
+		if (ret == -EIO) {
+			snprintf(err, errlen,
+				 "block %llu of a file has dirty data with no "
+				 "copy left on a working device",
+				 (unsigned long long)b->r[i].p->blk);
+			return ret;
+		}
+		if (ret < 0) {
+			snprintf(err, errlen,
+				 "cannot forget a block's clean pages: %s",
+				 strerror(-ret));
+			return ret;
+		}
+		b->skip[i] = ret;
+	}
+	return 0;
+}
+
+/* Copy a locked batch onto nd, then unlock it.  0, or -errno with err set. */
+static int rb_copy(struct cache *c, int k, struct dev *nd, struct rb_batch *b,
+		   char *bufs, char *err, size_t errlen)
+{
+	int i, n = 0, ret = rb_fill(c, k, b, bufs, err, errlen);
+
+	for (i = 0; i < b->n && !ret; i++)
+		if (!b->skip[i]) {
+			b->io[n] = b->io[i];
+			b->io[n].dev = nd;
+			b->io[n++].op = DEV_WRITE;
+		}
+	if (!ret && n) {
+		ret = dev_io_run(b->io, n);
 		if (ret)
 			snprintf(err, errlen, "%s: write error: %s",
 				 dev_path(nd), strerror(-ret));
 	}
-	rb_unlock(c, &r);
-	return ret < 0 ? ret : 0;
+	for (i = 0; i < b->n; i++)
+		rb_unlock(c, &b->r[i]);
+	return ret;
 }
 
 /* Keep to cache.rebuild_max_rate: done bytes since t0 (ns). */
@@ -236,30 +326,35 @@ int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
 		 void *arg, char *err, size_t errlen)
 {
 	struct dev *old = c->devs[k];
-	uint64_t s, total, done = 0, tick = 0, t0 = now_ns();
-	void *buf = dev_alloc_buf(c->bs);
-	int ret = 0;
+	uint64_t s = k, total, seen = 0, done, t0 = now_ns();
+	int max = RB_BATCH_BYTES / c->bs, ret = 0;
+	struct rb_batch *b = calloc(1, sizeof(*b));
+	char *bufs;
 
-	if (!buf)
+	max = max < 1 ? 1 : max > RB_BATCH ? RB_BATCH : max;
+	bufs = dev_alloc_buf((size_t)max * c->bs);
+	if (!b || !bufs) {
+		free(b);
+		free(bufs);
 		return -ENOMEM;
+	}
 	total = rb_used(c, k) * c->bs;
 	__atomic_store_n(&c->rebuild_total, total, __ATOMIC_RELEASE);
 	__atomic_store_n(&c->rebuild_done, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&c->rebuild_member, k + 1, __ATOMIC_RELEASE);
 	dev_set_shadow(old, nd); /* step 1 */
-	for (s = k; s < c->nslots && !ret; s += c->ndevs) {
+	while (s < c->nslots && !ret) {
 		if (__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE)) {
 			snprintf(err, errlen, "the cache is stopping");
 			ret = -ESHUTDOWN;
 			break;
 		}
-		if (!c->slots[s].file)
-			continue;
-		ret = rb_copy(c, k, s, nd, buf, err, errlen);
-		done += c->bs;
+		rb_collect(c, &s, max, b, &seen);
+		ret = rb_copy(c, k, nd, b, bufs, err, errlen);
+		done = seen * c->bs;
 		__atomic_store_n(&c->rebuild_done, done < total ? done : total,
 				 __ATOMIC_RELEASE);
-		if (fn && ++tick % 256 == 0)
+		if (fn)
 			fn(arg, total > done ? total - done : 0, done);
 		rb_pace(c, done, t0);
 	}
@@ -278,7 +373,8 @@ int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
 		rebuild_end(c, old);
 	else if (fn)
 		fn(arg, 0, total);
-	free(buf);
+	free(bufs);
+	free(b);
 	return ret;
 }
 
@@ -308,7 +404,7 @@ static int rb_twin(struct cache *c, uint64_t s)
 	struct cslot *t = NULL;
 	int ret = 0;
 
-	if (rb_lock(c, s, &r))
+	if (rb_lock(c, s, &r, 1))
 		return 0;
 	pthread_mutex_lock(&c->lock);
 	if (r.v == r.p && r.p->state == SLOT_DIRTY && !r.p->twin &&

@@ -11,6 +11,8 @@ for i in 0 1 2 3; do truncate -s 2G $S-d$i; fallocate -l 2G $S-d$i; L+=($(losetu
 fio --name=r --filename=${L[3]} --rw=write --bs=1M --direct=1 --size=1G >/dev/null 2>&1   # warm-up
 raw=$(fio --name=r --filename=${L[3]} --rw=write --bs=1M --direct=1 --size=1G --output-format=terse 2>/dev/null | cut -d';' -f48)
 store=$(fio --name=s --filename=$T/back/probe --rw=write --bs=1M --direct=1 --size=1G --output-format=terse 2>/dev/null | cut -d';' -f48); rm -f $T/back/probe
+# a device-to-device copy of 512 MiB (dd, 2 MiB direct reads and writes): what a copy can do at best here
+copy=$(dd if=${L[0]} of=${L[3]} bs=2M count=256 iflag=direct oflag=direct 2>&1 | awk '/copied/ {print $(NF-1), $NF}')
 wipefs -q -a ${L[3]}
 printf "[cache]\ndevices = ${L[0]}, ${L[1]}, ${L[2]}\nmetadata = $S-m0, $S-m1\n[backing]\npath = $T/back\n[destage]\nidle_after = 0\nmax_dirty_age = 0\n" > $T/c.conf
 $B/tools/nvcachectl format -c $T/c.conf --force >/dev/null
@@ -25,7 +27,7 @@ run() { # what, command...
 dt=$t1-$t0; tot, dev = [int(x)/2**20 for x in '$dev_dirty'.split()]
 moved = dev if '$what' == 'replace' else tot
 how = 'copied onto the new device' if '$what' == 'replace' else 'destaged (all the dirty data) and the device emptied'
-print(f'$what: rc $rc, {tot:.0f} MiB dirty in the cache, {dev:.0f} MiB on the device; {moved:.0f} MiB {how} in {dt:.2f} s: {moved/dt:.0f} MiB/s; raw device 1M write {$raw/1024:.0f} MiB/s, store 1M write {$store/1024:.0f} MiB/s')"
+print(f'$what: rc $rc, {tot:.0f} MiB dirty in the cache, {dev:.0f} MiB on the device; {moved:.0f} MiB {how} in {dt:.2f} s: {moved/dt:.0f} MiB/s; raw device 1M write {$raw/1024:.0f} MiB/s, store 1M write {$store/1024:.0f} MiB/s, dd device-to-device copy $copy')"
 }
 IDX=1 run replace $B/tools/nvcachectl replace $T/mnt ${L[1]} ${L[3]}
 IDX=2 run remove $B/tools/nvcachectl remove $T/mnt ${L[2]}
