@@ -848,9 +848,13 @@ void file_relist_locked(struct cache *c, struct cfile *f);
 int file_to_bypass(struct cache *c, struct cfile *f);
 /* detach.c: a file object just hashed is bypass if the cache is detached. */
 void detach_file_born_locked(struct cache *c, struct cfile *f);
-/* replace.c: resume at mount a replace, remove or detach cut short (on a
- * thread of its own, joined at close). */
+/* replace.c: resume at mount a replace, remove, detach or mirror replace
+ * cut short (on a thread of its own, joined at close). */
 int devlife_resume_start(struct cache *c);
+/* mirror.c: cache_replace_mirror; resumed: new_path was recorded by a
+ * replace cut short, which may have left a file there. */
+int mirror_replace(struct cache *c, const char *old, const char *new_path,
+		   int resumed, char *err, size_t errlen);
 void devlife_resume_join(struct cache *c);
 /* detach.c: serialises detach, attach and replace-mirror (mirror.c). */
 extern pthread_mutex_t devlife_lock;

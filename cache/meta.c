@@ -357,6 +357,14 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      "%u, or its path: not a member with a path, or "
 			      "none without one",
 			      h->replacing, h->ndevs, h->reserved3);
+	if (h->mirror_replacing > 2 || h->reserved4 ||
+	    !memchr(h->mirror_path, 0, sizeof(h->mirror_path)) ||
+	    !h->mirror_replacing != !h->mirror_path[0])
+		return refuse(why, len, -EUCLEAN,
+			      "header mirror_replacing %u, reserved4 %u, or its "
+			      "path: not a mirror with a path, or none without "
+			      "one",
+			      h->mirror_replacing, h->reserved4);
 	return members_ok(h, why, len);
 }
 
@@ -530,13 +538,25 @@ static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 	struct meta_hdr *h = m->r[bad].addr;
 	int ret;
 
-	memcpy(m->r[bad].addr, m->r[good].addr, total);
+	/* the records first, the header last: a copy cut short by a crash
+	 * has no valid header, so it never passes for a mirror */
+	memset(h, 0, META_HDR_SIZE);
+	ret = pm_persist(&m->r[bad], h, META_HDR_SIZE);
+	memcpy((char *)m->r[bad].addr + META_HDR_SIZE,
+	       (const char *)m->r[good].addr + META_HDR_SIZE,
+	       total - META_HDR_SIZE);
+	if (!ret)
+		ret = pm_persist(&m->r[bad],
+				 (char *)m->r[bad].addr + META_HDR_SIZE,
+				 total - META_HDR_SIZE);
+	memcpy(h, m->r[good].addr, META_HDR_SIZE);
 	h->mirror = bad;
 	h->failed = 0;
 	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 	m->have[bad] = 1;
 	m->rebuilt[bad] = 1;
-	ret = pm_persist(&m->r[bad], m->r[bad].addr, total);
+	if (!ret)
+		ret = pm_persist(&m->r[bad], h, META_HDR_SIZE);
 	/* a stand-in for a missing device is no copy: the mark stays */
 	if (!ret && !m->r[bad].missing &&
 	    ((const struct meta_hdr *)m->r[good].addr)->failed)
@@ -564,6 +584,33 @@ struct hdr_replacing {
 _Static_assert(offsetof(struct meta_hdr, replace_path) ==
 		       offsetof(struct meta_hdr, replacing) + 8,
 	       "replacing, reserved3 and replace_path are one run");
+
+_Static_assert(offsetof(struct meta_hdr, mirror_path) ==
+		       offsetof(struct meta_hdr, mirror_replacing) + 8,
+	       "mirror_replacing, reserved4 and mirror_path are one run");
+
+uint32_t meta_mirror_replacing(struct meta *m, char path[256])
+{
+	struct hdr_replacing r;
+
+	hdr_get(m, offsetof(struct meta_hdr, mirror_replacing), &r,
+		sizeof(r));
+	memcpy(path, r.path, sizeof(r.path));
+	return r.replacing;
+}
+
+int meta_set_mirror_replacing(struct meta *m, uint32_t mirror1,
+			      const char *path)
+{
+	struct hdr_replacing r = { .replacing = mirror1 };
+
+	if (path && strlen(path) >= sizeof(r.path))
+		return -ENAMETOOLONG;
+	if (path)
+		strcpy(r.path, path);
+	return hdr_put(m, offsetof(struct meta_hdr, mirror_replacing), &r,
+		       sizeof(r));
+}
 
 uint32_t meta_replacing(struct meta *m, char path[256])
 {

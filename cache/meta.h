@@ -103,7 +103,12 @@ struct meta_hdr {
 	uint32_t replacing;
 	uint32_t reserved3;
 	char replace_path[256];
-	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 17 - 264];
+	/* a mirror replace under way (mirror.c): mirror + 1 (0: none) and the
+	 * new place's path, NUL-terminated; the next mount resumes it */
+	uint32_t mirror_replacing;
+	uint32_t reserved4;
+	char mirror_path[256];
+	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 17 - 2 * 264];
 	uint64_t csum;
 };
 
@@ -263,6 +268,11 @@ int meta_set_members(struct meta *m, uint8_t members[NVC_MAX_DEVS][16]);
  * path[256]), and its writing (path NULL with 0). */
 uint32_t meta_replacing(struct meta *m, char path[256]);
 int meta_set_replacing(struct meta *m, uint32_t member1, const char *path);
+/* The mirror replace under way (mirror + 1, 0: none; the new place in
+ * path[256]), and its writing (path NULL with 0). */
+uint32_t meta_mirror_replacing(struct meta *m, char path[256]);
+int meta_set_mirror_replacing(struct meta *m, uint32_t mirror1,
+			      const char *path);
 /* The remove under way (member + 1, 0: none), and its writing. */
 uint32_t meta_removing(struct meta *m);
 int meta_set_removing(struct meta *m, uint32_t member1);

@@ -19,15 +19,20 @@
  * one's place; the old one (failed, missing or healthy) is let go.
  *
  * Order, and what a crash leaves:
+ *   0. the headers record the replace under way (mirror, new place): a
+ *      crash before 4 leaves the configuration naming the old place, as
+ *      before: the next mount uses it (or rebuilds it, if it was lost or
+ *      damaged), then resumes the replace on its thread (replace.c,
+ *      resume_main), onto the recorded place;
  *   1. the new region is mapped (a new file is created at the mirror's
- *      size): a crash leaves a stray file, nothing else;
- *   2. meta_replace: the copy, persisted, its header last; the other
- *      mirror's header then no longer calls mirror k stale.  A crash here
- *      leaves the configuration naming the old place, as before: the next
- *      mount uses it (or rebuilds it, if it was lost or damaged);
+ *      size; a resumed replace takes the file it left);
+ *   2. meta_replace: the copy, persisted, its header last (meta_rebuild:
+ *      a copy cut short never passes for a mirror); the other mirror's
+ *      header then no longer calls mirror k stale;
  *   3. the old place's header is wiped (magic zeroed, if it can still be
  *      written), so that a configuration still naming it can never take
- *      its stale records for current ones: the mount rebuilds it instead.
+ *      its stale records for current ones: the mount rebuilds it instead;
+ *   4. the record is cleared.
  * cache.metadata is the administrator's: the daemon says to change it, and
  * until it is changed every mount rebuilds the old place from the good one.
  */
@@ -53,9 +58,10 @@ static int mirror_index(struct cache *c, const char *old)
 }
 
 /* The new place may be used: not a mirror or device of this cache, not an
- * existing file, not a block device holding anything. */
-static int new_place_ok(struct cache *c, const char *path, char *err,
-			size_t errlen)
+ * existing file, not a block device holding anything; resumed: the place
+ * the replace cut short recorded (a file it made is made again). */
+static int new_place_ok(struct cache *c, const char *path, int resumed,
+			char *err, size_t errlen)
 {
 	struct stat st;
 	int d;
@@ -79,6 +85,10 @@ static int new_place_ok(struct cache *c, const char *path, char *err,
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -errno;
 	}
+	if (resumed && S_ISREG(st.st_mode) && !unlink(path))
+		return 0;
+	if (resumed && S_ISBLK(st.st_mode))
+		return 0;
 	if (S_ISBLK(st.st_mode))
 		return fmt_probe_in_use(path,
 					"refusing to use it (wipefs -a it "
@@ -104,13 +114,57 @@ static void old_place_wipe(struct pm_region *old)
 				     "could not be wiped");
 }
 
-int cache_replace_mirror(struct cache *c, const char *old, const char *new_path,
-			 char *err, size_t errlen)
+/* Steps 1 to 3 onto new_path, mirror k being old. */
+static int mirror_onto(struct cache *c, int k, const char *old,
+		       const char *new_path, char *err, size_t errlen)
 {
 	struct pm_region nr, oldr;
-	uint64_t total;
+	uint64_t total = meta_total_len(c->meta.nslots, c->meta.nfiles,
+					c->meta.block_size);
+	int created = access(new_path, F_OK) != 0, ret;
 	char *keep;
-	int k, ret, created;
+
+	ret = pm_map(new_path, total, 1, &nr);
+	if (ret && created)
+		unlink(new_path);
+	if (ret) {
+		snprintf(err, errlen, "%s: cannot map it: %s", new_path,
+			 ret == -EBUSY	  ? "in use"
+			 : ret == -ENOSPC ? "smaller than the mirror"
+					  : strerror(-ret));
+		return ret;
+	}
+	log_msg(LOG_NOTICE,
+		"replace-mirror: rebuilding mirror %d (%s) on %s from %s", k,
+		c->cfg->meta_paths[k], new_path, c->cfg->meta_paths[!k]);
+	ret = meta_replace(&c->meta, k, &nr, &oldr);
+	if (ret) {
+		snprintf(err, errlen, "%s: cannot rebuild the mirror there: %s",
+			 new_path, strerror(-ret));
+		pm_unmap(&nr);
+		if (created)
+			unlink(new_path);
+		return ret;
+	}
+	old_place_wipe(&oldr);
+	pm_unmap(&oldr);
+	/* the old name stays allocated: the statistics may be reading it */
+	keep = strdup(new_path);
+	if (keep)
+		__atomic_store_n(&c->cfg->meta_paths[k], keep,
+				 __ATOMIC_RELEASE);
+	log_msg(LOG_NOTICE,
+		"replace-mirror: mirror %d is now %s (a copy of %s); change "
+		"cache.metadata in the configuration from %s to %s before the "
+		"next mount",
+		k, new_path, c->cfg->meta_paths[!k], old, new_path);
+	return 0;
+}
+
+int mirror_replace(struct cache *c, const char *old, const char *new_path,
+		   int resumed, char *err, size_t errlen)
+{
+	int k, ret;
 
 	err[0] = 0;
 	pthread_mutex_lock(&devlife_lock);
@@ -130,47 +184,24 @@ int cache_replace_mirror(struct cache *c, const char *old, const char *new_path,
 		ret = -ENODATA;
 		goto out_unlock;
 	}
-	ret = new_place_ok(c, new_path, err, errlen);
+	ret = new_place_ok(c, new_path, resumed, err, errlen);
 	if (ret)
 		goto out_unlock;
-	total = meta_total_len(c->meta.nslots, c->meta.nfiles,
-			       c->meta.block_size);
-	created = access(new_path, F_OK) != 0;
-	ret = pm_map(new_path, total, 1, &nr);
-	if (ret && created)
-		unlink(new_path);
+	ret = meta_set_mirror_replacing(&c->meta, k + 1, new_path); /* 0 */
 	if (ret) {
-		snprintf(err, errlen, "%s: cannot map it: %s", new_path,
-			 ret == -EBUSY	  ? "in use"
-			 : ret == -ENOSPC ? "smaller than the mirror"
-					  : strerror(-ret));
+		snprintf(err, errlen, "cannot record the replace: %s",
+			 strerror(-ret));
 		goto out_unlock;
 	}
-	log_msg(LOG_NOTICE,
-		"replace-mirror: rebuilding mirror %d (%s) on %s from %s", k,
-		c->cfg->meta_paths[k], new_path, c->cfg->meta_paths[!k]);
-	ret = meta_replace(&c->meta, k, &nr, &oldr);
-	if (ret) {
-		snprintf(err, errlen, "%s: cannot rebuild the mirror there: %s",
-			 new_path, strerror(-ret));
-		pm_unmap(&nr);
-		if (created)
-			unlink(new_path);
-		goto out_unlock;
-	}
-	old_place_wipe(&oldr);
-	pm_unmap(&oldr);
-	/* the old name stays allocated: the statistics may be reading it */
-	keep = strdup(new_path);
-	if (keep)
-		__atomic_store_n(&c->cfg->meta_paths[k], keep,
-				 __ATOMIC_RELEASE);
-	log_msg(LOG_NOTICE,
-		"replace-mirror: mirror %d is now %s (a copy of %s); change "
-		"cache.metadata in the configuration from %s to %s before the "
-		"next mount",
-		k, new_path, c->cfg->meta_paths[!k], old, new_path);
+	ret = mirror_onto(c, k, old, new_path, err, errlen);
+	meta_set_mirror_replacing(&c->meta, 0, NULL); /* 4, or failed */
 out_unlock:
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;
+}
+
+int cache_replace_mirror(struct cache *c, const char *old, const char *new_path,
+			 char *err, size_t errlen)
+{
+	return mirror_replace(c, old, new_path, 0, err, errlen);
 }

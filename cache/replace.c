@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
@@ -438,15 +439,45 @@ static void resume_remove(struct cache *c, uint32_t m)
 			err);
 }
 
+/* The mirror replace the headers say was under way, run again. */
+static void resume_mirror(struct cache *c, uint32_t m, const char *path)
+{
+	char err[768], old[PATH_MAX];
+	struct stat a, b;
+
+	if (m > 2)
+		return;
+	snprintf(old, sizeof(old), "%s", c->cfg->meta_paths[m - 1]);
+	if (!strcmp(old, path) ||
+	    (!stat(old, &a) && !stat(path, &b) && a.st_ino == b.st_ino &&
+	     a.st_dev == b.st_dev && a.st_rdev == b.st_rdev)) {
+		/* the configuration names the new place already */
+		meta_set_mirror_replacing(&c->meta, 0, NULL);
+		return;
+	}
+	log_msg(LOG_NOTICE,
+		"replace-mirror: resuming the replace of mirror %u (%s) by %s, "
+		"cut short by the last stop",
+		m - 1, old, path);
+	if (mirror_replace(c, old, path, 1, err, sizeof(err)))
+		log_msg(LOG_ERR,
+			"replace-mirror: the resumed replace failed (%s): run "
+			"nvcachectl replace-mirror again",
+			err);
+}
+
 /* A device-life operation cut short by the last stop, finished on its own
- * thread: a replace, a remove or a detach (each records itself in both
- * headers first; one runs at a time, under devlife_lock). */
+ * thread: a replace, a remove, a detach or a mirror replace (each records
+ * itself in both headers first; one runs at a time, under devlife_lock). */
 static void *resume_main(void *arg)
 {
 	struct cache *c = arg;
 	char path[256], err[768];
-	uint32_t m = meta_replacing(&c->meta, path);
+	uint32_t m = meta_mirror_replacing(&c->meta, path);
 
+	if (m)
+		resume_mirror(c, m, path);
+	m = meta_replacing(&c->meta, path);
 	if (m) {
 		resume_replace(c, m, path);
 	} else if ((m = meta_removing(&c->meta))) {
@@ -468,9 +499,10 @@ int devlife_resume_start(struct cache *c)
 {
 	char path[256];
 
-	if (c->detached || (!meta_replacing(&c->meta, path) &&
-			    !meta_removing(&c->meta) &&
-			    meta_detach_state(&c->meta) != META_DETACHING))
+	if (!meta_mirror_replacing(&c->meta, path) &&
+	    (c->detached || (!meta_replacing(&c->meta, path) &&
+			     !meta_removing(&c->meta) &&
+			     meta_detach_state(&c->meta) != META_DETACHING)))
 		return 0;
 	if (pthread_create(&c->resume_thread, NULL, resume_main, c))
 		return -EAGAIN;

@@ -113,3 +113,47 @@ def test_bad_new_places_are_refused(make_cache, tmp_path):
     assert r.returncode != 0 and "smaller than the mirror" in r.stderr, r.stderr
     assert [m["state"] for m in c.stats()["mirrors"]] == ["ok", "ok"]
     assert c.unmount() == 0
+
+
+def test_replace_mirror_killed_midway_resumes(make_cache):
+    """A kill -9 while a large mirror is copied: the next mount, its configuration unchanged, has every byte and
+    finishes the replace on its own (onto the recorded place); the old place can no longer pass for a mirror."""
+    import time
+    c = make_cache(dev_size=1024 * MiB, extra={"destage.on_unmount": "keep", "cache.block_size": "4K",
+                                                "cache.max_files": "524288"})
+    c.format()
+    assert os.path.getsize(c.meta[0]) > 400 * MiB       # a copy that takes a while
+    c.mount()
+    blobs = {f"f{i}": os.urandom(2 * MiB + i * 4097) for i in range(4)}
+    for n, b in blobs.items():
+        with open(c.path(n), "wb") as f:
+            f.write(b)
+    new = f"/dev/shm/{c.tag}-meta1new"
+    c.images.append(new)                                  # cleaned up with the test
+    log0 = len(c.log_text())
+    p = subprocess.Popen([CTL, "replace-mirror", c.mnt, c.meta[1], new], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    while "replace-mirror: rebuilding mirror 1" not in c.log_text()[log0:] and time.time() < deadline:
+        time.sleep(0.001)
+    c.kill9()                                             # in the copy
+    p.wait(timeout=30)
+    assert p.returncode != 0, p.stdout
+    c.mount()                                             # the configuration as it was
+    for n, b in blobs.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b, n
+    deadline = time.time() + 60
+    while f"mirror 1 is now {new}" not in c.log_text() and time.time() < deadline:
+        time.sleep(0.05)
+    log = c.log_text()
+    assert f"replace-mirror: resuming the replace of mirror 1 ({c.meta[1]}) by {new}" in log, log[-3000:]
+    assert f"mirror 1 is now {new}" in log, log[-3000:]
+    assert magic(c.meta[1]) != magic(c.meta[0])           # the old place is wiped
+    c.kill9()
+    remount_with_mirrors(c, [c.meta[0], new])
+    for n, b in blobs.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b, n
+    assert "resuming" not in c.log_text().split(f"mirror 1 is now {new}")[-1]
+    assert c.unmount() == 0
