@@ -57,13 +57,15 @@ for f in /usr/bin/nvcachefs /usr/bin/nvcachectl /usr/share/man/man8/nvcachefs.8.
 	/usr/share/man/man8/nvcachectl.8.gz /usr/share/man/man5/nvcachefs.conf.5.gz \
 	/usr/share/bash-completion/completions/nvcachectl /usr/share/doc/nvcachefs/examples/nvcachefs.conf \
 	/lib/systemd/system/nvcachefs@.service /usr/bin/nvcachefs-plot-stats \
+	/usr/share/man/man1/nvcachefs-plot-stats.1.gz \
 	/usr/share/nvcachefs/grafana/nvcachefs.json; do
 	[ -f "$f" ] || fail "$f not installed"
 done
 /usr/bin/nvcachefs --version
 /usr/bin/nvcachefs --version | grep -q "^nvcachefs $ver " || fail "nvcachefs --version does not say $ver"
 [ "$(/usr/bin/nvcachectl --version)" = "nvcachectl $ver" ] || fail "nvcachectl --version does not say $ver"
-for p in /usr/share/man/man8/nvcachefs.8.gz /usr/share/man/man8/nvcachectl.8.gz /usr/share/man/man5/nvcachefs.conf.5.gz; do
+for p in /usr/share/man/man8/nvcachefs.8.gz /usr/share/man/man8/nvcachectl.8.gz /usr/share/man/man5/nvcachefs.conf.5.gz \
+	/usr/share/man/man1/nvcachefs-plot-stats.1.gz; do
 	[ -z "$(zcat "$p" | groff -ww -z -man 2>&1)" ] || fail "$p: groff warns"
 done
 bash -c '. /usr/share/bash-completion/completions/nvcachectl && complete -p nvcachectl' >/dev/null ||
