@@ -95,7 +95,8 @@ static void file_fill_record(struct cfile *f, struct meta_file *r)
 {
 	memset(r, 0, sizeof(*r));
 	r->flags = MF_USED | (f->bk_busy ? MF_BK_BUSY : 0) |
-		   (f->pinned ? MF_PINNED : 0);
+		   (f->pinned ? MF_PINNED : 0) |
+		   (f->unlinked ? MF_UNLINKED : 0);
 	r->ino = f->ino;
 	r->size = f->size;
 	r->bk_size = f->bsize;
@@ -690,6 +691,17 @@ void cache_unlink_end(struct cache *c)
 	__atomic_sub_fetch(&c->unlinking, 1, __ATOMIC_ACQ_REL);
 }
 
+/* An open f just lost its last name: its record says MF_UNLINKED, so that
+ * a crash before its last close does not pass its data off as a lost
+ * file's (recovery drops it).  A reference held. */
+static void file_note_unlinked(struct cache *c, struct cfile *f)
+{
+	pthread_mutex_lock(&f->rec_lock);
+	if (f->rec && file_persist_record(c, f))
+		log_msg(LOG_ERR, "cannot persist a deleted file's record");
+	pthread_mutex_unlock(&f->rec_lock);
+}
+
 void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 {
 	struct cfile *f;
@@ -709,6 +721,9 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 		 * whose last name went may still count the name (MooseFS) */
 		f->unlinked = 1;
 		f->refs++;
+		pthread_mutex_unlock(&c->lock);
+		file_note_unlinked(c, f); /* its record says so too */
+		pthread_mutex_lock(&c->lock);
 		file_put_locked(c, f);
 	}
 	pthread_mutex_unlock(&c->lock);

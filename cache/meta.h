@@ -121,8 +121,13 @@ struct meta_hdr {
 /* pinned (nvcachectl pin, filectl.c): its clean data is not evicted, and
  * the record stays while pinned, even with no slot */
 #define MF_PINNED 4u
+/* its backing file lost its last name while the cache held it open
+ * (cache_file_unlinked): after a crash, before the last close dropped its
+ * data, recovery drops it too, instead of saving it to lost+found as the
+ * data of a file that cannot be found */
+#define MF_UNLINKED 8u
 /* every flag a file record may carry */
-#define META_FILE_FLAGS (MF_USED | MF_BK_BUSY | MF_PINNED)
+#define META_FILE_FLAGS (MF_USED | MF_BK_BUSY | MF_PINNED | MF_UNLINKED)
 /* every flag a slot entry may carry (SLOT_F_TWIN, engine.h) */
 #define META_SLOT_FLAGS 1u
 /* sequence numbers count up from 0; a larger one is not ours */

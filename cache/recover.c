@@ -214,6 +214,8 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		f->bsize = mf.bk_size;
 		f->bk_mtime_ns = mf.bk_mtime_ns;
 		f->bk_busy = !!(mf.flags & MF_BK_BUSY);
+		/* deleted while open, and then the crash: its data goes */
+		f->unlinked = !!(mf.flags & MF_UNLINKED);
 		if (mf.flags & MF_PINNED) {
 			/* before its slots settle: they go on the pinned list */
 			f->pinned = 1;
@@ -369,7 +371,8 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 
 		if (!f)
 			continue;
-		recover_file_open(c, f);
+		if (!f->unlinked)
+			recover_file_open(c, f);
 		log_msg(LOG_DEBUG,
 			"recovery: record %u inode %llu size %llu backing %llu "
 			"slots %llu dirty %llu%s",

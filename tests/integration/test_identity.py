@@ -119,3 +119,32 @@ def test_a_store_not_mounted_is_refused_while_data_is_dirty(make_cache):
         assert f.read() == data
     assert lost_found(c) == {}
     assert c.unmount() == 0
+
+
+@pytest.mark.parametrize("identity", ["handle", "path"])
+def test_file_unlinked_while_open_is_gone_after_kill9(make_cache, identity):
+    """A file deleted through the mount while a process holds it open has no name left: after a kill -9 (the
+    holder's close never reaching the daemon), its dirty data is dropped, not saved to lost+found as if the file
+    had been lost; the other files keep every byte."""
+    c = make_cache(extra={"destage.on_unmount": "keep", "backing.identity": identity})
+    c.format()
+    c.mount()
+    keep = os.urandom(3 * MiB + 123)
+    with open(c.path("keep"), "wb") as f:
+        f.write(keep)
+    f = open(c.path("doomed"), "wb")
+    f.write(os.urandom(2 * MiB))
+    f.flush()
+    os.unlink(c.path("doomed"))                        # still open: the name goes, the file stays
+    assert c.stats()["dirty_bytes"] >= 4 * MiB
+    c.kill9()
+    f.close()                                          # too late: the daemon is gone
+    c.mount()
+    assert lost_found(c) == {}, c.log_text()[-2000:]
+    with open(c.path("keep"), "rb") as g:
+        assert g.read() == keep
+    assert not os.path.exists(c.path("doomed"))
+    assert c.stats()["lost_found_files"] == 0
+    c.flush()
+    assert sorted(n for n in os.listdir(c.backing) if not n.startswith(".")) == ["keep"]
+    assert c.unmount() == 0

@@ -1020,10 +1020,9 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
     kill9 = env("NVC_LOAD_KILL9", CASES[case]["kill9"], lambda v: v not in ("0", "no"))
     if kill9 and not mon.hang() and not shd.errors:
         # every write acknowledged, nothing in flight: kill -9 must lose none of them (PRODUCT 4.4).  The
-        # kernel sends a close's RELEASE after close() returns: a file unlinked while open keeps its dirty
-        # data in the cache until then, and a kill -9 before it leaves that data to lost+found (one failure
-        # in a CI run, issue 13's session); the releases are let in first
-        time.sleep(1.0)
+        # kernel sends a close's RELEASE after close() returns, so a file unlinked while open may still hold
+        # dirty data in the cache at the kill: its record says it was unlinked (MF_UNLINKED), and recovery
+        # drops that data rather than saving it to lost+found (test_identity covers it on its own)
         c.kill9()
         c.mount()
         mon.send(f"pid {c.proc.pid}")

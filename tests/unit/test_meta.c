@@ -227,7 +227,7 @@ static void test_record_fields(void)
 			if (t == 0)
 				f->handle_bytes = 4000;
 			else if (t == 1)
-				f->flags = MF_USED | 8; /* no such flag */
+				f->flags = MF_USED | 16; /* no such flag */
 			else if (t == 2)
 				f->size = 1ull << 63;
 			else
