@@ -129,6 +129,8 @@ static int ident_mode, behind;
  * by a third one (rebuilt onto it while the workload runs); a crash state
  * is recovered with the device its metadata calls member 1 */
 static int replace_mode, replaced, force_pick;
+/* NVC_CRASH_MODE=1: cache.mode = writethrough */
+static int cache_mode;
 static struct dev *new_dev;
 
 #undef CHECK_EQ
@@ -1546,6 +1548,7 @@ static void config(struct cache_config *cfg)
 	cfg->max_files = 64;
 	cfg->dirty_copies = copies;
 	cfg->identity = ident_mode;
+	cfg->mode = cache_mode;
 }
 
 static int is_boundary(const struct rec_event *e)
@@ -1820,6 +1823,7 @@ int main(void)
 	ident_mode = env_int("NVC_CRASH_IDENT", IDENT_AUTO);
 	behind = env_int("NVC_CRASH_BEHIND", 0);
 	replace_mode = !!env_int("NVC_CRASH_REPLACE", 0);
+	cache_mode = env_int("NVC_CRASH_MODE", 0);
 	total_ops = env_int("NVC_CRASH_OPS", total_ops);
 	s0 = s1 = env_int("NVC_CRASH_SEED", 12345);
 	if (seeds && sscanf(seeds, "%u-%u", &s0, &s1) < 2)
