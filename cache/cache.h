@@ -301,6 +301,11 @@ int cache_replace_dev_with(struct cache *c, const char *old, struct dev *nd,
 /* The device at path takes a free member place (spare at format, or
  * removed), used at once (replace.c).  0, or -errno with err set. */
 int cache_add_dev(struct cache *c, const char *path, char *err, size_t errlen);
+/* The same with nd, opened by the caller (the crash harness); on success
+ * the place's stand-in is closed and nd is its member, else nd is the
+ * caller's. */
+int cache_add_dev_with(struct cache *c, struct dev *nd, char *err,
+		       size_t errlen);
 /* Cache device path is emptied as for a replace and then never used again,
  * so that it can be pulled (replace.c).  0, or -errno with err set. */
 int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,

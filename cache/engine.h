@@ -281,6 +281,9 @@ struct cache {
 	struct dev *devs[NVC_MAX_DEVS];
 	int ndevs;
 	int own_devs;
+	/* bit d: devs[d] is a stand-in the cache made (remove, detach): it is
+	 * closed with the cache even when the caller owns the devices */
+	uint32_t made_devs;
 	struct meta meta;
 	int backing_fd;
 	dev_t backing_dev;

@@ -508,11 +508,10 @@ static void cache_free(struct cache *c)
 	free(c->fhash);
 	free(c->recs);
 	free(c->free_recs);
-	if (c->own_devs) {
-		int d;
-
-		for (d = 0; d < c->ndevs; d++)
+	for (int d = 0; d < c->ndevs; d++)
+		if (c->own_devs || (c->made_devs >> d & 1))
 			dev_close(c->devs[d]);
+	if (c->own_devs) {
 		pm_unmap(&c->meta.r[0]);
 		pm_unmap(&c->meta.r[1]);
 	}

@@ -587,6 +587,7 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 	pthread_mutex_lock(&c->lock);
 	c->nremoved++;
 	pthread_mutex_unlock(&c->lock);
+	c->made_devs |= 1u << k;
 	ret = swap_in(c, k, standin, STAT_DEV_REMOVED, fn, arg);
 	if (ret)
 		snprintf(err, errlen,
@@ -623,34 +624,36 @@ out_unlock:
  * A crash after 1 leaves the place free under the new UUID (a mount takes
  * the device there as the free place it still is); add runs again.
  */
-int cache_add_dev(struct cache *c, const char *path, char *err, size_t errlen)
+/* The first free member place (removed[] read into removed), or c->ndevs
+ * with err set. */
+static int free_place(struct cache *c, uint8_t removed[NVC_MAX_DEVS],
+		      char *err, size_t errlen)
 {
-	uint8_t removed[NVC_MAX_DEVS];
-	struct dev *nd;
-	int k, ret;
+	int k;
 
-	err[0] = 0;
-	pthread_mutex_lock(&devlife_lock);
 	meta_removed(&c->meta, removed);
 	for (k = 0; k < c->ndevs && !removed[k]; k++)
 		;
-	ret = -EINVAL;
-	if (c->detached) {
+	if (c->detached)
 		snprintf(err, errlen, "the cache is detached: attach first");
-		goto out_unlock;
-	}
-	if (k == c->ndevs) {
+	else if (k == c->ndevs)
 		snprintf(err, errlen,
 			 "no free member place: all %d are in use (a "
 			 "cache.devices entry \"spare\" at format keeps one "
 			 "free; nvcachectl remove frees one)",
 			 c->ndevs);
-		goto out_unlock;
-	}
-	ret = new_dev_ok(c, path, 1, &nd, err, errlen);
-	if (ret)
-		goto out_unlock;
-	ret = new_member(c, k, nd, err, errlen);
+	else
+		return k;
+	return c->ndevs;
+}
+
+/* Steps 1 to 3: nd in place k.  0, or -errno with err set (nd is the
+ * caller's then); the place's stand-in is closed. */
+static int add_run(struct cache *c, int k, uint8_t removed[NVC_MAX_DEVS],
+		   struct dev *nd, char *err, size_t errlen)
+{
+	int ret = new_member(c, k, nd, err, errlen);
+
 	if (!ret) {
 		removed[k] = 0;
 		ret = meta_set_removed(&c->meta, removed);
@@ -659,14 +662,14 @@ int cache_add_dev(struct cache *c, const char *path, char *err, size_t errlen)
 				 strerror(-ret));
 	}
 	if (ret) {
-		dev_close(nd);
-		log_msg(LOG_ERR, "add of %s failed: %s", path, err);
-		goto out_unlock;
+		log_msg(LOG_ERR, "add of %s failed: %s", dev_path(nd), err);
+		return ret;
 	}
 	pthread_mutex_lock(&c->lock);
 	c->nremoved--;
 	pthread_mutex_unlock(&c->lock);
 	dev_close(cache_dev_swap(c, k, nd, STAT_DEV_OK));
+	c->made_devs &= ~(1u << k); /* nd is its caller's, as the others */
 	stats_attach_devs(c);
 	pthread_mutex_lock(&c->lock);
 	space_freed_locked(c); /* writers waiting for room have it */
@@ -674,8 +677,43 @@ int cache_add_dev(struct cache *c, const char *path, char *err, size_t errlen)
 	log_msg(LOG_NOTICE,
 		"add: %s is member %d, in use now; name it in that place of "
 		"cache.devices (entry %d)",
-		path, k + 1, k + 1);
+		dev_path(nd), k + 1, k + 1);
+	return 0;
+}
+
+int cache_add_dev(struct cache *c, const char *path, char *err, size_t errlen)
+{
+	uint8_t removed[NVC_MAX_DEVS];
+	struct dev *nd;
+	int k, ret = -EINVAL;
+
+	err[0] = 0;
+	pthread_mutex_lock(&devlife_lock);
+	k = free_place(c, removed, err, errlen);
+	if (k == c->ndevs)
+		goto out_unlock;
+	ret = new_dev_ok(c, path, 1, &nd, err, errlen);
+	if (ret)
+		goto out_unlock;
+	ret = add_run(c, k, removed, nd, err, errlen);
+	if (ret)
+		dev_close(nd);
 out_unlock:
+	pthread_mutex_unlock(&devlife_lock);
+	return ret;
+}
+
+int cache_add_dev_with(struct cache *c, struct dev *nd, char *err,
+		       size_t errlen)
+{
+	uint8_t removed[NVC_MAX_DEVS];
+	int k, ret = -EINVAL;
+
+	err[0] = 0;
+	pthread_mutex_lock(&devlife_lock);
+	k = free_place(c, removed, err, errlen);
+	if (k < c->ndevs)
+		ret = add_run(c, k, removed, nd, err, errlen);
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;
 }

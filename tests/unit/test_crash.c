@@ -129,6 +129,12 @@ static int ident_mode, behind;
  * by a third one (rebuilt onto it while the workload runs); a crash state
  * is recovered with the device its metadata calls member 1 */
 static int replace_mode, replaced, force_pick;
+/* NVC_CRASH_REMOVE=1: device 1 removed halfway (drained, then marked
+ * removed); NVC_CRASH_ADD=1: the cache formatted with a spare third place,
+ * into which a third device is added halfway */
+static int remove_mode, add_mode, removed_ok, added_ok;
+static struct dev *spare_standin;
+static size_t devlife_done; /* events logged when it returned */
 /* NVC_CRASH_MODE=1: cache.mode = writethrough */
 static int cache_mode;
 static struct dev *new_dev;
@@ -323,6 +329,26 @@ static void do_op(unsigned *rs, int nth, char *buf, char *rb)
 		kind = OP_UNLINK;
 		slot = NSLOTF - 1;
 	}
+	if (remove_mode && idx == total_ops / 2) {
+		char e[512];
+		int r = cache_remove_dev(C, "rec1", NULL, NULL, e, sizeof(e));
+
+		if (r)
+			fprintf(out, "remove failed: %s\n", e);
+		CHECK_EQ(r, 0);
+		removed_ok = !r;
+		devlife_done = rec_log_count(L);
+	}
+	if (add_mode && idx == total_ops / 2) {
+		char e[512];
+		int r = cache_add_dev_with(C, new_dev, e, sizeof(e));
+
+		if (r)
+			fprintf(out, "add failed: %s\n", e);
+		CHECK_EQ(r, 0);
+		added_ok = !r;
+		devlife_done = rec_log_count(L);
+	}
 	if (replace_mode && idx == total_ops / 2) {
 		char e[512];
 		int r = cache_replace_dev_with(C, "rec1", new_dev, e, sizeof(e));
@@ -406,6 +432,23 @@ static void *worker(void *arg)
 }
 
 /* --------------------------------------------------------------- model */
+
+/* A remove let its device go: no write reached it after it returned; an
+ * added device took new data. */
+static void devlife_check(void)
+{
+	size_t j, to[3] = { 0, 0, 0 };
+
+	if (!remove_mode && !add_mode)
+		return;
+	for (j = devlife_done; j < rec_log_count(L); j++)
+		if (ev(j)->kind == REC_DEV_WRITE && ev(j)->target < 3)
+			to[ev(j)->target]++;
+	if (remove_mode)
+		CHECK_EQ(to[1], 0);
+	if (add_mode)
+		CHECK(to[2] > 0);
+}
 
 static int op_cmp_start(const void *a, const void *b)
 {
@@ -1437,7 +1480,7 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 	FILE *devnull = fopen("/dev/null", "w");
 	int d, i, bad = 0, problems, pick;
 
-	for (d = 0; d < 2 + replace_mode; d++)
+	for (d = 0; d < 2 + (replace_mode || add_mode); d++)
 		dev_mem_create(devsize, &all[d]);
 	for (d = 0; d < 2; d++)
 		pm_mem_create(mlen, &r[d]);
@@ -1446,6 +1489,7 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 	pick = force_pick ? force_pick : replace_mode ? member1_of(all, r) : 1;
 	devs[0] = all[0];
 	devs[1] = all[pick];
+	devs[2] = add_mode ? all[2] : NULL; /* the spare place's, added or not */
 	for (i = 0; i < nincs; i++)
 		if (!incs[i].unlinked)
 			materialize_backing(cr, i, img);
@@ -1478,7 +1522,7 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 				(unsigned long long)mf0->bk_mtime_ns,
 				(unsigned long long)mf1->bk_mtime_ns);
 		}
-	if (cache_open_devs(cfg, devs, 2, r, backing_fd, &c, err,
+	if (cache_open_devs(cfg, devs, cfg->ndevs, r, backing_fd, &c, err,
 			    sizeof(err))) {
 		if (replace_mode && !force_pick && strstr(err, "former member")) {
 			/* the mirrors disagree on member 1 (a torn header
@@ -1549,6 +1593,10 @@ static void config(struct cache_config *cfg)
 	cfg->dirty_copies = copies;
 	cfg->identity = ident_mode;
 	cfg->mode = cache_mode;
+	if (add_mode) {
+		cfg->ndevs = 3;
+		cfg->dev_paths[2] = strdup("spare");
+	}
 }
 
 static int is_boundary(const struct rec_event *e)
@@ -1615,7 +1663,7 @@ static int run_seed(unsigned s)
 			       : 0;
 	pthread_t th[16];
 	uint8_t *img;
-	int d, i, t, failures0 = check_failures;
+	int d, i, t, ret, failures0 = check_failures;
 	struct timespec t0, t1;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1632,16 +1680,29 @@ static int run_seed(unsigned s)
 	rec_log_new(&L);
 	config(&cfg);
 	devsize = SB_DATA_OFF + SLOTS_PER_DEV * BS;
-	for (d = 0; d < 2 + replace_mode; d++)
+	for (d = 0; d < 2 + (replace_mode || add_mode); d++)
 		dev_rec_create(L, d, devsize, &devs[d]);
 	new_dev = devs[2];
-	replaced = 0;
-	mlen = fmt_meta_len(&cfg, devs, 2);
-	for (d = 0; d < 2; d++)
-		(blk ? pm_rec_create_blk : pm_rec_create)(L, d, mlen, &r[d]);
-	if (fmt_format_open(&cfg, devs, 2, r, err, sizeof(err)) ||
-	    cache_open_devs(&cfg, devs, 2, r, backing_fd, &C, err,
-			    sizeof(err))) {
+	replaced = removed_ok = added_ok = 0;
+	{
+		/* with a spare place: none at format, a stand-in at open */
+		struct dev *fdevs[3] = { devs[0], devs[1], NULL };
+
+		spare_standin = NULL;
+		if (add_mode)
+			dev_missing_create("spare", devsize, &spare_standin);
+		mlen = fmt_meta_len(&cfg, fdevs, cfg.ndevs);
+		for (d = 0; d < 2; d++)
+			(blk ? pm_rec_create_blk : pm_rec_create)(L, d, mlen,
+								  &r[d]);
+		ret = fmt_format_open(&cfg, fdevs, cfg.ndevs, r, err,
+				      sizeof(err));
+		fdevs[2] = spare_standin;
+		if (!ret)
+			ret = cache_open_devs(&cfg, fdevs, cfg.ndevs, r,
+					      backing_fd, &C, err, sizeof(err));
+	}
+	if (ret) {
 		fprintf(out, "%s\n", err);
 		check_failures++;
 		rmdir(dir);
@@ -1665,6 +1726,7 @@ static int run_seed(unsigned s)
 	model_build();
 	check_reads();
 	index_events();
+	devlife_check();
 
 	if (getenv("NVC_CRASH_DUMP"))
 		dump_events(getenv("NVC_CRASH_DUMP"));
@@ -1779,6 +1841,10 @@ static int run_seed(unsigned s)
 		devs[1] = devs[2];
 		devs[2] = NULL;
 	}
+	if (removed_ok) /* so did the remove, for the stand-in it made */
+		devs[1] = NULL;
+	if (!added_ok) /* the add closed the spare place's stand-in */
+		dev_close(spare_standin);
 	for (d = 0; d < 3; d++)
 		dev_close(devs[d]);
 	for (d = 0; d < 2; d++)
@@ -1823,6 +1889,8 @@ int main(void)
 	ident_mode = env_int("NVC_CRASH_IDENT", IDENT_AUTO);
 	behind = env_int("NVC_CRASH_BEHIND", 0);
 	replace_mode = !!env_int("NVC_CRASH_REPLACE", 0);
+	remove_mode = !!env_int("NVC_CRASH_REMOVE", 0);
+	add_mode = !!env_int("NVC_CRASH_ADD", 0);
 	cache_mode = env_int("NVC_CRASH_MODE", 0);
 	total_ops = env_int("NVC_CRASH_OPS", total_ops);
 	s0 = s1 = env_int("NVC_CRASH_SEED", 12345);
