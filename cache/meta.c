@@ -589,48 +589,47 @@ _Static_assert(offsetof(struct meta_hdr, mirror_path) ==
 		       offsetof(struct meta_hdr, mirror_replacing) + 8,
 	       "mirror_replacing, reserved4 and mirror_path are one run");
 
-uint32_t meta_mirror_replacing(struct meta *m, char path[256])
+/* A (number, path) run of the header at off: hdr_replacing's shape. */
+static uint32_t run_get(struct meta *m, size_t off, char path[256])
 {
 	struct hdr_replacing r;
 
-	hdr_get(m, offsetof(struct meta_hdr, mirror_replacing), &r,
-		sizeof(r));
+	hdr_get(m, off, &r, sizeof(r));
 	memcpy(path, r.path, sizeof(r.path));
 	return r.replacing;
+}
+
+static int run_put(struct meta *m, size_t off, uint32_t v, const char *path)
+{
+	struct hdr_replacing r = { .replacing = v };
+
+	if (path && strlen(path) >= sizeof(r.path))
+		return -ENAMETOOLONG;
+	if (path)
+		strcpy(r.path, path);
+	return hdr_put(m, off, &r, sizeof(r));
+}
+
+uint32_t meta_mirror_replacing(struct meta *m, char path[256])
+{
+	return run_get(m, offsetof(struct meta_hdr, mirror_replacing), path);
 }
 
 int meta_set_mirror_replacing(struct meta *m, uint32_t mirror1,
 			      const char *path)
 {
-	struct hdr_replacing r = { .replacing = mirror1 };
-
-	if (path && strlen(path) >= sizeof(r.path))
-		return -ENAMETOOLONG;
-	if (path)
-		strcpy(r.path, path);
-	return hdr_put(m, offsetof(struct meta_hdr, mirror_replacing), &r,
-		       sizeof(r));
+	return run_put(m, offsetof(struct meta_hdr, mirror_replacing), mirror1,
+		       path);
 }
 
 uint32_t meta_replacing(struct meta *m, char path[256])
 {
-	struct hdr_replacing r;
-
-	hdr_get(m, offsetof(struct meta_hdr, replacing), &r, sizeof(r));
-	memcpy(path, r.path, sizeof(r.path));
-	return r.replacing;
+	return run_get(m, offsetof(struct meta_hdr, replacing), path);
 }
 
 int meta_set_replacing(struct meta *m, uint32_t member1, const char *path)
 {
-	struct hdr_replacing r = { .replacing = member1 };
-
-	if (path && strlen(path) >= sizeof(r.path))
-		return -ENAMETOOLONG;
-	if (path)
-		strcpy(r.path, path);
-	return hdr_put(m, offsetof(struct meta_hdr, replacing), &r,
-		       sizeof(r));
+	return run_put(m, offsetof(struct meta_hdr, replacing), member1, path);
 }
 
 void meta_removed(struct meta *m, uint8_t out[NVC_MAX_DEVS])

@@ -501,3 +501,15 @@ bad:
 	free(line);
 	return -EPROTO;
 }
+
+void stat_fmt_bytes(double b, char *out, size_t len)
+{
+	static const char *const u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	int i = 0;
+
+	while (b >= 1024 && i < 4) {
+		b /= 1024;
+		i++;
+	}
+	snprintf(out, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}

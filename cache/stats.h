@@ -297,6 +297,8 @@ struct stat_snap {
 
 /* Sum the shards into out's counters and histograms (gauges untouched). */
 void stat_collect(struct stat_store *s, int ndevs, struct stat_snap *out);
+/* b bytes for people: "512 B", "1.5 MiB". */
+void stat_fmt_bytes(double b, char *out, size_t len);
 /* out = a - b for counters and histograms; gauges and max are a's. */
 void stat_diff(const struct stat_snap *a, const struct stat_snap *b,
 	       struct stat_snap *out);

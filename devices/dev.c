@@ -169,9 +169,10 @@ static struct dev *dev_new_mem(const char *path, uint64_t size)
 	return d;
 }
 
-int dev_mem_create(uint64_t size, struct dev **out)
+/* An in-memory device named name, zeroed. */
+static int dev_mem_named(const char *name, uint64_t size, struct dev **out)
 {
-	struct dev *d = dev_new_mem("mem", size);
+	struct dev *d = dev_new_mem(name, size);
 
 	if (!d)
 		return -ENOMEM;
@@ -182,6 +183,11 @@ int dev_mem_create(uint64_t size, struct dev **out)
 	}
 	*out = d;
 	return 0;
+}
+
+int dev_mem_create(uint64_t size, struct dev **out)
+{
+	return dev_mem_named("mem", size, out);
 }
 
 int dev_missing_create(const char *path, uint64_t size, struct dev **out)
@@ -326,20 +332,14 @@ int dev_rec_create(struct rec_log *l, int target, uint64_t size,
 		   struct dev **out)
 {
 	char name[32];
-	struct dev *d;
+	int ret;
 
 	snprintf(name, sizeof(name), "rec%d", target);
-	d = dev_new_mem(name, size);
-	if (!d)
-		return -ENOMEM;
-	d->mem = calloc(1, size);
-	if (!d->mem) {
-		dev_close(d);
-		return -ENOMEM;
-	}
-	d->rec = l;
-	d->rec_id = target;
-	*out = d;
+	ret = dev_mem_named(name, size, out);
+	if (ret)
+		return ret;
+	(*out)->rec = l;
+	(*out)->rec_id = target;
 	return 0;
 }
 

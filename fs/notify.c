@@ -77,18 +77,6 @@ static uint64_t now_ms(void)
 	return ts.tv_sec * 1000ull + ts.tv_nsec / 1000000;
 }
 
-static void fmt_bytes(double b, char *out, size_t len)
-{
-	static const char *const u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	int i = 0;
-
-	while (b >= 1024 && i < 4) {
-		b /= 1024;
-		i++;
-	}
-	snprintf(out, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
-}
-
 /* 1 once the mount point shows this daemon's mount, answered (see above). */
 static int mount_answers(const char *mnt)
 {
@@ -133,9 +121,9 @@ static void send_status_locked(void)
 	d = STAT_GAUGE(N.snap, dirty_bytes);
 	c = STAT_GAUGE(N.snap, capacity_bytes);
 	r = STAT_GAUGE(N.snap, destage_rate);
-	fmt_bytes(d, dirty, sizeof(dirty));
-	fmt_bytes(c, cap, sizeof(cap));
-	fmt_bytes(r, rate, sizeof(rate));
+	stat_fmt_bytes(d, dirty, sizeof(dirty));
+	stat_fmt_bytes(c, cap, sizeof(cap));
+	stat_fmt_bytes(r, rate, sizeof(rate));
 	if (d && r)
 		snprintf(drain, sizeof(drain), ", drain %.0f s", (double)d / r);
 	sd_notifyf(0, "STATUS=dirty %s of %s (%.1f%%), destage %s/s%s", dirty,
@@ -207,7 +195,7 @@ void notify_stopping(int flush)
 	pthread_cond_broadcast(&N.cond);
 	if (cache_snapshot(N.cache, N.snap))
 		memset(N.snap, 0, sizeof(*N.snap));
-	fmt_bytes(STAT_GAUGE(N.snap, dirty_bytes), dirty, sizeof(dirty));
+	stat_fmt_bytes(STAT_GAUGE(N.snap, dirty_bytes), dirty, sizeof(dirty));
 	sd_notifyf(0, "STOPPING=1\nSTATUS=stopping: unmounting, %s dirty %s",
 		   dirty,
 		   flush ? "to destage"
@@ -233,9 +221,9 @@ void notify_flush_progress(void *arg, uint64_t dirty, uint64_t destaged)
 	secs = now - N.t0_ms;
 	/* destaged counts since the last reset: the progress is its growth */
 	destaged = destaged > N.destaged0 ? destaged - N.destaged0 : 0;
-	fmt_bytes(dirty, left, sizeof(left));
-	fmt_bytes(destaged, done, sizeof(done));
-	fmt_bytes(secs ? destaged * 1000.0 / secs : 0, rate, sizeof(rate));
+	stat_fmt_bytes(dirty, left, sizeof(left));
+	stat_fmt_bytes(destaged, done, sizeof(done));
+	stat_fmt_bytes(secs ? destaged * 1000.0 / secs : 0, rate, sizeof(rate));
 	if (dirty < N.least) {
 		N.least = dirty;
 		sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu",

@@ -31,14 +31,7 @@ double show_drain_seconds(const struct stat_snap *s)
 
 void show_bytes(double b, char *out, size_t len)
 {
-	static const char *const u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	int i = 0;
-
-	while (b >= 1024 && i < 4) {
-		b /= 1024;
-		i++;
-	}
-	snprintf(out, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+	stat_fmt_bytes(b, out, len);
 }
 
 void show_span(double secs, char *out, size_t len)

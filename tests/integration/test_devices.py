@@ -134,11 +134,11 @@ def lose(c, i):
     sh("losetup", "-c", c.loops[i])
 
 
-def test_replace_failed_device_then_lose_the_other(make_cache):
-    """dirty_copies = 2: member 2 fails under a workload and is replaced by a spare while the workload runs;
-    then member 1 is lost too, after a kill -9, and nothing is lost."""
+def two_copies_under_load(make_cache):
+    """dirty_copies = 2 on members loops[0] and loops[1] (loops[2] is the spare), 8 MiB of files written and a
+    workload running."""
     c = make_cache(ndevs=3, extra={"cache.dirty_copies": "2", "destage.on_unmount": "keep"})
-    use_devices(c, *c.loops[:2])                    # loops[2] is the spare
+    use_devices(c, *c.loops[:2])
     c.format()
     c.mount()
     blobs = {f"f{i}": os.urandom(2 * MiB + i * 4097) for i in range(4)}
@@ -146,6 +146,29 @@ def test_replace_failed_device_then_lose_the_other(make_cache):
     w = Workload(c)
     w.start()
     w.wait_ops(200)
+    return c, blobs, w
+
+
+def lose_member1_after_kill9(c, blobs, w):
+    """After a replace of member 2 by loops[2]: kill -9, then member 1 is gone too; everything comes from member 2,
+    the new one, and then from the backing store."""
+    c.kill9()
+    use_devices(c, c.loops[0], c.loops[2])
+    sh("losetup", "-d", c.loops[0])
+    c.mount()
+    assert "mounting degraded, from the second copies" in c.log_text()
+    read_all(c, blobs)
+    w.check(c.mnt)
+    c.flush()
+    w.check(c.backing)
+    read_all(c, blobs)
+    assert c.unmount() == 0
+
+
+def test_replace_failed_device_then_lose_the_other(make_cache):
+    """dirty_copies = 2: member 2 fails under a workload and is replaced by a spare while the workload runs;
+    then member 1 is lost too, after a kill -9, and nothing is lost."""
+    c, blobs, w = two_copies_under_load(make_cache)
     # no request in flight while the device goes: between the image's truncation and the loop device
     # learning its new size, its reads return zeros without an error (a device that lies, which no cache
     # can tell from data); a failing device returns errors
@@ -161,16 +184,7 @@ def test_replace_failed_device_then_lose_the_other(make_cache):
     assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[2], "ok")]
     assert st["devices"][1]["gauges"]["dirty_bytes"] > 0, st["devices"]
     read_all(c, blobs)
-    c.kill9()
-    use_devices(c, c.loops[0], c.loops[2])
-    sh("losetup", "-d", c.loops[0])                  # and now member 1 is gone
-    c.mount()
-    assert "mounting degraded, from the second copies" in c.log_text()
-    read_all(c, blobs)
-    w.check(c.mnt)
-    c.flush()
-    w.check(c.backing)
-    assert c.unmount() == 0
+    lose_member1_after_kill9(c, blobs, w)
     log = c.log_text()
     assert f"replace: member 2 is now {c.loops[2]} ({c.loops[1]} is a former member)" in log, log
 
@@ -179,15 +193,7 @@ def test_replace_healthy_device_under_load_copies_it(make_cache):
     """dirty_copies = 2: a working member is replaced by a spare while a workload runs. Its blocks, dirty ones and
     second copies, are copied onto the spare, not destaged: the backing store has none of the dirty files after the
     replace. Then, after a kill -9, the *other* member is lost too, and every byte is there."""
-    c = make_cache(ndevs=3, extra={"cache.dirty_copies": "2", "destage.on_unmount": "keep"})
-    use_devices(c, *c.loops[:2])
-    c.format()
-    c.mount()
-    blobs = {f"f{i}": os.urandom(2 * MiB + i * 4097) for i in range(4)}
-    write_all(c, blobs)
-    w = Workload(c)
-    w.start()
-    w.wait_ops(200)
+    c, blobs, w = two_copies_under_load(make_cache)
     r = c.ctl("replace", c.mnt, c.loops[1], c.loops[2])
     assert f"device {c.loops[1]} replaced by {c.loops[2]}" in r.stdout, r.stdout
     w.wait_ops(w.ops + 200)
@@ -197,17 +203,7 @@ def test_replace_healthy_device_under_load_copies_it(make_cache):
     st = c.stats()
     assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[2], "ok")]
     assert st["devices"][1]["gauges"]["dirty_bytes"] >= sum(map(len, blobs.values())) // 2, st["devices"]
-    c.kill9()
-    use_devices(c, c.loops[0], c.loops[2])
-    sh("losetup", "-d", c.loops[0])                  # member 1 gone: everything from member 2, the new one
-    c.mount()
-    assert "mounting degraded, from the second copies" in c.log_text()
-    read_all(c, blobs)
-    w.check(c.mnt)
-    c.flush()
-    w.check(c.backing)
-    read_all(c, blobs)
-    assert c.unmount() == 0
+    lose_member1_after_kill9(c, blobs, w)
 
 
 def wait_log(c, text, secs=60):

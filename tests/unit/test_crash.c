@@ -307,6 +307,33 @@ static void inc_unlink(int i)
 	cache_unlink_end(C);
 }
 
+/* Halfway through the workload: the device-life operation of the run, while
+ * the other threads go on. */
+static void devlife_op(void)
+{
+	const char *what = replace_mode ? "replace"
+			   : remove_mode ? "remove"
+			   : add_mode	 ? "add"
+					 : NULL;
+	char e[512];
+	int r;
+
+	if (!what)
+		return;
+	r = replace_mode  ? cache_replace_dev_with(C, "rec1", new_dev, e,
+						   sizeof(e))
+	    : remove_mode ? cache_remove_dev(C, "rec1", NULL, NULL, e,
+					     sizeof(e))
+			  : cache_add_dev_with(C, new_dev, e, sizeof(e));
+	if (r)
+		fprintf(out, "%s failed: %s\n", what, e);
+	CHECK_EQ(r, 0);
+	replaced = replace_mode && !r;
+	removed_ok = remove_mode && !r;
+	added_ok = add_mode && !r;
+	devlife_done = rec_log_count(L);
+}
+
 static void do_op(unsigned *rs, int nth, char *buf, char *rb)
 {
 	static const uint64_t lens[] = { 8, 64, 4096, 12288, 16384 };
@@ -329,35 +356,8 @@ static void do_op(unsigned *rs, int nth, char *buf, char *rb)
 		kind = OP_UNLINK;
 		slot = NSLOTF - 1;
 	}
-	if (remove_mode && idx == total_ops / 2) {
-		char e[512];
-		int r = cache_remove_dev(C, "rec1", NULL, NULL, e, sizeof(e));
-
-		if (r)
-			fprintf(out, "remove failed: %s\n", e);
-		CHECK_EQ(r, 0);
-		removed_ok = !r;
-		devlife_done = rec_log_count(L);
-	}
-	if (add_mode && idx == total_ops / 2) {
-		char e[512];
-		int r = cache_add_dev_with(C, new_dev, e, sizeof(e));
-
-		if (r)
-			fprintf(out, "add failed: %s\n", e);
-		CHECK_EQ(r, 0);
-		added_ok = !r;
-		devlife_done = rec_log_count(L);
-	}
-	if (replace_mode && idx == total_ops / 2) {
-		char e[512];
-		int r = cache_replace_dev_with(C, "rec1", new_dev, e, sizeof(e));
-
-		if (r)
-			fprintf(out, "replace failed: %s\n", e);
-		CHECK_EQ(r, 0);
-		replaced = !r;
-	}
+	if (idx == total_ops / 2)
+		devlife_op();
 	o = &ops[idx];
 	if (kind == OP_TRUNC || kind == OP_UNLINK)
 		pthread_rwlock_wrlock(&fslots[slot].lock);
