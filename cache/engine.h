@@ -317,7 +317,7 @@ struct cache {
 	 * use and the devices are fenced stand-ins; c->lock to change */
 	int detached;
 	uint64_t detach_gen;
-	/* 1 while nvcachectl replace empties device d (replace.c): no new
+	/* 1 while nvcachectl remove empties device d (replace.c): no new
 	 * slot goes there, and a write moves a clean block off it (atomic) */
 	int dev_draining[NVC_MAX_DEVS];
 	/* members removed (nvcachectl remove): their slots are never used;

@@ -893,24 +893,20 @@ static int open_devs(struct cache_config *cfg, int detached, int removed,
 						 &devs[i]);
 			continue;
 		}
+		/* a spare place (replace.c, add) names no device */
 		ret = cfg_is_spare(cfg->dev_paths[i]) && removed
 			      ? -ENOENT
 			      : dev_open(cfg->dev_paths[i], &devs[i]);
-		if (ret && ret != -EBUSY && removed &&
-		    cfg_is_spare(cfg->dev_paths[i])) {
-			removed--; /* a free place (replace.c, add) */
-			ret = dev_missing_create(cfg->dev_paths[i], UINT64_MAX,
-						 &devs[i]);
-			continue;
-		}
 		if (ret && ret != -EBUSY && removed) {
-			/* a removed member's name: its device may be gone
-			 * (check_superblocks says which member is removed) */
+			/* a removed member's name or a spare place: its
+			 * device may be gone (check_superblocks says which
+			 * member is removed) */
 			removed--;
-			log_msg(LOG_INFO,
-				"%s: cannot open it (%s): taken for a removed "
-				"member",
-				cfg->dev_paths[i], strerror(-ret));
+			if (!cfg_is_spare(cfg->dev_paths[i]))
+				log_msg(LOG_INFO,
+					"%s: cannot open it (%s): taken for a "
+					"removed member",
+					cfg->dev_paths[i], strerror(-ret));
 			ret = dev_missing_create(cfg->dev_paths[i], UINT64_MAX,
 						 &devs[i]);
 			continue;

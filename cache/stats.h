@@ -110,7 +110,7 @@ enum stat_dev_state {
 	STAT_DEV_FAILED,
 	STAT_DEV_MISSING,
 	STAT_DEV_DETACHED, /* closed by nvcachectl detach */
-	STAT_DEV_DRAINING, /* being emptied by nvcachectl replace/remove */
+	STAT_DEV_DRAINING, /* being emptied by nvcachectl remove */
 	STAT_DEV_REMOVED, /* removed by nvcachectl remove: never used again */
 	STAT_DEV_REBUILDING /* its blocks copied onto a replacement */
 };

@@ -608,7 +608,7 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 
 			if (s && slot_draining(c, s) && !s->pins &&
 			    s->state == SLOT_CLEAN) {
-				/* off a device being emptied (replace.c) */
+				/* off a device being emptied (remove, replace.c) */
 				slot_drop_locked(c, s);
 				s = NULL;
 			}

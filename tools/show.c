@@ -161,7 +161,7 @@ static const char *dev_state_text(uint64_t st)
 			 "puts a device there)"
 	       : st == STAT_DEV_DETACHED ? "detached: closed, not used"
 	       : st == STAT_DEV_DRAINING
-		       ? "DRAINING (nvcachectl replace): its data is being "
+		       ? "DRAINING (nvcachectl remove): its data is being "
 			 "destaged and dropped"
 		       : dev_state_name(st);
 }
