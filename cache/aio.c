@@ -312,7 +312,7 @@ static int aread_end(struct cache_aio *a, char **data, size_t *n)
 	if (err)
 		note_dev_error(c, a->rios, a->nrio);
 	for (k = 0; k < a->nrio && !err; k++)
-		stat_dev_add(&c->stats, slot_idx(c, a->sp[k].s) % c->ndevs,
+		stat_dev_add(&c->stats, slot_member(c, slot_idx(c, a->sp[k].s)),
 			     STAT_DC_hit_bytes, a->rios[k].len);
 	for (i = a->nsp - 1; i >= 0; i--)
 		srw_unlock(&a->sp[i].s->rw);

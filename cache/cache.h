@@ -51,6 +51,7 @@ struct cache_config {
 	int mode;
 	uint64_t dirty_copies;
 	uint64_t max_files;
+	uint64_t max_capacity; /* format: room for grows; 0: 4x */
 	uint64_t io_poll_us;
 	uint64_t sequential_cutoff;
 	uint64_t max_pinned; /* percent of the cache */
@@ -118,6 +119,9 @@ void log_msg(int prio, const char *fmt, ...)
 struct fmt_opts {
 	int force;
 	char err[CFG_ERRLEN];
+	/* out: the capacity formatted, and how far nvcachectl add can grow
+	 * it (the mirrors' room), in bytes */
+	uint64_t capacity, max_capacity;
 };
 
 /* Write superblocks and empty metadata for the configured devices. */

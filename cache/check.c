@@ -39,10 +39,13 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 {
 	struct sb_disk *buf = dev_alloc_buf(sizeof(*buf));
 	char why[256], u[2][37];
+	struct meta_layout l;
 	int d, copy;
 
 	if (!buf)
 		return -ENOMEM;
+	if (h)
+		meta_layout_of(h, &l);
 	fprintf(k->out, "superblocks:\n");
 	for (d = 0; d < cfg->ndevs; d++) {
 		int good = 0;
@@ -106,7 +109,7 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 					d + 1,
 					members_uuid_str(h->members[d], u[1]));
 			if (buf->dev_index != (uint32_t)d ||
-			    buf->ndevs != (uint32_t)cfg->ndevs)
+			    (h && buf->ndevs != layout_sb_ndevs(&l, d)))
 				problem(k,
 					"%s: formatted as device %u of %u, "
 					"configured as %d of %d",
@@ -116,14 +119,14 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 				problem(k, "%s: block size %u, configured %llu",
 					dev_path(devs[d]), buf->block_size,
 					(unsigned long long)cfg->block_size);
-			if (h && buf->slots_per_dev * cfg->ndevs != h->nslots)
+			if (h && d < (int)l.ndevs &&
+			    buf->slots_per_dev != l.count[d])
 				problem(k,
 					"%s: %llu slots, the metadata expects "
 					"%llu",
 					dev_path(devs[d]),
 					(unsigned long long)buf->slots_per_dev,
-					(unsigned long long)(h->nslots /
-							     cfg->ndevs));
+					(unsigned long long)l.count[d]);
 		}
 		fprintf(k->out, "  %s: %d of %d copies good\n",
 			dev_path(devs[d]), good, SB_COPIES);

@@ -332,17 +332,17 @@ static int devices_take(struct cache *c, struct dev **devs,
 		spare += removed[d];
 	memset(devs, 0, c->ndevs * sizeof(*devs));
 	for (d = 0; d < c->ndevs; d++) {
-		ret = dev_open(c->cfg->dev_paths[d], &devs[d]);
+		ret = dev_open(cache_listed_name(c, d), &devs[d]);
 		if (ret && ret != -EBUSY && spare) {
 			/* a removed member's name: its device may be gone */
 			spare--;
-			ret = dev_missing_create(c->cfg->dev_paths[d],
+			ret = dev_missing_create(cache_listed_name(c, d),
 						 UINT64_MAX, &devs[d]);
 		}
 		if (ret) {
 			snprintf(err, errlen,
 				 "%s: cannot open cache device: %s",
-				 c->cfg->dev_paths[d],
+				 cache_listed_name(c, d),
 				 ret == -EBUSY ? "in use" : strerror(-ret));
 			goto err_close;
 		}

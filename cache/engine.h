@@ -54,7 +54,7 @@ static inline void list_add_tail(struct list *head, struct list *e)
 /*
  * The free list and the LRU lists link slots by index, 8 bytes a slot instead
  * of two pointers.  They are circular like struct list: a node id below
- * c->nslots is that slot, c->nslots + SL_FREE etc. are the heads
+ * c->room is that slot, c->room + SL_FREE etc. are the heads
  * (c->lheads), so a slot leaves a list without knowing which one it is on,
  * and a slot on no list links to itself.  Ids are 32 bits, like the
  * hash chains and twins: a cache has fewer than 2^32 - 2 slots (recover.c).
@@ -289,7 +289,10 @@ struct cache {
 	dev_t backing_dev;
 	uint64_t max_file_size; /* of the backing file system */
 	uint32_t bs, ppb; /* block size, pages per block */
-	uint64_t nslots;
+	/* slots in the layout (c->lock; grows with nvcachectl add: grow.c),
+	 * and the most there can be: the slot arrays are that long, so that
+	 * a grow moves nothing */
+	uint64_t nslots, room;
 	struct cslot *slots;
 	uint8_t *pbits; /* the slots' page bitmaps (slot.h) */
 	uint32_t pbytes; /* bytes of one bitmap: ceil(ppb / 8) */
@@ -323,6 +326,10 @@ struct cache {
 	/* members removed (nvcachectl remove): their slots are never used;
 	 * c->lock */
 	int nremoved;
+	uint64_t removed_slots; /* the slots of removed members (c->lock) */
+	/* the names of members grown since the mount (grow.c): not in
+	 * cache.devices yet */
+	char *grown_names[NVC_MAX_DEVS];
 	/* member + 1 whose blocks nvcachectl replace copies onto its successor
 	 * (rebuild.c), 0: none; bytes of it to copy, and copied (atomic) */
 	int rebuild_member;
@@ -394,19 +401,25 @@ static inline uint64_t ts_ns(const struct timespec *ts)
 }
 uint64_t now_ns(void);
 
+/* The member global slot s lives on (meta.h: the layout). */
+static inline int slot_member(const struct cache *c, uint64_t s)
+{
+	return layout_member(&c->meta.layout, s);
+}
+
 static inline struct dev *slot_dev(struct cache *c, uint64_t s)
 {
-	return c->devs[s % c->ndevs];
+	return c->devs[slot_member(c, s)];
 }
 
 static inline int slot_failed(struct cache *c, struct cslot *s)
 {
-	return c->dev_failed[(s - c->slots) % c->ndevs];
+	return c->dev_failed[slot_member(c, s - c->slots)];
 }
 
 static inline int slot_draining(struct cache *c, struct cslot *s)
 {
-	return __atomic_load_n(&c->dev_draining[(s - c->slots) % c->ndevs],
+	return __atomic_load_n(&c->dev_draining[slot_member(c, s - c->slots)],
 			       __ATOMIC_ACQUIRE);
 }
 
@@ -414,13 +427,13 @@ static inline int slot_draining(struct cache *c, struct cslot *s)
 static inline void pages_valid(struct cache *c, struct cslot *s, int64_t n)
 {
 	c->valid_pages += n;
-	c->dev_valid_pages[(s - c->slots) % c->ndevs] += n;
+	c->dev_valid_pages[slot_member(c, s - c->slots)] += n;
 }
 
 static inline void pages_dirty(struct cache *c, struct cslot *s, int64_t n)
 {
 	c->dirty_pages += n;
-	c->dev_dirty_pages[(s - c->slots) % c->ndevs] += n;
+	c->dev_dirty_pages[slot_member(c, s - c->slots)] += n;
 }
 
 /*
@@ -448,12 +461,18 @@ static inline uint64_t dirty_occupancy(const struct cache *c)
 /* Slots that can hold data: those of removed members never do. */
 static inline uint64_t usable_slots(const struct cache *c)
 {
-	return c->nslots - c->nremoved * (c->nslots / c->ndevs);
+	return c->nslots - c->removed_slots;
+}
+
+/* Member k's slots (meta.h: the layout). */
+static inline uint64_t member_slots(const struct cache *c, int k)
+{
+	return c->meta.layout.count[k];
 }
 
 static inline uint64_t slot_off(struct cache *c, uint64_t s)
 {
-	return SB_DATA_OFF + (s / c->ndevs) * (uint64_t)c->bs;
+	return SB_DATA_OFF + layout_index(&c->meta.layout, s) * (uint64_t)c->bs;
 }
 
 static inline uint64_t slot_idx(struct cache *c, struct cslot *s)
@@ -464,12 +483,12 @@ static inline uint64_t slot_idx(struct cache *c, struct cslot *s)
 /* The free list and the LRU list (struct slink); c->lock held. */
 static inline struct slink *sl_node(struct cache *c, uint32_t id)
 {
-	return id < c->nslots ? &c->slots[id].link : &c->lheads[id - c->nslots];
+	return id < c->room ? &c->slots[id].link : &c->lheads[id - c->room];
 }
 
 static inline void slot_list_init(struct cache *c, int head)
 {
-	c->lheads[head].prev = c->lheads[head].next = c->nslots + head;
+	c->lheads[head].prev = c->lheads[head].next = c->room + head;
 }
 
 static inline void slot_list_del(struct cache *c, struct cslot *s)
@@ -492,7 +511,7 @@ static inline void slot_list_add_tail(struct cache *c, int head,
 
 	assert(s->link.next == id && !s->on); /* on no list */
 	s->link.prev = h->prev;
-	s->link.next = c->nslots + head;
+	s->link.next = c->room + head;
 	sl_node(c, h->prev)->next = id;
 	h->prev = id;
 	s->on = head + 1;
@@ -506,7 +525,7 @@ static inline struct cslot *slot_list_next(struct cache *c, int head,
 {
 	uint32_t id = s ? s->link.next : c->lheads[head].next;
 
-	return id < c->nslots ? &c->slots[id] : NULL;
+	return id < c->room ? &c->slots[id] : NULL;
 }
 
 /*
@@ -871,6 +890,30 @@ void detach_at_mount(struct cache *c);
  * else -EINVAL with err naming what is wrong. */
 int cache_sb_fits(struct cache *c, struct dev *dev, int d, char *err,
 		  size_t errlen);
+/* replace.c: nd (path) may take a place of min_slots slots: not this
+ * cache's, holding nothing libblkid knows (probe), large enough; opened
+ * into *out.  0, or -errno with err set. */
+int new_dev_ok(struct cache *c, const char *path, uint64_t min_slots,
+	       int probe, struct dev **out, char *err, size_t errlen);
+/* replace.c: member k's superblock (count slots) on nd under a new UUID,
+ * which members[k] takes; flushed.  0, or -errno with err set. */
+int member_sb_write(struct cache *c, int k, uint64_t count, struct dev *nd,
+		    uint8_t members[NVC_MAX_DEVS][16], char *err,
+		    size_t errlen);
+/* grow.c: the fewest slots a grown member holds */
+#define GROW_MIN_SLOTS 4
+/* grow.c: nd becomes member ndevs with slots of its own (devlife_lock
+ * held).  0, or -errno with err set (nd is the caller's then). */
+int grow_run(struct cache *c, struct dev *nd, char *err, size_t errlen);
+/* grow.c: the free list in stripe order, so that allocation spreads over
+ * every member (c->lock held).  0, or -ENOMEM with it unchanged. */
+int grow_interleave_locked(struct cache *c);
+/* grow.c: the name cache.devices gives member d's listed place, or the
+ * name a member grown since the mount was added by. */
+const char *cache_listed_name(struct cache *c, int d);
+/* recover.c: slot i as a mount finds it before recovery: fresh, on no
+ * list (a grow readies the slots it adds with it too). */
+void cache_slot_init(struct cache *c, uint64_t i);
 
 /* destage.c */
 int destage_start(struct cache *c);

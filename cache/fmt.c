@@ -32,10 +32,28 @@ static uint64_t slots_per_dev(const struct cache_config *cfg, struct dev **devs,
 	return min;
 }
 
+/* slot ids are 32 bits, the list heads' included (engine.h) */
+#define FMT_MAX_ROOM 0xffffff00ull
+
 static uint32_t nfiles_for(const struct cache_config *cfg, uint64_t nslots)
 {
 	return nslots < cfg->max_files ? (uint32_t)nslots
 				       : (uint32_t)cfg->max_files;
+}
+
+/* The slot entries the mirrors keep room for (grow.c): cache.max_capacity's
+ * worth, or four times nslots; never fewer than nslots, and slot ids stay
+ * 32 bits (engine.h). */
+static uint64_t room_for(const struct cache_config *cfg, uint64_t nslots)
+{
+	uint64_t room = cfg->max_capacity ? cfg->max_capacity / cfg->block_size
+					  : 4 * nslots;
+
+	if (room < nslots)
+		room = nslots;
+	if (room > FMT_MAX_ROOM)
+		room = nslots > FMT_MAX_ROOM ? nslots : FMT_MAX_ROOM;
+	return room;
 }
 
 uint64_t fmt_meta_len(const struct cache_config *cfg, struct dev **devs,
@@ -43,14 +61,15 @@ uint64_t fmt_meta_len(const struct cache_config *cfg, struct dev **devs,
 {
 	uint64_t nslots = slots_per_dev(cfg, devs, ndev) * ndev;
 
-	return meta_total_len(nslots, nfiles_for(cfg, nslots), cfg->block_size);
+	return meta_total_len(room_for(cfg, nslots), nfiles_for(cfg, nslots),
+			      cfg->block_size);
 }
 
 int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		    struct pm_region mirrors[2], char *err, size_t errlen)
 {
 	uint64_t per = slots_per_dev(cfg, devs, ndev);
-	uint64_t nslots = per * ndev, len;
+	uint64_t nslots = per * ndev, len, room = room_for(cfg, nslots);
 	uint32_t nfiles = nfiles_for(cfg, nslots);
 	uint8_t uuid[16], members[NVC_MAX_DEVS][16] = { { 0 } };
 	struct sb_disk sb;
@@ -65,7 +84,7 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 			(unsigned long long)cfg->block_size);
 		return -ENOSPC;
 	}
-	len = meta_total_len(nslots, nfiles, cfg->block_size);
+	len = meta_total_len(room, nfiles, cfg->block_size);
 	for (i = 0; i < 2; i++)
 		if (mirrors[i].len < len) {
 			snprintf(err, errlen,
@@ -91,8 +110,8 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		struct meta_hdr h;
 
 		memset(mirrors[i].addr, 0, len);
-		meta_init_hdr(&h, uuid, i, cfg->block_size, nslots, nfiles,
-			      ndev);
+		meta_init_hdr(&h, uuid, i, cfg->block_size, nslots, room,
+			      nfiles, ndev);
 		memcpy(h.members, members, sizeof(h.members));
 		for (k = 0; k < ndev; k++)
 			h.removed[k] = !devs[k]; /* a spare place */
@@ -287,6 +306,13 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 	}
 	ret = fmt_format_open(cfg, devs, cfg->ndevs, mirrors, o->err,
 			      sizeof(o->err));
+	if (!ret) {
+		uint64_t nslots = slots_per_dev(cfg, devs, cfg->ndevs) *
+				  cfg->ndevs;
+
+		o->capacity = nslots * cfg->block_size;
+		o->max_capacity = room_for(cfg, nslots) * cfg->block_size;
+	}
 out_mirrors:
 	for (i = 0; i < 2; i++)
 		pm_unmap(&mirrors[i]);

@@ -286,7 +286,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 				for (uint32_t q = run0; q < p; q++)
 					bm_clear(want, q);
 			} else {
-				cache_dev_written(c, slot_idx(c, s) % c->ndevs);
+				cache_dev_written(c, slot_member(c, slot_idx(c, s)));
 				CNT_ADD(c, fill_bytes, io.len);
 			}
 		}
@@ -572,7 +572,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 	for (k = 0; k < nio; k++)
 		if (!ios[k].res)
 			stat_dev_add(&c->stats,
-				     slot_idx(c, sp[io_span[k]].s) % c->ndevs,
+				     slot_member(c, slot_idx(c, sp[io_span[k]].s)),
 				     STAT_DC_hit_bytes, ios[k].len);
 	for (i = 0; i < nsp; i++)
 		if (sp[i].s)

@@ -107,7 +107,7 @@ static int slot_persist_prep(struct cache *c, struct cslot *s,
 	for (i = 0; i < c->pbytes; i++)
 		need |= (valid[i] & ~pvalid[i] & unsynced[i]) != 0;
 	if (s->file && need) {
-		ret = cache_dev_sync(c, slot_idx(c, s) % c->ndevs);
+		ret = cache_dev_sync(c, slot_member(c, slot_idx(c, s)));
 		if (ret)
 			slot_unclaim_unsynced(c, s, ret);
 		pb_zero(c, slot_unsynced(c, s));
@@ -335,7 +335,7 @@ struct cslot *free_take_locked(struct cache *c, int avoid, int prefer)
 	     s = slot_list_next(c, SL_FREE, s)) {
 		int d;
 
-		d = slot_idx(c, s) % c->ndevs;
+		d = slot_member(c, slot_idx(c, s));
 		if (slot_failed(c, s) || slot_draining(c, s) || d == avoid)
 			continue;
 		if (!pick || d == prefer)
@@ -372,7 +372,7 @@ int evict_one_locked(struct cache *c, int avoid, struct cslot *keep)
 			struct cfile *o = c->recs[v->file - 1];
 
 			if (v->pins || v == keep || slot_failed(c, v) ||
-			    (int)(slot_idx(c, v) % c->ndevs) == avoid)
+			    (int)(slot_member(c, slot_idx(c, v))) == avoid)
 				continue;
 			slot_drop_locked(c, v);
 			CNT_ADD(c, evictions, 1);
@@ -435,7 +435,7 @@ int working_devices(struct cache *c)
 /* A twin for s: a free slot on another working device (c->lock held). */
 struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
 {
-	int dev = slot_idx(c, s) % c->ndevs;
+	int dev = slot_member(c, slot_idx(c, s));
 	struct cslot *t;
 
 	while (!(t = free_take_locked(c, dev, -1)))

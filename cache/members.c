@@ -9,8 +9,9 @@
 /*
  * Members.  `nvcachectl format` gives every cache device a UUID of its own
  * (sb_disk.dev_uuid) and records them, in member order, in the metadata
- * header (meta_hdr.members).  Global slot s lives on member s % ndevs, so a
- * device must be used at its member index, whatever name it has today:
+ * header (meta_hdr.members).  Each slot lives on one member (meta.h: the
+ * layout), so a device must be used at its member index, whatever name it
+ * has today:
  * loop devices and NVMe namespaces are numbered in the order they appear,
  * and that order changes between boots.  cache.devices therefore names the
  * set, not the order: at mount each listed device is placed at the index its

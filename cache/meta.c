@@ -43,6 +43,16 @@ uint64_t meta_total_len(uint64_t nslots, uint32_t nfiles, uint32_t block_size)
 	return (len + 4095) & ~4095ull;
 }
 
+static int is_zero(const uint8_t *p, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
+
 /* Fill why (if any) and return ret: the one way a check says no. */
 static int refuse(char *why, size_t len, int ret, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -195,8 +205,8 @@ int sb_repair(struct dev *d, const struct sb_disk *good, int *repaired)
 }
 
 void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
-		   uint32_t block_size, uint64_t nslots, uint32_t nfiles,
-		   uint32_t ndevs)
+		   uint32_t block_size, uint64_t nslots, uint64_t room,
+		   uint32_t nfiles, uint32_t ndevs)
 {
 	memset(h, 0, sizeof(*h));
 	h->magic = META_MAGIC;
@@ -212,8 +222,34 @@ void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
 	h->ndevs = ndevs;
 	h->files_off = META_HDR_SIZE;
 	h->slots_off = META_HDR_SIZE + (uint64_t)nfiles * META_FILE_SIZE;
-	h->total_len = meta_total_len(nslots, nfiles, block_size);
+	h->stripe_devs = ndevs;
+	h->room = room;
+	h->total_len = meta_total_len(room, nfiles, block_size);
 	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+}
+
+/* What a valid header says (a version 2 one: every member in the stripe,
+ * no room past nslots). */
+void meta_layout_of(const struct meta_hdr *h, struct meta_layout *l)
+{
+	uint64_t next, grown = 0;
+	uint32_t k;
+
+	memset(l, 0, sizeof(*l));
+	l->ndevs = h->ndevs;
+	l->nslots = h->nslots;
+	l->nstripe = h->stripe_devs ? h->stripe_devs : h->ndevs;
+	l->room = h->room ? h->room : h->nslots;
+	for (k = l->nstripe; k < h->ndevs; k++)
+		grown += h->grown[k];
+	l->stripe_slots = h->nslots - grown;
+	for (k = 0; k < l->nstripe; k++)
+		l->count[k] = l->stripe_slots / l->nstripe;
+	for (k = l->nstripe, next = l->stripe_slots; k < h->ndevs; k++) {
+		l->base[k] = next;
+		l->count[k] = h->grown[k];
+		next += h->grown[k];
+	}
 }
 
 /*
@@ -255,10 +291,69 @@ static int members_ok(const struct meta_hdr *h, char *why, size_t len)
 	return 0;
 }
 
+/* The slot entries the header's mirror has room for. */
+static uint64_t hdr_room(const struct meta_hdr *h)
+{
+	return h->room ? h->room : h->nslots;
+}
+
+/*
+ * The layout fields (ndevs already checked): the stripe's slots a non-empty
+ * multiple of its members, every grown member holding slots and no other
+ * member any grown ones, nslots within room, room within the mirror's
+ * space (bytes after the header).
+ */
+static int layout_ok(const struct meta_hdr *h, uint64_t space, char *why,
+		     size_t len)
+{
+	uint64_t grown = 0;
+	uint32_t k, nstripe = h->stripe_devs;
+
+	if (h->version == META_VERSION_V2 &&
+	    (h->stripe_devs || h->room || h->reserved5 ||
+	     !is_zero((const uint8_t *)h->grown, sizeof(h->grown))))
+		return refuse(why, len, -EUCLEAN,
+			      "version 2 header with layout fields set");
+	if (h->version == META_VERSION_V2)
+		nstripe = h->ndevs;
+	if (nstripe < 1 || nstripe > h->ndevs || h->reserved5)
+		return refuse(why, len, -EUCLEAN,
+			      "header stripe_devs %u (reserved5 %u): not from "
+			      "1 to ndevs %u",
+			      nstripe, h->reserved5, h->ndevs);
+	for (k = 0; k < NVC_MAX_DEVS; k++) {
+		int inrun = k >= nstripe && k < h->ndevs;
+
+		if (!inrun != !h->grown[k] || h->grown[k] > h->nslots)
+			return refuse(why, len, -EUCLEAN,
+				      "header grown[%u] is %llu: members %u "
+				      "to %u hold grown slots, no other",
+				      k, (unsigned long long)h->grown[k],
+				      nstripe + 1, h->ndevs);
+		grown += h->grown[k];
+	}
+	if (grown > h->nslots || h->nslots - grown < nstripe ||
+	    (h->nslots - grown) % nstripe)
+		return refuse(why, len, -EUCLEAN,
+			      "header nslots %llu: with %llu grown slots, not "
+			      "a multiple of the stripe's %u members",
+			      (unsigned long long)h->nslots,
+			      (unsigned long long)grown, nstripe);
+	if (hdr_room(h) < h->nslots || hdr_room(h) > space / h->slot_size)
+		return refuse(why, len, -EUCLEAN,
+			      "header room %llu: not from nslots %llu to what "
+			      "the mirror's %llu bytes hold",
+			      (unsigned long long)hdr_room(h),
+			      (unsigned long long)h->nslots,
+			      (unsigned long long)space + META_HDR_SIZE);
+	return 0;
+}
+
 static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 		  size_t len)
 {
 	uint32_t k, n;
+	int ret;
 	uint64_t room = maplen - META_HDR_SIZE;
 
 	if (h->magic != META_MAGIC)
@@ -266,10 +361,10 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      "no nvcachefs metadata header");
 	if (h->csum != meta_csum(h, offsetof(struct meta_hdr, csum)))
 		return refuse(why, len, -EUCLEAN, "header checksum mismatch");
-	if (h->version != META_VERSION)
+	if (h->version != META_VERSION && h->version != META_VERSION_V2)
 		return refuse(why, len, -EPROTO,
-			      "header version %u, expected %u", h->version,
-			      META_VERSION);
+			      "header version %u, expected %u or %u",
+			      h->version, META_VERSION_V2, META_VERSION);
 	if (h->hdr_size != META_HDR_SIZE || h->file_size != META_FILE_SIZE ||
 	    h->mirror > 1)
 		return refuse(why, len, -EUCLEAN,
@@ -297,15 +392,12 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 		return refuse(why, len, -EUCLEAN,
 			      "header ndevs %u is not from 1 to %d", h->ndevs,
 			      NVC_MAX_DEVS);
-	if (h->nslots < h->ndevs || h->nslots % h->ndevs ||
-	    h->nslots > room / h->slot_size)
-		return refuse(why, len, -EUCLEAN,
-			      "header nslots %llu: not a multiple of ndevs %u "
-			      "that fits the mirror's %zu bytes",
-			      (unsigned long long)h->nslots, h->ndevs, maplen);
+	ret = layout_ok(h, room, why, len);
+	if (ret)
+		return ret;
 	if (h->nfiles < 1 || h->nfiles > META_MAX_FILES ||
 	    (uint64_t)h->nfiles * META_FILE_SIZE >
-		    room - h->nslots * h->slot_size)
+		    room - hdr_room(h) * h->slot_size)
 		return refuse(why, len, -EUCLEAN,
 			      "header nfiles %u: not from 1 to %u records "
 			      "that fit the mirror's %zu bytes",
@@ -321,12 +413,12 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      (unsigned long long)(h->files_off +
 						   (uint64_t)h->nfiles *
 							   META_FILE_SIZE));
-	if (h->total_len != meta_total_len(h->nslots, h->nfiles, h->block_size))
+	if (h->total_len != meta_total_len(hdr_room(h), h->nfiles, h->block_size))
 		return refuse(why, len, -EUCLEAN,
 			      "header total_len %llu, expected %llu",
 			      (unsigned long long)h->total_len,
 			      (unsigned long long)meta_total_len(
-				      h->nslots, h->nfiles, h->block_size));
+				      hdr_room(h), h->nfiles, h->block_size));
 	if (h->total_len > maplen)
 		return refuse(why, len, -EUCLEAN,
 			      "header total_len %llu exceeds the mirror's %zu "
@@ -394,28 +486,51 @@ static int hdr_same(const struct meta_hdr *a, const struct meta_hdr *b)
 	return !memcmp(a->set_uuid, b->set_uuid, 16) &&
 	       a->nslots == b->nslots && a->nfiles == b->nfiles &&
 	       a->block_size == b->block_size && a->ndevs == b->ndevs &&
+	       a->stripe_devs == b->stripe_devs && a->room == b->room &&
+	       !memcmp(a->grown, b->grown, sizeof(a->grown)) &&
 	       !memcmp(a->members, b->members, sizeof(a->members));
+}
+
+/* The fields a replace (members) or a grow (members, ndevs, nslots, grown,
+ * and the version a v2 header takes) change: one struct for the copy. */
+static void hdr_take_set(struct meta_hdr *to, const struct meta_hdr *from)
+{
+	to->version = from->version;
+	to->ndevs = from->ndevs;
+	to->nslots = from->nslots;
+	to->stripe_devs = from->stripe_devs;
+	to->room = from->room;
+	to->total_len = from->total_len;
+	memcpy(to->grown, from->grown, sizeof(to->grown));
+	memcpy(to->members, from->members, sizeof(to->members));
 }
 
 /*
  * hdr_put persists mirror 0's header before mirror 1's, so two valid
- * headers of one cache that record different members are a crash between
- * the two persists of a replace's member table (replace.c, step 2), and
- * mirror 0's is the newer: mirror 1 takes it.  (The crash harness found
- * this state: the mount refused it as two caches' mirrors.)
+ * headers of one cache with the same room that record different device
+ * sets are a crash between the two persists of a replace's member table
+ * (replace.c, step 2) or of a grow (meta_grow), and mirror 0's is the newer:
+ * mirror 1 takes it.  (The crash harness found this state: the mount refused
+ * it as two caches' mirrors.)  A grow only ever adds: mirror 0 must hold
+ * every member mirror 1 does, in its place.
  */
 static void members_settle(struct meta *m, const struct meta_hdr *h[2])
 {
 	struct meta_hdr *h1 = m->r[1].addr;
 
 	if (memcmp(h[0]->set_uuid, h[1]->set_uuid, 16) ||
-	    h[0]->ndevs != h[1]->ndevs ||
-	    !memcmp(h[0]->members, h[1]->members, sizeof(h[0]->members)))
+	    h[0]->nfiles != h[1]->nfiles ||
+	    h[0]->block_size != h[1]->block_size ||
+	    hdr_room(h[0]) != hdr_room(h[1]) || h[0]->ndevs < h[1]->ndevs ||
+	    (h[0]->ndevs > h[1]->ndevs &&
+	     memcmp(h[0]->members, h[1]->members, 16 * h[1]->ndevs)) ||
+	    hdr_same(h[0], h[1]))
 		return;
 	log_msg(LOG_NOTICE,
 		"metadata mirror 1 recorded the device set before its last "
-		"change (a crash during a replace): it takes mirror 0's");
-	memcpy(h1->members, h[0]->members, sizeof(h1->members));
+		"change (a crash during a replace or an add): it takes "
+		"mirror 0's");
+	hdr_take_set(h1, h[0]);
 	h1->csum = meta_csum(h1, offsetof(struct meta_hdr, csum));
 	pm_persist(&m->r[1], h1, META_HDR_SIZE);
 }
@@ -431,6 +546,7 @@ static void meta_geometry(struct meta *m, const struct meta_hdr *h)
 	m->slot_size = h->slot_size;
 	m->files_off = h->files_off;
 	m->slots_off = h->slots_off;
+	meta_layout_of(h, &m->layout);
 }
 
 static const char *mname(const char *const names[2], int i, char *buf,
@@ -467,20 +583,21 @@ static void hdr_get(struct meta *m, size_t off, void *out, size_t len)
 	pthread_rwlock_unlock(&m->swap);
 }
 
-/* A header field (off, len) written into each usable mirror in turn, each
- * checksummed and persisted before the next is touched. */
-static int hdr_put(struct meta *m, size_t off, const void *val, size_t len)
+/* fn applied to each usable mirror's header in turn, each checksummed and
+ * persisted before the next is touched. */
+static int hdr_apply(struct meta *m,
+		     void (*fn)(struct meta_hdr *h, const void *arg),
+		     const void *arg)
 {
 	int k, ret = 0, done = 0;
 
-	assert(off + len <= offsetof(struct meta_hdr, csum));
 	pthread_rwlock_rdlock(&m->swap);
 	for (k = 0; k < 2; k++) {
 		struct meta_hdr *h = m->r[k].addr;
 
 		if (!m->have[k] || m->failed[k])
 			continue;
-		memcpy((char *)h + off, val, len);
+		fn(h, arg);
 		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
 		if (ret)
@@ -489,6 +606,27 @@ static int hdr_put(struct meta *m, size_t off, const void *val, size_t len)
 	}
 	pthread_rwlock_unlock(&m->swap);
 	return ret ? ret : done ? 0 : -EIO;
+}
+
+struct hdr_field {
+	size_t off, len;
+	const void *val;
+};
+
+static void field_set(struct meta_hdr *h, const void *arg)
+{
+	const struct hdr_field *f = arg;
+
+	memcpy((char *)h + f->off, f->val, f->len);
+}
+
+/* A header field (off, len) written into each usable mirror in turn. */
+static int hdr_put(struct meta *m, size_t off, const void *val, size_t len)
+{
+	struct hdr_field f = { off, len, val };
+
+	assert(off + len <= offsetof(struct meta_hdr, csum));
+	return hdr_apply(m, field_set, &f);
 }
 
 void meta_store_stamp(struct meta *m, uint8_t out[16])
@@ -641,6 +779,56 @@ int meta_set_removed(struct meta *m, const uint8_t removed[NVC_MAX_DEVS])
 {
 	return hdr_put(m, offsetof(struct meta_hdr, removed), removed,
 		       NVC_MAX_DEVS);
+}
+
+struct grow {
+	int k;
+	const uint8_t *uuid;
+	uint64_t count;
+};
+
+static void grow_set(struct meta_hdr *h, const void *arg)
+{
+	const struct grow *g = arg;
+
+	if (h->version == META_VERSION_V2) {
+		h->version = META_VERSION;
+		h->stripe_devs = h->ndevs;
+		h->room = h->nslots;
+	}
+	memcpy(h->members[g->k], g->uuid, 16);
+	h->grown[g->k] = g->count;
+	h->ndevs = g->k + 1;
+	h->nslots += g->count;
+}
+
+int meta_grow(struct meta *m, int k, const uint8_t uuid[16], uint64_t count)
+{
+	struct grow g = { k, uuid, count };
+	uint64_t off = m->slots_off + m->nslots * m->slot_size;
+	size_t len = count * m->slot_size;
+	int i, ret;
+
+	assert(k == (int)m->ndevs && k < NVC_MAX_DEVS && count);
+	if (m->nslots + count > m->layout.room)
+		return -ENOSPC;
+	pthread_rwlock_rdlock(&m->swap);
+	for (i = 0, ret = 0; i < 2 && !ret; i++) {
+		if (!m->have[i] || m->failed[i])
+			continue;
+		memset((char *)m->r[i].addr + off, 0, len);
+		ret = pm_persist(&m->r[i], (char *)m->r[i].addr + off, len);
+	}
+	pthread_rwlock_unlock(&m->swap);
+	if (!ret)
+		ret = hdr_apply(m, grow_set, &g);
+	if (ret)
+		return ret;
+	m->layout.base[k] = m->nslots;
+	m->layout.count[k] = count;
+	m->layout.ndevs = m->ndevs = k + 1;
+	m->layout.nslots = m->nslots = m->nslots + count;
+	return 0;
 }
 
 /*
@@ -949,16 +1137,6 @@ static int file_ok(const struct meta_file *f, char *why, size_t len)
 			      (unsigned long long)f->size,
 			      (unsigned long long)f->bk_size);
 	return 0;
-}
-
-static int is_zero(const uint8_t *p, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		if (p[i])
-			return 0;
-	return 1;
 }
 
 static uint8_t *slot_addr(struct meta *m, int mirror, uint64_t i)

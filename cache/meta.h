@@ -10,8 +10,11 @@
 /*
  * Every cache device starts with a superblock (4 KiB, copied at 4 KiB and at
  * 8 KiB so that one torn write cannot lose it); data slots start at
- * SB_DATA_OFF.  Global slot s lives on device s % ndevs at slot s / ndevs, so
- * consecutive slots spread over all devices.
+ * SB_DATA_OFF.  Where a global slot lives is the layout (struct meta_layout):
+ * the members a cache was formatted with share slots round robin, slot s on
+ * member s % nstripe at its slot s / nstripe, so consecutive slots spread
+ * over them; a member added later (nvcachectl add past the formatted places:
+ * a grow) holds a run of consecutive slots after them.
  *
  * Each metadata mirror is one file (or region) laid out as
  *
@@ -35,7 +38,10 @@
 #define SB_DATA_OFF (1024 * 1024ull)
 
 #define META_MAGIC 0x3141544d4356ull /* "NVCMTA1" */
-#define META_VERSION 2
+/* 3: the layout fields (stripe_devs, room, grown); a version 2 header has
+ * them zero and means every member in the stripe, no room */
+#define META_VERSION 3
+#define META_VERSION_V2 2
 #define META_HDR_SIZE 4096u
 #define META_FILE_SIZE 1024u
 #define META_HANDLE_MAX 128u
@@ -108,7 +114,18 @@ struct meta_hdr {
 	uint32_t mirror_replacing;
 	uint32_t reserved4;
 	char mirror_path[256];
-	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 17 - 2 * 264];
+	/* the layout (meta_layout_of): members below stripe_devs share the
+	 * slots [0, nslots - the grown ones) round robin; member k from
+	 * stripe_devs on, added by a grow, holds the grown[k] slots after
+	 * those of the members before it */
+	uint32_t stripe_devs;
+	uint32_t reserved5;
+	/* slot entries the mirror has room for (nslots or more): a grow takes
+	 * from it; total_len covers it */
+	uint64_t room;
+	uint64_t grown[NVC_MAX_DEVS];
+	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 17 - 2 * 264 - 16 -
+			 NVC_MAX_DEVS * 8];
 	uint64_t csum;
 };
 
@@ -164,6 +181,62 @@ struct meta_slot {
 	uint64_t dirty[META_MAX_WORDS];
 };
 
+/*
+ * Where each global slot lives, from a valid header.  Members below nstripe
+ * share [0, stripe_slots) round robin; member k from nstripe on holds
+ * count[k] slots from base[k], in member order, up to nslots.  room: the
+ * slot entries the mirrors have room for.  A grow (replace.c) fills base and
+ * count of the new member before anyone can be given one of its slots; the
+ * stripe never changes.
+ */
+struct meta_layout {
+	uint32_t ndevs, nstripe;
+	uint64_t nslots, room, stripe_slots;
+	uint64_t base[NVC_MAX_DEVS], count[NVC_MAX_DEVS];
+};
+
+void meta_layout_of(const struct meta_hdr *h, struct meta_layout *l);
+
+/* The member global slot s lives on. */
+static inline int layout_member(const struct meta_layout *l, uint64_t s)
+{
+	int k;
+
+	if (s < l->stripe_slots)
+		return (int)(s % l->nstripe);
+	for (k = (int)l->nstripe;
+	     k + 1 < NVC_MAX_DEVS && l->count[k + 1] &&
+	     s >= l->base[k] + l->count[k];
+	     k++)
+		;
+	return k;
+}
+
+/* Global slot s's index on its member (its offset: SB_DATA_OFF + index *
+ * block size). */
+static inline uint64_t layout_index(const struct meta_layout *l, uint64_t s)
+{
+	if (s < l->stripe_slots)
+		return s / l->nstripe;
+	return s - l->base[layout_member(l, s)];
+}
+
+/* Member k's slot j (j < count[k]) as a global slot. */
+static inline uint64_t layout_slot(const struct meta_layout *l, int k,
+				   uint64_t j)
+{
+	if ((uint32_t)k < l->nstripe)
+		return j * l->nstripe + k;
+	return l->base[k] + j;
+}
+
+/* The ndevs a superblock of member k says: the stripe's width for a
+ * member of it, k + 1 for a grown one (the members when it was added). */
+static inline uint32_t layout_sb_ndevs(const struct meta_layout *l, int k)
+{
+	return (uint32_t)k < l->nstripe ? l->nstripe : (uint32_t)k + 1;
+}
+
 struct meta {
 	struct pm_region r[2];
 	int have[2]; /* mirror usable */
@@ -178,6 +251,7 @@ struct meta {
 	uint64_t files_off, slots_off;
 	uint32_t block_size; /* of the header, checked against the config */
 	uint32_t ndevs;
+	struct meta_layout layout; /* as attached; meta_grow changes it */
 	uint64_t seq; /* next sequence number (atomic) */
 	uint8_t set_uuid[16];
 	/* held for reading by every access to r[] while mounted, for writing
@@ -227,9 +301,10 @@ int meta_attach_named(struct meta *m, struct pm_region r[2],
 		      const char *const names[2], char *err, size_t len);
 int meta_attach_ro_named(struct meta *m, struct pm_region r[2],
 			 const char *const names[2], char *err, size_t len);
+/* room: slot entries to leave room for (nslots or more) */
 void meta_init_hdr(struct meta_hdr *h, const uint8_t uuid[16], uint32_t mirror,
-		   uint32_t block_size, uint64_t nslots, uint32_t nfiles,
-		   uint32_t ndevs);
+		   uint32_t block_size, uint64_t nslots, uint64_t room,
+		   uint32_t nfiles, uint32_t ndevs);
 
 /* Read the newest valid copy; returns 1 if found valid, 0 if none. */
 int meta_get_slot(struct meta *m, uint64_t i, struct meta_slot *out, int *bad);
@@ -287,6 +362,13 @@ uint32_t meta_detach_state(struct meta *m);
 /* The removed flags of the first usable header, and their writing. */
 void meta_removed(struct meta *m, uint8_t out[NVC_MAX_DEVS]);
 int meta_set_removed(struct meta *m, const uint8_t removed[NVC_MAX_DEVS]);
+/*
+ * A grow: member k (== ndevs), whose UUID is uuid, holds the next count
+ * slots.  Their entries are zeroed (free) in each mirror, then each usable
+ * header records the new member, mirror 0 first, each persisted before the
+ * next is touched; m->layout follows.  0, or -errno (-ENOSPC: no room).
+ */
+int meta_grow(struct meta *m, int k, const uint8_t uuid[16], uint64_t count);
 /* 1 if a file record may hold path (len bytes): see meta.c. */
 int meta_path_ok(const char *path, uint32_t len);
 /* 1 while a mirror still takes writes. */

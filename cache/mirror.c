@@ -74,7 +74,7 @@ static int new_place_ok(struct cache *c, const char *path, int resumed,
 		return -EINVAL;
 	}
 	for (d = 0; d < c->ndevs; d++)
-		if (!strcmp(c->cfg->dev_paths[d], path)) {
+		if (!strcmp(cache_listed_name(c, d), path)) {
 			snprintf(err, errlen,
 				 "%s is a cache device of this cache", path);
 			return -EINVAL;
@@ -119,7 +119,7 @@ static int mirror_onto(struct cache *c, int k, const char *old,
 		       const char *new_path, char *err, size_t errlen)
 {
 	struct pm_region nr, oldr;
-	uint64_t total = meta_total_len(c->meta.nslots, c->meta.nfiles,
+	uint64_t total = meta_total_len(c->meta.layout.room, c->meta.nfiles,
 					c->meta.block_size);
 	int created = access(new_path, F_OK) != 0, ret;
 	char *keep;

@@ -11,7 +11,8 @@
 #include <time.h>
 
 /*
- * Rebuild.  Slot s lives on member s % ndevs at a fixed offset, so the new
+ * Rebuild.  A slot lives on one member at a fixed offset (meta.h: the
+ * layout), so the new
  * device (NEW) can take member k's slots as they are: every slot of k that
  * holds something is copied to the same offset of NEW, and once NEW takes
  * k's place every map entry is true of it without a change.
@@ -209,22 +210,24 @@ struct rb_batch {
 	int n;
 };
 
-/* Lock a batch from *s on (stride ndevs); *s moves past what it holds and
- * what it skipped.  *seen counts the slots in use it passed. */
-static void rb_collect(struct cache *c, uint64_t *s, int max,
+/* Lock a batch of member k's slots from its *j-th on; *j moves past what
+ * it holds and what it skipped.  *seen counts the slots in use it passed. */
+static void rb_collect(struct cache *c, int k, uint64_t *j, int max,
 		       struct rb_batch *b, uint64_t *seen)
 {
+	uint64_t s;
 	int ret;
 
-	for (b->n = 0; *s < c->nslots && b->n < max; *s += c->ndevs) {
-		if (!c->slots[*s].file)
+	for (b->n = 0; *j < member_slots(c, k) && b->n < max; *j += 1) {
+		s = layout_slot(&c->meta.layout, k, *j);
+		if (!c->slots[s].file)
 			continue;
-		ret = rb_lock(c, *s, &b->r[b->n], !b->n);
+		ret = rb_lock(c, s, &b->r[b->n], !b->n);
 		if (ret == 2)
 			break; /* busy: the next batch's first */
 		*seen += 1;
 		if (!ret)
-			b->io[b->n++].off = slot_off(c, *s);
+			b->io[b->n++].off = slot_off(c, s);
 	}
 }
 
@@ -313,11 +316,11 @@ static void rb_pace(struct cache *c, uint64_t done, uint64_t t0)
 /* Slots of member k that hold something now. */
 static uint64_t rb_used(struct cache *c, int k)
 {
-	uint64_t s, n = 0;
+	uint64_t j, n = 0;
 
 	pthread_mutex_lock(&c->lock);
-	for (s = k; s < c->nslots; s += c->ndevs)
-		n += c->slots[s].file != 0;
+	for (j = 0; j < member_slots(c, k); j++)
+		n += c->slots[layout_slot(&c->meta.layout, k, j)].file != 0;
 	pthread_mutex_unlock(&c->lock);
 	return n;
 }
@@ -326,7 +329,7 @@ int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
 		 void *arg, char *err, size_t errlen)
 {
 	struct dev *old = c->devs[k];
-	uint64_t s = k, total, seen = 0, done, t0 = now_ns();
+	uint64_t j = 0, total, seen = 0, done, t0 = now_ns();
 	int max = RB_BATCH_BYTES / c->bs, ret = 0;
 	struct rb_batch *b = calloc(1, sizeof(*b));
 	char *bufs;
@@ -343,13 +346,13 @@ int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
 	__atomic_store_n(&c->rebuild_done, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&c->rebuild_member, k + 1, __ATOMIC_RELEASE);
 	dev_set_shadow(old, nd); /* step 1 */
-	while (s < c->nslots && !ret) {
+	while (j < member_slots(c, k) && !ret) {
 		if (__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE)) {
 			snprintf(err, errlen, "the cache is stopping");
 			ret = -ESHUTDOWN;
 			break;
 		}
-		rb_collect(c, &s, max, b, &seen);
+		rb_collect(c, k, &j, max, b, &seen);
 		ret = rb_copy(c, k, nd, b, bufs, err, errlen);
 		done = seen * c->bs;
 		__atomic_store_n(&c->rebuild_done, done < total ? done : total,

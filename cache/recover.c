@@ -433,13 +433,22 @@ static uint64_t probe_max_file_size(int dirfd)
 	return lo;
 }
 
+void cache_slot_init(struct cache *c, uint64_t i)
+{
+	srw_init(&c->slots[i].rw);
+	c->slots[i].link.prev = c->slots[i].link.next = i;
+	list_init(&c->slots[i].flink);
+	c->slots[i].state = SLOT_FRESH;
+}
+
 static int cache_alloc(struct cache *c)
 {
 	uint64_t i, hsize = 1;
 
-	c->slots = calloc(c->nslots, sizeof(*c->slots));
+	/* for room: pages past nslots stay untouched until a grow uses them */
+	c->slots = calloc(c->room, sizeof(*c->slots));
 	c->pbytes = (c->ppb + 7) / 8;
-	c->pbits = calloc(c->nslots * SB_NBITS, c->pbytes);
+	c->pbits = calloc(c->room * SB_NBITS, c->pbytes);
 	/* one bucket a slot or more: chains of one or two on average */
 	while (hsize < c->nslots)
 		hsize <<= 1;
@@ -456,12 +465,8 @@ static int cache_alloc(struct cache *c)
 		return -ENOMEM;
 	for (i = 0; i < NVC_MAX_DEVS; i++)
 		pthread_mutex_init(&c->dsync[i].lock, NULL);
-	for (i = 0; i < c->nslots; i++) {
-		srw_init(&c->slots[i].rw);
-		c->slots[i].link.prev = c->slots[i].link.next = i;
-		list_init(&c->slots[i].flink);
-		c->slots[i].state = SLOT_FRESH;
-	}
+	for (i = 0; i < c->nslots; i++)
+		cache_slot_init(c, i);
 	for (i = 0; i < SL_NHEADS; i++)
 		slot_list_init(c, i);
 	list_init(&c->pinned_files);
@@ -515,6 +520,8 @@ static void cache_free(struct cache *c)
 		pm_unmap(&c->meta.r[0]);
 		pm_unmap(&c->meta.r[1]);
 	}
+	for (i = 0; i < NVC_MAX_DEVS; i++)
+		free(c->grown_names[i]);
 	free(c->root);
 	free(c);
 }
@@ -536,7 +543,8 @@ static void dev_fence(struct cache *c, int d, int state)
 static int sb_matches(struct cache *c, const struct sb_disk *sb,
 		      struct dev *dev, int d, char *err, size_t errlen)
 {
-	uint64_t per = c->nslots / c->ndevs;
+	uint64_t per = member_slots(c, d);
+	uint32_t sbn = layout_sb_ndevs(&c->meta.layout, d);
 	const char *p = dev_path(dev);
 
 	if (memcmp(sb->set_uuid, c->meta.set_uuid, 16)) {
@@ -547,11 +555,11 @@ static int sb_matches(struct cache *c, const struct sb_disk *sb,
 			 p);
 		return -EINVAL;
 	}
-	if (sb->dev_index != (uint32_t)d || sb->ndevs != (uint32_t)c->ndevs) {
+	if (sb->dev_index != (uint32_t)d || sb->ndevs != sbn) {
 		snprintf(err, errlen,
 			 "%s was formatted as device %u of %u, but "
-			 "cache.devices lists it as %d of %d",
-			 p, sb->dev_index + 1, sb->ndevs, d + 1, c->ndevs);
+			 "cache.devices lists it as %d of %d (of %u)",
+			 p, sb->dev_index + 1, sb->ndevs, d + 1, c->ndevs, sbn);
 		return -EINVAL;
 	}
 	if (sb->block_size != c->bs) {
@@ -564,9 +572,9 @@ static int sb_matches(struct cache *c, const struct sb_disk *sb,
 	if (sb->slots_per_dev != per) {
 		snprintf(err, errlen,
 			 "%s: superblock slots_per_dev %llu, but the "
-			 "metadata has nslots %llu for %d devices",
-			 p, (unsigned long long)sb->slots_per_dev,
-			 (unsigned long long)c->meta.nslots, c->ndevs);
+			 "metadata gives member %d %llu slots",
+			 p, (unsigned long long)sb->slots_per_dev, d + 1,
+			 (unsigned long long)per);
 		return -EINVAL;
 	}
 	/* sb_check: per * bs + SB_DATA_OFF fits dev_size, no wrap */
@@ -614,14 +622,8 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 
 	meta_removed(&c->meta, removed);
 
-	if (c->meta.nslots % c->ndevs) {
-		snprintf(err, errlen,
-			 "the metadata was formatted for a different number of "
-			 "devices than cache.devices lists (%d)",
-			 c->ndevs);
-		return -EINVAL;
-	}
-	for (d = 0; d < c->ndevs; d++) {
+	/* listed past the members the header has: check_geometry says so */
+	for (d = 0; d < c->ndevs && d < (int)c->meta.ndevs; d++) {
 		const char *p = dev_path(c->devs[d]);
 
 		if (open_detached) {
@@ -632,6 +634,7 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 			/* never used again (replace.c): whatever is there */
 			dev_fence(c, d, STAT_DEV_REMOVED);
 			c->nremoved++;
+			c->removed_slots += member_slots(c, d);
 			continue;
 		}
 		if (d + 1 == degraded) {
@@ -770,6 +773,7 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	if (ret)
 		goto err_free;
 	c->nslots = c->meta.nslots;
+	c->room = c->meta.layout.room;
 	ret = mirrors_missing(&c->meta);
 	if (ret) {
 		snprintf(err, errlen,
@@ -789,12 +793,12 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		ret = check_geometry(c, err, errlen);
 	if (ret)
 		goto err_free;
-	if (c->nslots > UINT32_MAX - SL_NHEADS) {
+	if (c->room > UINT32_MAX - SL_NHEADS) {
 		/* slot ids are 32 bits (engine.h) */
 		snprintf(err, errlen,
-			 "%llu slots: a cache has fewer than 2^32 - %d; use a "
-			 "larger cache.block_size",
-			 (unsigned long long)c->nslots, SL_NHEADS);
+			 "room for %llu slots: a cache has fewer than 2^32 - "
+			 "%d; use a larger cache.block_size",
+			 (unsigned long long)c->room, SL_NHEADS);
 		ret = -EFBIG;
 		goto err_free;
 	}
@@ -818,6 +822,13 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	ret = recover_load(c, err, errlen);
 	if (ret)
 		goto err_free;
+	if (c->meta.layout.nstripe < (uint32_t)c->ndevs) {
+		/* grown members' slots come after the stripe's: the free list
+		 * in slot order would use them last (grow.c) */
+		pthread_mutex_lock(&c->lock);
+		grow_interleave_locked(c);
+		pthread_mutex_unlock(&c->lock);
+	}
 	c->last_io = now_ms();
 	ret = destage_start(c);
 	if (ret) {

@@ -61,11 +61,11 @@
 /* Drop k's clean, unpinned slots; how many are still in use. */
 static uint64_t drop_clean_on(struct cache *c, int k)
 {
-	uint64_t s, left = 0;
+	uint64_t j, left = 0;
 
 	pthread_mutex_lock(&c->lock);
-	for (s = k; s < c->nslots; s += c->ndevs) {
-		struct cslot *v = &c->slots[s];
+	for (j = 0; j < member_slots(c, k); j++) {
+		struct cslot *v = &c->slots[layout_slot(&c->meta.layout, k, j)];
 		struct cfile *o;
 
 		if (!v->file)
@@ -154,17 +154,17 @@ static int swap_in(struct cache *c, int k, struct dev *dev, int state,
 }
 
 /* The new device is fit: not in use, holding nothing libblkid knows, large
- * enough for member k (probe: libblkid finds nothing in it).  It is opened
- * (O_EXCL) into *out. */
-static int new_dev_ok(struct cache *c, const char *path, int probe,
-		      struct dev **out, char *err, size_t errlen)
+ * enough for min_slots slots (probe: libblkid finds nothing in it).  It is
+ * opened (O_EXCL) into *out. */
+int new_dev_ok(struct cache *c, const char *path, uint64_t min_slots,
+	       int probe, struct dev **out, char *err, size_t errlen)
 {
-	uint64_t need = SB_DATA_OFF + c->nslots / c->ndevs * (uint64_t)c->bs;
+	uint64_t need = SB_DATA_OFF + min_slots * (uint64_t)c->bs;
 	int d, ret;
 
 	for (d = 0; d < c->ndevs; d++)
 		if (!strcmp(dev_path(c->devs[d]), path) ||
-		    !strcmp(c->cfg->dev_paths[d], path)) {
+		    !strcmp(cache_listed_name(c, d), path)) {
 			snprintf(err, errlen, "%s is a device of this cache",
 				 path);
 			return -EINVAL;
@@ -189,7 +189,7 @@ static int new_dev_ok(struct cache *c, const char *path, int probe,
 	}
 	if (dev_size(*out) < need) {
 		snprintf(err, errlen,
-			 "%s is too small: %llu bytes, each device of this "
+			 "%s is too small: %llu bytes, its place in this "
 			 "cache needs %llu",
 			 path, (unsigned long long)dev_size(*out),
 			 (unsigned long long)need);
@@ -213,17 +213,21 @@ static int uuid_used(uint8_t (*members)[16], int n, int k)
 	return 0;
 }
 
-/* Replace step 2: the new device's superblock, then the headers' member
- * table. */
-static int new_member(struct cache *c, int k, struct dev *nd, char *err,
-		      size_t errlen)
+/*
+ * The superblock of member k (count slots) on nd, under a new UUID that
+ * members[k] takes (members: the header's table), flushed.  The geometry is
+ * copied from a member's superblock: the old one's, or for a failed device,
+ * a free place or a grow, another's.  0, or -errno with err set.
+ */
+int member_sb_write(struct cache *c, int k, uint64_t count, struct dev *nd,
+		    uint8_t members[NVC_MAX_DEVS][16], char *err,
+		    size_t errlen)
 {
-	uint8_t members[NVC_MAX_DEVS][16];
 	struct sb_disk sb;
-	int ret, d;
+	int ret = -ENODATA, d;
 
-	ret = sb_read(c->devs[k], &sb);
-	/* a failed device or a free place: the other members' say the same */
+	if (k < c->ndevs)
+		ret = sb_read(c->devs[k], &sb);
 	for (d = 0; ret && d < c->ndevs; d++)
 		ret = sb_read(c->devs[d], &sb);
 	if (ret) {
@@ -231,20 +235,39 @@ static int new_member(struct cache *c, int k, struct dev *nd, char *err,
 			 "no superblock to copy the geometry from");
 		return -EIO;
 	}
-	meta_members(&c->meta, members);
 	do {
 		if (getrandom(members[k], 16, 0) != 16)
 			return -errno;
-	} while (uuid_used(members, c->ndevs, k));
+	} while (uuid_used(members, k + 1 > c->ndevs ? k + 1 : c->ndevs, k));
 	sb.dev_index = k;
+	sb.ndevs = layout_sb_ndevs(&c->meta.layout, k);
+	sb.slots_per_dev = count;
 	sb.dev_size = dev_size(nd);
 	sb.format_time = time(NULL);
 	memcpy(sb.dev_uuid, members[k], 16);
 	ret = sb_write(nd, &sb);
 	if (!ret)
 		ret = dev_flush(nd);
-	if (!ret)
-		ret = meta_set_members(&c->meta, members);
+	if (ret)
+		snprintf(err, errlen, "%s: cannot write its superblock: %s",
+			 dev_path(nd), strerror(-ret));
+	return ret;
+}
+
+/* Replace step 2: the new device's superblock, then the headers' member
+ * table. */
+static int new_member(struct cache *c, int k, struct dev *nd, char *err,
+		      size_t errlen)
+{
+	uint8_t members[NVC_MAX_DEVS][16];
+	int ret;
+
+	meta_members(&c->meta, members);
+	ret = member_sb_write(c, k, member_slots(c, k), nd, members, err,
+			      errlen);
+	if (ret)
+		return ret;
+	ret = meta_set_members(&c->meta, members);
 	if (ret)
 		snprintf(err, errlen, "cannot record the new member: %s",
 			 strerror(-ret));
@@ -353,7 +376,8 @@ static int replace_dev(struct cache *c, const char *old_arg,
 	ret = -EINVAL;
 	if (k == c->ndevs)
 		goto out_unlock;
-	ret = new_dev_ok(c, new_path, !resumed, &nd, err, errlen);
+	ret = new_dev_ok(c, new_path, member_slots(c, k), !resumed, &nd, err,
+			 errlen);
 	if (ret)
 		goto out_unlock;
 	ret = replace_run(c, k, old, nd, new_path, fn, arg, &placed, err,
@@ -586,6 +610,7 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 	meta_set_removing(&c->meta, 0);
 	pthread_mutex_lock(&c->lock);
 	c->nremoved++;
+	c->removed_slots += member_slots(c, k);
 	pthread_mutex_unlock(&c->lock);
 	c->made_devs |= 1u << k;
 	ret = swap_in(c, k, standin, STAT_DEV_REMOVED, fn, arg);
@@ -612,8 +637,9 @@ out_unlock:
 
 /*
  * Add: a device takes a free member place, one kept spare at format (a
- * cache.devices entry "spare") or left by a remove.  The place's slots are
- * in the layout already and free on the media, so nothing moves:
+ * cache.devices entry "spare") or left by a remove; with none free, the
+ * cache grows by a member (grow.c).  A free place's slots are in the
+ * layout already and free on the media, so nothing moves:
  *   1. the new device (checked as for a replace) gets the place's
  *      superblock with a new UUID, flushed, and both headers record the
  *      UUID (new_member);
@@ -625,26 +651,15 @@ out_unlock:
  * the device there as the free place it still is); add runs again.
  */
 /* The first free member place (removed[] read into removed), or c->ndevs
- * with err set. */
-static int free_place(struct cache *c, uint8_t removed[NVC_MAX_DEVS],
-		      char *err, size_t errlen)
+ * if there is none. */
+static int free_place(struct cache *c, uint8_t removed[NVC_MAX_DEVS])
 {
 	int k;
 
 	meta_removed(&c->meta, removed);
 	for (k = 0; k < c->ndevs && !removed[k]; k++)
 		;
-	if (c->detached)
-		snprintf(err, errlen, "the cache is detached: attach first");
-	else if (k == c->ndevs)
-		snprintf(err, errlen,
-			 "no free member place: all %d are in use (a "
-			 "cache.devices entry \"spare\" at format keeps one "
-			 "free; nvcachectl remove frees one)",
-			 c->ndevs);
-	else
-		return k;
-	return c->ndevs;
+	return k;
 }
 
 /* Steps 1 to 3: nd in place k.  0, or -errno with err set (nd is the
@@ -667,6 +682,7 @@ static int add_run(struct cache *c, int k, uint8_t removed[NVC_MAX_DEVS],
 	}
 	pthread_mutex_lock(&c->lock);
 	c->nremoved--;
+	c->removed_slots -= member_slots(c, k);
 	pthread_mutex_unlock(&c->lock);
 	dev_close(cache_dev_swap(c, k, nd, STAT_DEV_OK));
 	c->made_devs &= ~(1u << k); /* nd is its caller's, as the others */
@@ -681,39 +697,49 @@ static int add_run(struct cache *c, int k, uint8_t removed[NVC_MAX_DEVS],
 	return 0;
 }
 
-int cache_add_dev(struct cache *c, const char *path, char *err, size_t errlen)
+/* Add nd (opened by path if NULL): into a free place, else as a new
+ * member.  0, or -errno with err set; nd given is the caller's on failure,
+ * one opened here is closed. */
+static int add_dev(struct cache *c, const char *path, struct dev *nd,
+		   char *err, size_t errlen)
 {
 	uint8_t removed[NVC_MAX_DEVS];
-	struct dev *nd;
+	struct dev *opened = NULL;
+	uint64_t need;
 	int k, ret = -EINVAL;
 
 	err[0] = 0;
 	pthread_mutex_lock(&devlife_lock);
-	k = free_place(c, removed, err, errlen);
-	if (k == c->ndevs)
+	if (c->detached) {
+		snprintf(err, errlen, "the cache is detached: attach first");
 		goto out_unlock;
-	ret = new_dev_ok(c, path, 1, &nd, err, errlen);
-	if (ret)
-		goto out_unlock;
-	ret = add_run(c, k, removed, nd, err, errlen);
-	if (ret)
-		dev_close(nd);
+	}
+	k = free_place(c, removed);
+	need = k < c->ndevs ? member_slots(c, k) : GROW_MIN_SLOTS;
+	if (!nd) {
+		ret = new_dev_ok(c, path, need, 1, &opened, err, errlen);
+		if (ret)
+			goto out_unlock;
+		nd = opened;
+	}
+	if (k < c->ndevs)
+		ret = add_run(c, k, removed, nd, err, errlen);
+	else
+		ret = grow_run(c, nd, err, errlen);
+	if (ret && opened)
+		dev_close(opened);
 out_unlock:
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;
 }
 
+int cache_add_dev(struct cache *c, const char *path, char *err, size_t errlen)
+{
+	return add_dev(c, path, NULL, err, errlen);
+}
+
 int cache_add_dev_with(struct cache *c, struct dev *nd, char *err,
 		       size_t errlen)
 {
-	uint8_t removed[NVC_MAX_DEVS];
-	int k, ret = -EINVAL;
-
-	err[0] = 0;
-	pthread_mutex_lock(&devlife_lock);
-	k = free_place(c, removed, err, errlen);
-	if (k < c->ndevs)
-		ret = add_run(c, k, removed, nd, err, errlen);
-	pthread_mutex_unlock(&devlife_lock);
-	return ret;
+	return add_dev(c, dev_path(nd), nd, err, errlen);
 }

@@ -303,7 +303,7 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
 		int was_dirty = pb_any(c, slot_dirty(c, s));
 
 		if (!ios[i].fua)
-			cache_dev_written(c, slot_idx(c, s) % c->ndevs);
+			cache_dev_written(c, slot_member(c, slot_idx(c, s)));
 		for (p = sp[i].p0; p < sp[i].p1; p++) {
 			if (ios[i].fua)
 				pb_clear(slot_unsynced(c, s), p);

@@ -186,6 +186,7 @@ static int cmd_format(int argc, char **argv)
 	struct cache_config cfg;
 	struct fmt_opts o = { 0 };
 	int ret = cfg_command(argc, argv, "format", &o.force, &cfg);
+	char b[2][32];
 
 	if (ret >= 0)
 		return ret;
@@ -194,11 +195,15 @@ static int cmd_format(int argc, char **argv)
 		cfg_free(&cfg);
 		return fail("%s", o.err);
 	}
+	stat_fmt_bytes(o.capacity, b[0], sizeof(b[0]));
+	stat_fmt_bytes(o.max_capacity, b[1], sizeof(b[1]));
 	printf("formatted %d device%s with block size %llu; metadata mirrors "
-	       "%s, %s\n",
+	       "%s, %s\n"
+	       "capacity %s; nvcachectl add can grow it to %s "
+	       "(cache.max_capacity)\n",
 	       cfg.ndevs, cfg.ndevs > 1 ? "s" : "",
 	       (unsigned long long)cfg.block_size, cfg.meta_paths[0],
-	       cfg.meta_paths[1]);
+	       cfg.meta_paths[1], b[0], b[1]);
 	cfg_free(&cfg);
 	return 0;
 }
@@ -671,8 +676,9 @@ static int cmd_one_dev(const char *cmd, int argc, char **argv)
 	ret = add ? simple_answer(f, cmd) : destage_answer(f, cmd);
 	if (!ret && add)
 		printf("device %s added: new data goes to it from now on; "
-		       "name it in cache.devices in place of the entry it "
-		       "took (nvcachectl stats lists the places)\n",
+		       "name it in cache.devices in the place it took: a "
+		       "free place's entry, or a new last one if the cache "
+		       "grew by it (nvcachectl stats lists the places)\n",
 		       dev);
 	else if (!ret)
 		printf("device %s removed: it is not used any more and can be "

@@ -368,8 +368,9 @@ def test_remove_refusals(make_cache):
 
 def test_add_into_a_spare_place_under_load(make_cache):
     """A cache formatted with a spare place (cache.devices entry "spare") grows: a device added while a workload
-    runs is used at once (new data lands on it, the capacity grows by a third); after a kill -9 the configuration
-    naming it in that place mounts with every byte; with no free place left, add is refused."""
+    runs is used at once (new data lands on it, the capacity grows by a third); with no free place left, the next
+    add makes a new member; after a kill -9 the configuration naming them in their places mounts with every
+    byte."""
     c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
     use_devices(c, c.loops[0], c.loops[1], "spare")
     c.format()
@@ -395,14 +396,15 @@ def test_add_into_a_spare_place_under_load(make_cache):
     assert [(d["path"], d["state"]) for d in st["devices"]][2] == (c.loops[2], "ok"), st["devices"]
     assert st["devices"][2]["gauges"]["dirty_bytes"] >= 2 * MiB, st["devices"]
     assert st["capacity_bytes"] == cap * 3 // 2, (st["capacity_bytes"], cap)
-    r = c.ctl("add", c.mnt, c.loops[3], check=False)
-    assert r.returncode != 0 and "no free member place" in r.stderr, r.stderr
+    c.ctl("add", c.mnt, c.loops[3])                 # no free place: a fourth member
+    assert [d["path"] for d in c.stats()["devices"]] == c.loops, c.stats()["devices"]
+    assert c.stats()["capacity_bytes"] == cap * 2
     blobs.update(more)
     read_all(c, blobs)
     c.kill9()
-    use_devices(c, c.loops[0], c.loops[1], c.loops[2])
+    use_devices(c, *c.loops)
     c.mount()
-    assert [d["state"] for d in c.stats()["devices"]] == ["ok", "ok", "ok"]
+    assert [d["state"] for d in c.stats()["devices"]] == ["ok"] * 4
     read_all(c, blobs)
     w.check(c.mnt)
     c.flush()
@@ -440,4 +442,110 @@ def test_add_into_a_removed_place(make_cache):
     use_devices(c, c.loops[0], c.loops[3], c.loops[2])
     c.mount()
     read_all(c, blobs)
+    assert c.unmount() == 0
+
+
+def place_bytes(size, bs=64 * 1024):
+    """What a device of size bytes gives the cache: its slots after the superblock area (1 MiB)."""
+    return (size - MiB) // bs * bs
+
+
+def test_grow_past_the_formatted_places_under_load(make_cache):
+    """A cache formatted with two devices and no spare place grows while a workload runs: a third device of the same
+    size, then a fourth one half again as large, each used at once (new data lands on both, the capacity grows by
+    what each holds); a mount still naming two devices is refused, saying how many the cache has; after a kill -9
+    and the loop devices renumbered, the configuration naming all four mounts with every byte, and check is clean."""
+    c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
+    sh("truncate", "-s", str(192 * MiB), c.images[3])
+    sh("losetup", "-c", c.loops[3])
+    use_devices(c, c.loops[0], c.loops[1])
+    c.format()
+    c.mount()
+    cap = c.stats()["capacity_bytes"]
+    assert cap == 2 * place_bytes(128 * MiB), cap
+    blobs = {f"f{i}": os.urandom(3 * MiB + i * 4097) for i in range(4)}
+    write_all(c, blobs)
+    w = Workload(c)
+    w.start()
+    w.wait_ops(200)
+    for lo in c.loops[2:]:
+        r = c.ctl("add", c.mnt, lo)
+        assert f"device {lo} added" in r.stdout, r.stdout
+    assert f"add: {c.loops[3]} is member 4, in use now with 191.0 MiB" in c.log_text()
+    more = {f"g{i}": os.urandom(2 * MiB) for i in range(8)}
+    write_all(c, more)                               # new blocks spread over all four devices
+    w.wait_ops(w.ops + 300)
+    w.finish()
+    st = c.stats()
+    assert [(d["path"], d["state"]) for d in st["devices"]] == [(lo, "ok") for lo in c.loops], st["devices"]
+    assert st["capacity_bytes"] == cap + place_bytes(128 * MiB) + place_bytes(192 * MiB), (st["capacity_bytes"], cap)
+    for d in st["devices"][2:]:
+        assert d["gauges"]["dirty_bytes"] >= 2 * MiB, st["devices"]
+    blobs.update(more)
+    read_all(c, blobs)
+    c.kill9()
+    p = c.mount(check=False)                         # the configuration still names two devices
+    assert p.wait(timeout=30) != 0
+    assert "header ndevs 4, but cache.devices lists 2" in c.log_text()
+    renumber(c)
+    use_devices(c, *c.loops)
+    c.mount()
+    assert [d["state"] for d in c.stats()["devices"]] == ["ok"] * 4
+    assert c.stats()["capacity_bytes"] == cap + place_bytes(128 * MiB) + place_bytes(192 * MiB)
+    read_all(c, blobs)
+    w.check(c.mnt)
+    c.flush()
+    w.check(c.backing)
+    read_all(c, blobs)
+    assert c.unmount() == 0
+    r = sh(CTL, "check", "-c", c.conf, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_grown_member_removed_and_its_place_taken(make_cache):
+    """A grown member is removed like any other (drained under the mount, every byte kept), and its place then takes
+    a new device that is large enough for it; one smaller than its place is refused."""
+    c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
+    sh("truncate", "-s", str(64 * MiB), c.images[3])
+    sh("losetup", "-c", c.loops[3])
+    use_devices(c, c.loops[0], c.loops[1])
+    c.format()
+    c.mount()
+    c.ctl("add", c.mnt, c.loops[2])
+    blobs = {f"f{i}": os.urandom(4 * MiB + i * 4097) for i in range(6)}
+    write_all(c, blobs)
+    assert c.stats()["devices"][2]["gauges"]["used_bytes"] > 0
+    c.ctl("remove", c.mnt, c.loops[2])
+    assert c.stats()["devices"][2]["state"] == "removed"
+    read_all(c, blobs)
+    r = c.ctl("add", c.mnt, c.loops[3], check=False)  # 64 MiB: the place holds 127 MiB
+    assert r.returncode != 0 and "too small" in r.stderr, r.stderr
+    sh("truncate", "-s", str(128 * MiB), c.images[3])
+    sh("losetup", "-c", c.loops[3])
+    c.ctl("add", c.mnt, c.loops[3])
+    more = {f"g{i}": os.urandom(2 * MiB) for i in range(6)}
+    write_all(c, more)
+    assert c.stats()["devices"][2]["gauges"]["dirty_bytes"] > 0
+    blobs.update(more)
+    c.kill9()
+    use_devices(c, c.loops[0], c.loops[1], c.loops[3])
+    c.mount()
+    read_all(c, blobs)
+    assert c.unmount() == 0
+
+
+def test_grow_refused_without_room(make_cache):
+    """cache.max_capacity at format sets how far the cache can grow: formatted with no room past its two devices, add
+    is refused saying so, and the cache goes on as it was."""
+    c = make_cache(ndevs=3, extra={"cache.max_capacity": "254M"})
+    use_devices(c, c.loops[0], c.loops[1])
+    c.format()
+    c.mount()
+    r = c.ctl("add", c.mnt, c.loops[2], check=False)
+    assert r.returncode != 0 and "the metadata mirrors have no room for more slots" in r.stderr, r.stderr
+    assert "cache.max_capacity" in r.stderr
+    st = c.stats()
+    assert len(st["devices"]) == 2 and st["capacity_bytes"] == 2 * place_bytes(128 * MiB)
+    write_all(c, {"a": b"x" * MiB})
+    read_all(c, {"a": b"x" * MiB})
     assert c.unmount() == 0

@@ -131,7 +131,9 @@ static int ident_mode, behind;
 static int replace_mode, replaced, force_pick;
 /* NVC_CRASH_REMOVE=1: device 1 removed halfway (drained, then marked
  * removed); NVC_CRASH_ADD=1: the cache formatted with a spare third place,
- * into which a third device is added halfway */
+ * into which a third device is added halfway; NVC_CRASH_ADD=2: formatted
+ * with two devices and no spare place, grown by a third halfway (a crash
+ * state is recovered with the devices its metadata names) */
 static int remove_mode, add_mode, removed_ok, added_ok;
 static struct dev *spare_standin;
 static size_t devlife_done; /* events logged when it returned */
@@ -1449,6 +1451,19 @@ static void dump_slots(struct pm_region *r)
 	}
 }
 
+/* Grow runs: the members the first valid header records (mirror 0's is the
+ * newer if both are valid: meta.c, members_settle). */
+static int members_of(struct pm_region *r)
+{
+	uint64_t len;
+	int m;
+
+	for (m = 0; m < 2; m++)
+		if (!meta_hdr_check(r[m].addr, mlen, &len))
+			return ((const struct meta_hdr *)r[m].addr)->ndevs;
+	return 2;
+}
+
 /* Replace runs: 2 if the new device (all[2]) is member 1 by the first valid
  * mirror header, else 1. */
 static int member1_of(struct dev **all, struct pm_region *r)
@@ -1490,6 +1505,8 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 	devs[0] = all[0];
 	devs[1] = all[pick];
 	devs[2] = add_mode ? all[2] : NULL; /* the spare place's, added or not */
+	if (add_mode == 2) /* grown or not: the metadata says */
+		cfg->ndevs = members_of(r);
 	for (i = 0; i < nincs; i++)
 		if (!incs[i].unlinked)
 			materialize_backing(cr, i, img);
@@ -1566,6 +1583,8 @@ out:
 		failed_states++;
 	}
 out_close:
+	if (add_mode == 2)
+		cfg->ndevs = 2;
 	fclose(devnull);
 	for (d = 0; d < 3; d++)
 		dev_close(all[d]);
@@ -1594,8 +1613,8 @@ static void config(struct cache_config *cfg)
 	cfg->identity = ident_mode;
 	cfg->mode = cache_mode;
 	if (add_mode) {
-		cfg->ndevs = 3;
-		cfg->dev_paths[2] = strdup("spare");
+		cfg->ndevs = add_mode == 1 ? 3 : 2;
+		cfg->dev_paths[2] = strdup(add_mode == 1 ? "spare" : "rec2");
 	}
 }
 
@@ -1890,7 +1909,7 @@ int main(void)
 	behind = env_int("NVC_CRASH_BEHIND", 0);
 	replace_mode = !!env_int("NVC_CRASH_REPLACE", 0);
 	remove_mode = !!env_int("NVC_CRASH_REMOVE", 0);
-	add_mode = !!env_int("NVC_CRASH_ADD", 0);
+	add_mode = env_int("NVC_CRASH_ADD", 0);
 	cache_mode = env_int("NVC_CRASH_MODE", 0);
 	total_ops = env_int("NVC_CRASH_OPS", total_ops);
 	s0 = s1 = env_int("NVC_CRASH_SEED", 12345);

@@ -102,7 +102,7 @@ static void test_hdr_block_size_differs(void)
 		hdr(&e, i)->block_size = 32 * KiB;
 		hdr(&e, i)->slot_size = meta_slot_size(32 * KiB);
 		hdr(&e, i)->total_len = meta_total_len(
-			hdr(&e, i)->nslots, hdr(&e, i)->nfiles, 32 * KiB);
+			hdr(&e, i)->room, hdr(&e, i)->nfiles, 32 * KiB);
 	}
 	hdr_seal(&e);
 	expect_refused(&e, "block_size 32768");
@@ -131,6 +131,7 @@ static void files_off_overlaps(struct meta_hdr *h, size_t len)
 static void ndevs_differs(struct meta_hdr *h, size_t len)
 {
 	h->ndevs = 4; /* the configuration and superblocks say two */
+	h->stripe_devs = 4; /* all four in the stripe: a valid layout */
 }
 
 static void test_hdr_fields(void)
@@ -156,6 +157,102 @@ static void test_hdr_fields(void)
 		expect_refused(&e, cases[c].field);
 		env_fini(&e);
 	}
+}
+
+/* The layout fields (meta.h): each made wrong in both mirrors is refused,
+ * naming it. */
+static void grown_on_stripe_member(struct meta_hdr *h, size_t len)
+{
+	h->grown[0] = 2; /* member 1 is in the stripe */
+	h->nslots += 2;
+}
+
+static void no_stripe(struct meta_hdr *h, size_t len)
+{
+	h->stripe_devs = 0;
+}
+
+static void room_past_mirror(struct meta_hdr *h, size_t len)
+{
+	h->room = len; /* entries of 64 bytes or more: past the end */
+	h->total_len = meta_total_len(h->room, h->nfiles, h->block_size);
+}
+
+static void room_below_nslots(struct meta_hdr *h, size_t len)
+{
+	h->room = h->nslots - 1;
+	h->total_len = meta_total_len(h->room, h->nfiles, h->block_size);
+}
+
+static void v2_with_room(struct meta_hdr *h, size_t len)
+{
+	h->version = META_VERSION_V2; /* which has no layout fields */
+}
+
+static void grown_too_few(struct meta_hdr *h, size_t len)
+{
+	h->ndevs = 3; /* member 3 grown, but with no slots */
+	memset(h->members[2], 7, 16);
+}
+
+static void test_hdr_layout_fields(void)
+{
+	static const struct {
+		void (*spoil)(struct meta_hdr *h, size_t len);
+		const char *field;
+	} cases[] = {
+		{ grown_on_stripe_member, "grown[0]" },
+		{ no_stripe, "stripe_devs 0" },
+		{ room_past_mirror, "header room" },
+		{ room_below_nslots, "header room" },
+		{ v2_with_room, "version 2 header with layout fields set" },
+		{ grown_too_few, "grown[2] is 0" },
+	};
+	struct env e;
+	unsigned c;
+	int i;
+
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		env_format(&e, PER_DEV, BS, NULL);
+		for (i = 0; i < 2; i++)
+			cases[c].spoil(hdr(&e, i), e.mirrors[i].len);
+		hdr_seal(&e);
+		expect_refused(&e, cases[c].field);
+		env_fini(&e);
+	}
+}
+
+/* A header of version 2 (no layout fields: every member in the stripe, no
+ * room to grow) still opens and checks clean; a grow is refused for want of
+ * room. */
+static void test_v2_header_opens(void)
+{
+	struct env e;
+	struct dev *nd;
+	int i;
+
+	env_format(&e, PER_DEV, BS, NULL);
+	for (i = 0; i < 2; i++) {
+		struct meta_hdr *h = hdr(&e, i);
+
+		h->version = META_VERSION_V2;
+		h->stripe_devs = 0;
+		h->room = 0;
+		h->total_len = meta_total_len(h->nslots, h->nfiles, BS);
+	}
+	hdr_seal(&e);
+	CHECK_EQ(env_try_open(&e), 0);
+	if (e.c) {
+		CHECK_EQ(dev_mem_create(SB_DATA_OFF + PER_DEV * BS, &nd), 0);
+		CHECK_EQ(cache_add_dev_with(e.c, nd, e.err, sizeof(e.err)),
+			 -ENOSPC);
+		CHECK(strstr(e.err, "no room for more slots"));
+		dev_close(nd);
+		cache_close(e.c, 0);
+		e.c = NULL;
+	}
+	CHECK_EQ(fmt_check_open(&e.cfg, e.devs, e.mirrors, stdout, 0), 0);
+	env_fini(&e);
 }
 
 /* A slot count whose entries would wrap 64 bits, with superblocks to match. */
@@ -543,6 +640,8 @@ static const struct {
 	{ "test_hdr_block_size_differs", test_hdr_block_size_differs },
 	{ "test_hdr_fields", test_hdr_fields },
 	{ "test_hdr_nslots_wraps", test_hdr_nslots_wraps },
+	{ "test_hdr_layout_fields", test_hdr_layout_fields },
+	{ "test_v2_header_opens", test_v2_header_opens },
 	{ "test_record_fields", test_record_fields },
 	{ "test_file_record_refused", test_file_record_refused },
 	{ "test_file_size_refused", test_file_size_refused },
