@@ -502,10 +502,11 @@ def test_grow_past_the_formatted_places_under_load(make_cache):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_grown_member_removed_and_its_place_taken(make_cache):
-    """A grown member is removed like any other (drained under the mount, every byte kept), and its place then takes
-    a new device that is large enough for it; one smaller than its place is refused."""
-    c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
+def test_grown_member_replaced_removed_and_its_place_taken(make_cache):
+    """A grown member is replaced (its blocks copied onto the new device) and removed (drained under the mount) like
+    any other, every byte kept, and its place then takes a new device that is large enough for it; one smaller than
+    its place is refused."""
+    c = make_cache(ndevs=5, extra={"destage.on_unmount": "keep"})
     sh("truncate", "-s", str(64 * MiB), c.images[3])
     sh("losetup", "-c", c.loops[3])
     use_devices(c, c.loops[0], c.loops[1])
@@ -514,8 +515,14 @@ def test_grown_member_removed_and_its_place_taken(make_cache):
     c.ctl("add", c.mnt, c.loops[2])
     blobs = {f"f{i}": os.urandom(4 * MiB + i * 4097) for i in range(6)}
     write_all(c, blobs)
-    assert c.stats()["devices"][2]["gauges"]["used_bytes"] > 0
-    c.ctl("remove", c.mnt, c.loops[2])
+    used = c.stats()["devices"][2]["gauges"]["used_bytes"]
+    assert used > 0
+    c.ctl("replace", c.mnt, c.loops[2], c.loops[4])
+    st = c.stats()
+    assert (st["devices"][2]["path"], st["devices"][2]["gauges"]["used_bytes"]) == (c.loops[4], used), st["devices"]
+    assert st["dirty_bytes"] > 0                     # copied, not destaged
+    read_all(c, blobs)
+    c.ctl("remove", c.mnt, c.loops[4])
     assert c.stats()["devices"][2]["state"] == "removed"
     read_all(c, blobs)
     r = c.ctl("add", c.mnt, c.loops[3], check=False)  # 64 MiB: the place holds 127 MiB
