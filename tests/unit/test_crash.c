@@ -1708,7 +1708,7 @@ static int run_seed(unsigned s)
 		struct dev *fdevs[3] = { devs[0], devs[1], NULL };
 
 		spare_standin = NULL;
-		if (add_mode)
+		if (add_mode == 1)
 			dev_missing_create("spare", devsize, &spare_standin);
 		mlen = fmt_meta_len(&cfg, fdevs, cfg.ndevs);
 		for (d = 0; d < 2; d++)
