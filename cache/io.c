@@ -89,6 +89,16 @@ int backing_write_fd(struct cache *c, struct cfile *f, int fd, const void *buf,
 			off + done);
 		done += n;
 	}
+	/*
+	 * The file reaches off + len now, whenever its look is noted: a note
+	 * waits while another change is under way (coherence.c), and a
+	 * partial page past f->bsize is taken for a hole (page_prefill).  The
+	 * caller holds f->rw, so no truncate cuts it meanwhile.
+	 */
+	pthread_mutex_lock(&c->lock);
+	if (off + len > f->bsize)
+		f->bsize = off + len;
+	pthread_mutex_unlock(&c->lock);
 	bks_changed(f); /* after the change: bkstream.c */
 	CNT_ADD(c, backing_write_bytes, len);
 	stat_lat_since(&c->stats, STAT_L_backing_write, t0);
