@@ -213,7 +213,9 @@ static void twin_take_intent(struct cache *c, struct span *x)
  * though the backing file holds them; the crash harness in writethrough
  * found it).  The commit makes them valid again, clean; meanwhile a
  * partial one is prefilled from the backing file, which holds it (f->bsize
- * counts every completed write of ours: backing_write_fd).
+ * counts every completed write of ours: backing_write_fd).  The price: the
+ * entry no longer claims them, so they are written FUA ("Power loss" in
+ * engine.h), where an intent mark let them be overwritten plainly.
  */
 static int seg_mark_intent(struct cache *c, struct cfile *f, struct span *sp,
 			   int nsp, int mode)
