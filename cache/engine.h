@@ -232,7 +232,9 @@ struct cfile {
 			carries no identity stamp yet */
 	uint64_t size; /* as the mount shows it */
 	uint64_t psize; /* the size the persisted record says (atomic) */
-	uint64_t bsize; /* of the backing file, as far as we know */
+	/* of the backing file, as far as we know: never below the end of a
+	 * completed own write (backing_write), whose look may be noted later */
+	uint64_t bsize;
 	struct timespec mtime;
 	int mtime_set;
 	uint32_t refs;

@@ -89,6 +89,21 @@ int backing_write_fd(struct cache *c, struct cfile *f, int fd, const void *buf,
 			off + done);
 		done += n;
 	}
+	/*
+	 * The file reaches off + len now, whenever its look is noted: a note
+	 * waits while another change is under way (coherence.c), and a
+	 * partial page past f->bsize is taken for a hole (page_prefill).  The
+	 * caller holds f->rw, so no truncate cuts it meanwhile, and a note
+	 * takes a look only while no change is under way (coh_bk_begin;
+	 * writearound shuts the others out by f->rw): a size seen that high
+	 * stays so, and a write inside the file takes no lock.
+	 */
+	if (off + len > __atomic_load_n(&f->bsize, __ATOMIC_RELAXED)) {
+		pthread_mutex_lock(&c->lock);
+		if (off + len > f->bsize)
+			f->bsize = off + len;
+		pthread_mutex_unlock(&c->lock);
+	}
 	bks_changed(f); /* after the change: bkstream.c */
 	CNT_ADD(c, backing_write_bytes, len);
 	stat_lat_since(&c->stats, STAT_L_backing_write, t0);

@@ -204,9 +204,21 @@ static void twin_take_intent(struct cache *c, struct span *x)
  * update, a page still marked clean would hold data that the backing file
  * does not, and the file would change when it is evicted.  Marks the intent
  * (sp[i].valid: pages that were clean before this write) and persists it.
+ *
+ * A writethrough write into a block with no second copy, when two copies
+ * are kept, forgets such pages instead (persisted the same way): the
+ * backing file takes the write before the devices do, so the cache owes it
+ * nothing, and an intent mark on one copy would leave, after a crash that
+ * also lost that device, dirty pages with no copy anywhere (EIO on a read,
+ * though the backing file holds them; the crash harness in writethrough
+ * found it).  The commit makes them valid again, clean; meanwhile a
+ * partial one is prefilled from the backing file, which holds it (f->bsize
+ * counts every completed write of ours: backing_write_fd).  The price: the
+ * entry no longer claims them, so they are written FUA ("Power loss" in
+ * engine.h), where an intent mark let them be overwritten plainly.
  */
 static int seg_mark_intent(struct cache *c, struct cfile *f, struct span *sp,
-			   int nsp)
+			   int nsp, int mode)
 {
 	int i, ret = 0;
 	uint32_t p;
@@ -215,6 +227,8 @@ static int seg_mark_intent(struct cache *c, struct cfile *f, struct span *sp,
 	for (i = 0; i < nsp; i++) {
 		struct cslot *s = sp[i].s;
 		int was_dirty = pb_any(c, slot_dirty(c, s));
+		int forget = mode != MODE_WRITEBACK &&
+			     c->cfg->dirty_copies > 1 && !s->twin;
 
 		s->gen++;
 		sp[i].miss = 0;
@@ -223,11 +237,19 @@ static int seg_mark_intent(struct cache *c, struct cfile *f, struct span *sp,
 			if (!pb_test(slot_valid(c, s), p) ||
 			    pb_test(slot_dirty(c, s), p))
 				continue;
+			sp[i].miss = 1;
+			if (forget) {
+				page_forget_locked(c, s, p);
+				continue;
+			}
 			bm_set(sp[i].valid, p);
 			pb_set(slot_dirty(c, s), p);
 			pages_dirty(c, s, 1);
-			sp[i].miss = 1;
 		}
+		/* no intent on a slot whose one copy a crash could lose */
+		assert(!forget || !bm_any(sp[i].valid));
+		if (forget && sp[i].miss)
+			slot_settle(c, s); /* it may hold no page now */
 		if (!was_dirty && pb_any(c, slot_dirty(c, s))) {
 			file_mark_dirty(c, f, s);
 			slot_settle(c, s);
@@ -427,7 +449,7 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 		wseg_unlock(w);
 		return -EAGAIN;
 	}
-	ret = seg_mark_intent(c, f, sp, nsp);
+	ret = seg_mark_intent(c, f, sp, nsp, w->mode);
 	if (ret)
 		return ret;
 

@@ -1,7 +1,8 @@
 /* tests: cache modes and writes beside failed devices — the mode is read once
  * per request, a partial write into a clean page on a failed device reads the
- * backing file, and the cache's own backing writes are not mistaken for
- * changes behind its back (issue 9: defect 13, review questions). */
+ * backing file, the cache's own backing writes are not mistaken for changes
+ * behind its back (issue 9: defect 13, review questions), and a writethrough
+ * write's end of the backing file counts before its look is noted. */
 #define _GNU_SOURCE
 #include <pthread.h>
 
@@ -132,6 +133,91 @@ static void test_writethrough_backing_look_survives_crash(void)
 	free(buf);
 }
 
+/*
+ * A writethrough write's own end of the backing file counts at once, though
+ * the look is noted only when no other change is under way: a write that
+ * extended the file while another thread's writethrough was between its
+ * backing write and its note, its clean pages then evicted, and a partial
+ * write into one of them.  The partial page's other bytes come from the
+ * backing file, not zeros taken for a hole past a size not noted yet.
+ */
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static int hold_armed, hold_in, hold_go;
+static uint64_t hold_off;
+
+/* The backing write at hold_off waits there (its change under way). */
+static void hold_write(void *arg, ino_t ino, const void *buf, size_t len,
+		       uint64_t off)
+{
+	(void)arg, (void)ino, (void)buf, (void)len;
+	pthread_mutex_lock(&hold_lock);
+	if (hold_armed && off == hold_off) {
+		hold_in = 1;
+		pthread_cond_broadcast(&hold_cond);
+		while (!hold_go)
+			pthread_cond_wait(&hold_cond, &hold_lock);
+	}
+	pthread_mutex_unlock(&hold_lock);
+}
+
+static void *held_writer(void *arg)
+{
+	struct cfile *f = arg;
+	char buf[4096];
+
+	fill(buf, sizeof(buf), 6);
+	CHECK_EQ(cache_write(e.c, f, buf, sizeof(buf), hold_off), 0);
+	return NULL;
+}
+
+static void test_writethrough_end_counts_before_its_note(void)
+{
+	struct cache_bk_hooks hooks = { .write = hold_write };
+	char *ref = calloc(1, 8192);
+	struct cfile *f;
+	uint64_t dropped;
+	pthread_t t;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	cache_close(e.c, 0);
+	e.cfg.mode = MODE_WRITETHROUGH;
+	env_open(&e);
+	f = file_open(&e, "f", &fd); /* empty */
+	cache_set_bk_hooks(e.c, &hooks);
+	hold_off = 5 * 64 * KiB;
+	hold_armed = 1;
+	pthread_create(&t, NULL, held_writer, f);
+	pthread_mutex_lock(&hold_lock);
+	while (!hold_in)
+		pthread_cond_wait(&hold_cond, &hold_lock);
+	pthread_mutex_unlock(&hold_lock);
+	/* meanwhile: two pages written, their clean copies dropped */
+	fill(ref, 8192, 7);
+	CHECK_EQ(cache_write(e.c, f, ref, 8192, 0), 0);
+	CHECK_EQ(cache_file_evict(e.c, f, &dropped), 0);
+	CHECK_EQ(dropped, 8192);
+	/* a few bytes into the second page: the rest is the first write's */
+	CHECK_EQ(cache_write(e.c, f, "xyz", 3, 4096 + 10), 0);
+	memcpy(ref + 4096 + 10, "xyz", 3);
+	CHECK(same(&e, f, ref, 8192, 0));
+	pthread_mutex_lock(&hold_lock);
+	hold_go = 1;
+	pthread_cond_broadcast(&hold_cond);
+	pthread_mutex_unlock(&hold_lock);
+	pthread_join(t, NULL);
+	CHECK(same(&e, f, ref, 8192, 0));
+	/* the backing file is longer: its first two pages */
+	CHECK_EQ(pread(fd, rbuf, 8192, 0), 8192);
+	CHECK(!memcmp(rbuf, ref, 8192));
+	cache_set_bk_hooks(e.c, NULL);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -139,6 +225,7 @@ int main(void)
 	RUN(test_writearound_mode_is_per_request);
 	RUN(test_partial_write_into_clean_page_on_failed_device);
 	RUN(test_writethrough_backing_look_survives_crash);
+	RUN(test_writethrough_end_counts_before_its_note);
 	free(rbuf);
 	return CHECK_DONE();
 }
