@@ -36,6 +36,18 @@ def renumber(c):
         sh("losetup", "--direct-io=on", lo, img)
 
 
+def every_byte_then_clean(c, w, blobs):
+    """Every byte in the mount, then in the store after a flush; then unmounted, check finds nothing wrong."""
+    read_all(c, blobs)
+    w.check(c.mnt)
+    c.flush()
+    w.check(c.backing)
+    read_all(c, blobs)
+    assert c.unmount() == 0
+    r = sh(CTL, "check", "-c", c.conf, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_renumbered_devices_are_taken_by_identity(make_cache):
     c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep"})
     c.format()
@@ -405,14 +417,7 @@ def test_add_into_a_spare_place_under_load(make_cache):
     use_devices(c, *c.loops)
     c.mount()
     assert [d["state"] for d in c.stats()["devices"]] == ["ok"] * 4
-    read_all(c, blobs)
-    w.check(c.mnt)
-    c.flush()
-    w.check(c.backing)
-    read_all(c, blobs)
-    assert c.unmount() == 0
-    r = sh(CTL, "check", "-c", c.conf, check=False)
-    assert r.returncode == 0, r.stdout + r.stderr
+    every_byte_then_clean(c, w, blobs)
 
 
 def test_add_into_a_removed_place(make_cache):
@@ -492,14 +497,7 @@ def test_grow_past_the_formatted_places_under_load(make_cache):
     c.mount()
     assert [d["state"] for d in c.stats()["devices"]] == ["ok"] * 4
     assert c.stats()["capacity_bytes"] == cap + place_bytes(128 * MiB) + place_bytes(192 * MiB)
-    read_all(c, blobs)
-    w.check(c.mnt)
-    c.flush()
-    w.check(c.backing)
-    read_all(c, blobs)
-    assert c.unmount() == 0
-    r = sh(CTL, "check", "-c", c.conf, check=False)
-    assert r.returncode == 0, r.stdout + r.stderr
+    every_byte_then_clean(c, w, blobs)
 
 
 def test_grown_member_replaced_removed_and_its_place_taken(make_cache):

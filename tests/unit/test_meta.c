@@ -113,6 +113,27 @@ static void test_hdr_block_size_differs(void)
  * One header field made wrong in both mirrors (checksums resealed), each time
  * on a fresh cache: the open is refused, naming the field.
  */
+struct spoil {
+	void (*spoil)(struct meta_hdr *h, size_t len);
+	const char *field; /* what the refusal must name */
+};
+
+static void spoil_each(const struct spoil *cases, unsigned n)
+{
+	struct env e;
+	unsigned c;
+	int i;
+
+	for (c = 0; c < n; c++) {
+		env_format(&e, PER_DEV, BS, NULL);
+		for (i = 0; i < 2; i++)
+			cases[c].spoil(hdr(&e, i), e.mirrors[i].len);
+		hdr_seal(&e);
+		expect_refused(&e, cases[c].field);
+		env_fini(&e);
+	}
+}
+
 static void nfiles_past_end(struct meta_hdr *h, size_t len)
 {
 	h->nfiles += 4096; /* more records than the mirror holds */
@@ -136,27 +157,14 @@ static void ndevs_differs(struct meta_hdr *h, size_t len)
 
 static void test_hdr_fields(void)
 {
-	static const struct {
-		void (*spoil)(struct meta_hdr *h, size_t len);
-		const char *field;
-	} cases[] = {
+	static const struct spoil cases[] = {
 		{ nfiles_past_end, "nfiles" },
 		{ slots_off_past_end, "slots_off" },
 		{ files_off_overlaps, "files_off" },
 		{ ndevs_differs, "ndevs" },
 	};
-	struct env e;
-	unsigned c;
-	int i;
 
-	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-		env_format(&e, PER_DEV, BS, NULL);
-		for (i = 0; i < 2; i++)
-			cases[c].spoil(hdr(&e, i), e.mirrors[i].len);
-		hdr_seal(&e);
-		expect_refused(&e, cases[c].field);
-		env_fini(&e);
-	}
+	spoil_each(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 /* The layout fields (meta.h): each made wrong in both mirrors is refused,
@@ -197,10 +205,7 @@ static void grown_too_few(struct meta_hdr *h, size_t len)
 
 static void test_hdr_layout_fields(void)
 {
-	static const struct {
-		void (*spoil)(struct meta_hdr *h, size_t len);
-		const char *field;
-	} cases[] = {
+	static const struct spoil cases[] = {
 		{ grown_on_stripe_member, "grown[0]" },
 		{ no_stripe, "stripe_devs 0" },
 		{ room_past_mirror, "header room" },
@@ -208,18 +213,8 @@ static void test_hdr_layout_fields(void)
 		{ v2_with_room, "version 2 header with layout fields set" },
 		{ grown_too_few, "grown[2] is 0" },
 	};
-	struct env e;
-	unsigned c;
-	int i;
 
-	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-		env_format(&e, PER_DEV, BS, NULL);
-		for (i = 0; i < 2; i++)
-			cases[c].spoil(hdr(&e, i), e.mirrors[i].len);
-		hdr_seal(&e);
-		expect_refused(&e, cases[c].field);
-		env_fini(&e);
-	}
+	spoil_each(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 /* A header of version 2 (no layout fields: every member in the stripe, no
