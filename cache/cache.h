@@ -51,7 +51,7 @@ struct cache_config {
 	int mode;
 	uint64_t dirty_copies;
 	uint64_t max_files;
-	uint64_t max_capacity; /* format: room for grows; 0: 4x */
+	uint64_t max_capacity; /* format: room for grows; 0: 2x */
 	uint64_t io_poll_us;
 	uint64_t sequential_cutoff;
 	uint64_t max_pinned; /* percent of the cache */

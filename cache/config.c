@@ -61,7 +61,7 @@ static const struct cfg_key keys[] = {
 	  "0", 0, NULL,
 	  "format: the capacity the metadata keeps room for, so that "
 	  "nvcachectl add can grow the cache past the devices it is "
-	  "formatted with (0: four times theirs)" },
+	  "formatted with (0: twice theirs)" },
 	{ "cache", "max_files", T_UINT, OFF(max_files), 64, 1u << 24, "65536",
 	  0, NULL, "files that can have data in the cache at once" },
 	{ "cache", "io_poll_us", T_UINT, OFF(io_poll_us), 0, 1000000, "30", 0,

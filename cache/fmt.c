@@ -42,12 +42,12 @@ static uint32_t nfiles_for(const struct cache_config *cfg, uint64_t nslots)
 }
 
 /* The slot entries the mirrors keep room for (grow.c): cache.max_capacity's
- * worth, or four times nslots; never fewer than nslots, and slot ids stay
+ * worth, or twice nslots; never fewer than nslots, and slot ids stay
  * 32 bits (engine.h). */
 static uint64_t room_for(const struct cache_config *cfg, uint64_t nslots)
 {
 	uint64_t room = cfg->max_capacity ? cfg->max_capacity / cfg->block_size
-					  : 4 * nslots;
+					  : 2 * nslots;
 
 	if (room < nslots)
 		room = nslots;

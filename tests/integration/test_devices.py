@@ -460,7 +460,7 @@ def test_grow_past_the_formatted_places_under_load(make_cache):
     size, then a fourth one half again as large, each used at once (new data lands on both, the capacity grows by
     what each holds); a mount still naming two devices is refused, saying how many the cache has; after a kill -9
     and the loop devices renumbered, the configuration naming all four mounts with every byte, and check is clean."""
-    c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
+    c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep", "cache.max_capacity": "1G"})
     sh("truncate", "-s", str(192 * MiB), c.images[3])
     sh("losetup", "-c", c.loops[3])
     use_devices(c, c.loops[0], c.loops[1])
