@@ -7,7 +7,7 @@ cleanup() { set +e; fusermount3 -u $T/mnt 2>/dev/null; sleep 0.5; for l in ${L[@
 trap cleanup EXIT
 mkdir -p $T/mnt $T/back
 L=()
-for i in 0 1 2 3 4; do truncate -s 2G $S-d$i; fallocate -l 2G $S-d$i; L+=($(losetup --find --show --direct-io=on $S-d$i)); done
+for i in 0 1 2 3 4 5; do truncate -s 2G $S-d$i; fallocate -l 2G $S-d$i; L+=($(losetup --find --show --direct-io=on $S-d$i)); done
 fio --name=r --filename=${L[3]} --rw=write --bs=1M --direct=1 --size=1G >/dev/null 2>&1   # warm-up
 raw=$(fio --name=r --filename=${L[3]} --rw=write --bs=1M --direct=1 --size=1G --output-format=terse 2>/dev/null | cut -d';' -f48)
 store=$(fio --name=s --filename=$T/back/probe --rw=write --bs=1M --direct=1 --size=1G --output-format=terse 2>/dev/null | cut -d';' -f48); rm -f $T/back/probe
@@ -33,7 +33,6 @@ IDX=1 run replace $B/tools/nvcachectl replace $T/mnt ${L[1]} ${L[3]}
 IDX=2 run remove $B/tools/nvcachectl remove $T/mnt ${L[2]}
 # add: into the removed device's place, then a fifth device as a new member (a grow); nothing is copied
 timed() { local t0=$(date +%s.%N); "$@" >/dev/null; local rc=$?; local t1=$(date +%s.%N); /usr/bin/python3 -c "print(f'{($t1-$t0)*1000:.0f} ms, rc $rc')"; }
-wipefs -q -a ${L[1]}
-echo "add into a free place (2 GiB device): $(timed $B/tools/nvcachectl add $T/mnt ${L[1]})"
+echo "add into a free place (2 GiB device): $(timed $B/tools/nvcachectl add $T/mnt ${L[5]})"
 echo "add as a new member, a grow (2 GiB device): $(timed $B/tools/nvcachectl add $T/mnt ${L[4]})"
 $B/tools/nvcachectl stats $T/mnt | grep '^device'
