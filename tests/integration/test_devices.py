@@ -501,9 +501,9 @@ def test_grow_past_the_formatted_places_under_load(make_cache):
 
 
 def test_grown_member_replaced_removed_and_its_place_taken(make_cache):
-    """A grown member is replaced (its blocks copied onto the new device) and removed (drained under the mount) like
-    any other, every byte kept, and its place then takes a new device that is large enough for it; one smaller than
-    its place is refused."""
+    """A grown member is detached and attached again (by the name it was added with), replaced (its blocks copied
+    onto the new device) and removed (drained under the mount) like any other, every byte kept, and its place then
+    takes a new device that is large enough for it; one smaller than its place is refused."""
     c = make_cache(ndevs=5, extra={"destage.on_unmount": "keep"})
     sh("truncate", "-s", str(64 * MiB), c.images[3])
     sh("losetup", "-c", c.loops[3])
@@ -511,6 +511,10 @@ def test_grown_member_replaced_removed_and_its_place_taken(make_cache):
     c.format()
     c.mount()
     c.ctl("add", c.mnt, c.loops[2])
+    c.ctl("detach", c.mnt)
+    assert [d["state"] for d in c.stats()["devices"]] == ["detached"] * 3
+    c.ctl("attach", c.mnt)
+    assert [(d["path"], d["state"]) for d in c.stats()["devices"]] == [(lo, "ok") for lo in c.loops[:3]]
     blobs = {f"f{i}": os.urandom(4 * MiB + i * 4097) for i in range(6)}
     write_all(c, blobs)
     used = c.stats()["devices"][2]["gauges"]["used_bytes"]
