@@ -119,7 +119,7 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 				problem(k, "%s: block size %u, configured %llu",
 					dev_path(devs[d]), buf->block_size,
 					(unsigned long long)cfg->block_size);
-			if (h && d < (int)l.ndevs &&
+			if (h && d < (int)h->ndevs &&
 			    buf->slots_per_dev != l.count[d])
 				problem(k,
 					"%s: %llu slots, the metadata expects "

@@ -54,7 +54,7 @@ static inline void list_add_tail(struct list *head, struct list *e)
 /*
  * The free list and the LRU lists link slots by index, 8 bytes a slot instead
  * of two pointers.  They are circular like struct list: a node id below
- * c->room is that slot, c->room + SL_FREE etc. are the heads
+ * room (c->meta.layout.room) is that slot, room + SL_FREE etc. are the heads
  * (c->lheads), so a slot leaves a list without knowing which one it is on,
  * and a slot on no list links to itself.  Ids are 32 bits, like the
  * hash chains and twins: a cache has fewer than 2^32 - 2 slots (recover.c).
@@ -291,10 +291,10 @@ struct cache {
 	dev_t backing_dev;
 	uint64_t max_file_size; /* of the backing file system */
 	uint32_t bs, ppb; /* block size, pages per block */
-	/* slots in the layout (c->lock; grows with nvcachectl add: grow.c),
-	 * and the most there can be: the slot arrays are that long, so that
-	 * a grow moves nothing */
-	uint64_t nslots, room;
+	/* slots in the layout (c->lock; grows with nvcachectl add: grow.c);
+	 * the slot arrays are meta.layout.room long, the most there can be,
+	 * so that a grow moves nothing */
+	uint64_t nslots;
 	struct cslot *slots;
 	uint8_t *pbits; /* the slots' page bitmaps (slot.h) */
 	uint32_t pbytes; /* bytes of one bitmap: ceil(ppb / 8) */
@@ -327,7 +327,6 @@ struct cache {
 	int dev_draining[NVC_MAX_DEVS];
 	/* members removed (nvcachectl remove): their slots are never used;
 	 * c->lock */
-	int nremoved;
 	uint64_t removed_slots; /* the slots of removed members (c->lock) */
 	/* the names of members grown since the mount (grow.c): not in
 	 * cache.devices yet */
@@ -485,12 +484,14 @@ static inline uint64_t slot_idx(struct cache *c, struct cslot *s)
 /* The free list and the LRU list (struct slink); c->lock held. */
 static inline struct slink *sl_node(struct cache *c, uint32_t id)
 {
-	return id < c->room ? &c->slots[id].link : &c->lheads[id - c->room];
+	return id < c->meta.layout.room ? &c->slots[id].link
+					: &c->lheads[id - c->meta.layout.room];
 }
 
 static inline void slot_list_init(struct cache *c, int head)
 {
-	c->lheads[head].prev = c->lheads[head].next = c->room + head;
+	c->lheads[head].prev = c->lheads[head].next =
+		c->meta.layout.room + head;
 }
 
 static inline void slot_list_del(struct cache *c, struct cslot *s)
@@ -513,7 +514,7 @@ static inline void slot_list_add_tail(struct cache *c, int head,
 
 	assert(s->link.next == id && !s->on); /* on no list */
 	s->link.prev = h->prev;
-	s->link.next = c->room + head;
+	s->link.next = c->meta.layout.room + head;
 	sl_node(c, h->prev)->next = id;
 	h->prev = id;
 	s->on = head + 1;
@@ -527,7 +528,7 @@ static inline struct cslot *slot_list_next(struct cache *c, int head,
 {
 	uint32_t id = s ? s->link.next : c->lheads[head].next;
 
-	return id < c->room ? &c->slots[id] : NULL;
+	return id < c->meta.layout.room ? &c->slots[id] : NULL;
 }
 
 /*
@@ -902,6 +903,10 @@ int new_dev_ok(struct cache *c, const char *path, uint64_t min_slots,
 int member_sb_write(struct cache *c, int k, uint64_t count, struct dev *nd,
 		    uint8_t members[NVC_MAX_DEVS][16], char *err,
 		    size_t errlen);
+/* replace.c: 1 if the headers record the members' UUIDs (a device-life
+ * change needs them); else 0 with err saying to `what` offline. */
+int devlife_identified(struct cache *c, const char *what, char *err,
+		       size_t errlen);
 /* grow.c: the fewest slots a grown member holds */
 #define GROW_MIN_SLOTS 4
 /* grow.c: nd becomes member ndevs with slots of its own (devlife_lock

@@ -108,8 +108,6 @@ static void grow_publish(struct cache *c, int k, struct dev *nd,
 /* Why the cache cannot grow by a member; 0 if it can. */
 static int grow_refused(struct cache *c, char *err, size_t errlen)
 {
-	const struct meta_hdr *h = c->meta.r[c->meta.have[0] ? 0 : 1].addr;
-
 	if (c->ndevs == NVC_MAX_DEVS) {
 		snprintf(err, errlen,
 			 "no free member place, and the cache has %d members, "
@@ -117,16 +115,12 @@ static int grow_refused(struct cache *c, char *err, size_t errlen)
 			 NVC_MAX_DEVS);
 		return -ENOSPC;
 	}
-	if (!members_recorded(h)) {
-		snprintf(err, errlen,
-			 "this cache was formatted before its devices had "
-			 "UUIDs: grow it offline (unmount, format, mount)");
+	if (!devlife_identified(c, "grow", err, errlen))
 		return -EINVAL;
-	}
-	if (c->room - c->nslots < GROW_MIN_SLOTS) {
+	if (c->meta.layout.room - c->nslots < GROW_MIN_SLOTS) {
 		char b[32];
 
-		stat_fmt_bytes(c->room * c->bs, b, sizeof(b));
+		stat_fmt_bytes(c->meta.layout.room * c->bs, b, sizeof(b));
 		snprintf(err, errlen,
 			 "no free member place, and the metadata mirrors have "
 			 "no room for more slots: they were formatted for %s "
@@ -140,7 +134,7 @@ static int grow_refused(struct cache *c, char *err, size_t errlen)
 int grow_run(struct cache *c, struct dev *nd, char *err, size_t errlen)
 {
 	uint8_t members[NVC_MAX_DEVS][16];
-	uint64_t fits, count, room = c->room - c->nslots;
+	uint64_t fits, count, room = c->meta.layout.room - c->nslots;
 	int k = c->ndevs, ret = grow_refused(c, err, errlen);
 	char b[2][32];
 

@@ -236,8 +236,6 @@ void meta_layout_of(const struct meta_hdr *h, struct meta_layout *l)
 	uint32_t k;
 
 	memset(l, 0, sizeof(*l));
-	l->ndevs = h->ndevs;
-	l->nslots = h->nslots;
 	l->nstripe = h->stripe_devs ? h->stripe_devs : h->ndevs;
 	l->room = h->room ? h->room : h->nslots;
 	for (k = l->nstripe; k < h->ndevs; k++)
@@ -499,8 +497,6 @@ static void hdr_take_set(struct meta_hdr *to, const struct meta_hdr *from)
 	to->ndevs = from->ndevs;
 	to->nslots = from->nslots;
 	to->stripe_devs = from->stripe_devs;
-	to->room = from->room;
-	to->total_len = from->total_len;
 	memcpy(to->grown, from->grown, sizeof(to->grown));
 	memcpy(to->members, from->members, sizeof(to->members));
 }
@@ -826,8 +822,8 @@ int meta_grow(struct meta *m, int k, const uint8_t uuid[16], uint64_t count)
 		return ret;
 	m->layout.base[k] = m->nslots;
 	m->layout.count[k] = count;
-	m->layout.ndevs = m->ndevs = k + 1;
-	m->layout.nslots = m->nslots = m->nslots + count;
+	m->ndevs = k + 1;
+	m->nslots += count;
 	return 0;
 }
 

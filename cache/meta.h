@@ -190,8 +190,8 @@ struct meta_slot {
  * stripe never changes.
  */
 struct meta_layout {
-	uint32_t ndevs, nstripe;
-	uint64_t nslots, room, stripe_slots;
+	uint32_t nstripe;
+	uint64_t room, stripe_slots;
 	uint64_t base[NVC_MAX_DEVS], count[NVC_MAX_DEVS];
 };
 

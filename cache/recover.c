@@ -446,9 +446,9 @@ static int cache_alloc(struct cache *c)
 	uint64_t i, hsize = 1;
 
 	/* for room: pages past nslots stay untouched until a grow uses them */
-	c->slots = calloc(c->room, sizeof(*c->slots));
+	c->slots = calloc(c->meta.layout.room, sizeof(*c->slots));
 	c->pbytes = (c->ppb + 7) / 8;
-	c->pbits = calloc(c->room * SB_NBITS, c->pbytes);
+	c->pbits = calloc(c->meta.layout.room * SB_NBITS, c->pbytes);
 	/* one bucket a slot or more: chains of one or two on average */
 	while (hsize < c->nslots)
 		hsize <<= 1;
@@ -633,7 +633,6 @@ static int check_superblocks(struct cache *c, char *err, size_t errlen)
 		if (removed[d]) {
 			/* never used again (replace.c): whatever is there */
 			dev_fence(c, d, STAT_DEV_REMOVED);
-			c->nremoved++;
 			c->removed_slots += member_slots(c, d);
 			continue;
 		}
@@ -773,7 +772,6 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 	if (ret)
 		goto err_free;
 	c->nslots = c->meta.nslots;
-	c->room = c->meta.layout.room;
 	ret = mirrors_missing(&c->meta);
 	if (ret) {
 		snprintf(err, errlen,
@@ -793,12 +791,12 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		ret = check_geometry(c, err, errlen);
 	if (ret)
 		goto err_free;
-	if (c->room > UINT32_MAX - SL_NHEADS) {
+	if (c->meta.layout.room > UINT32_MAX - SL_NHEADS) {
 		/* slot ids are 32 bits (engine.h) */
 		snprintf(err, errlen,
 			 "room for %llu slots: a cache has fewer than 2^32 - "
 			 "%d; use a larger cache.block_size",
-			 (unsigned long long)c->room, SL_NHEADS);
+			 (unsigned long long)c->meta.layout.room, SL_NHEADS);
 		ret = -EFBIG;
 		goto err_free;
 	}

@@ -293,6 +293,18 @@ static int replace_swap(struct cache *c, int k, struct dev *nd,
 
 /* Member k by the name it has now, if it can be replaced; else c->ndevs,
  * with err set. */
+int devlife_identified(struct cache *c, const char *what, char *err,
+		       size_t errlen)
+{
+	if (members_recorded(c->meta.r[c->meta.have[0] ? 0 : 1].addr))
+		return 1;
+	snprintf(err, errlen,
+		 "this cache was formatted before its devices had UUIDs: %s "
+		 "it offline (unmount, format, mount)",
+		 what);
+	return 0;
+}
+
 static int replaceable(struct cache *c, const char *old, char *err,
 		       size_t errlen)
 {
@@ -303,11 +315,7 @@ static int replaceable(struct cache *c, const char *old, char *err,
 			 k < c->ndevs ? " any more (removed)" : "");
 	else if (c->detached)
 		snprintf(err, errlen, "the cache is detached: attach first");
-	else if (!members_recorded(c->meta.r[c->meta.have[0] ? 0 : 1].addr))
-		snprintf(err, errlen,
-			 "this cache was formatted before its devices had "
-			 "UUIDs: replace it offline (unmount, format, mount)");
-	else
+	else if (devlife_identified(c, "replace", err, errlen))
 		return k;
 	return c->ndevs;
 }
@@ -609,7 +617,6 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 	}
 	meta_set_removing(&c->meta, 0);
 	pthread_mutex_lock(&c->lock);
-	c->nremoved++;
 	c->removed_slots += member_slots(c, k);
 	pthread_mutex_unlock(&c->lock);
 	c->made_devs |= 1u << k;
@@ -681,7 +688,6 @@ static int add_run(struct cache *c, int k, uint8_t removed[NVC_MAX_DEVS],
 		return ret;
 	}
 	pthread_mutex_lock(&c->lock);
-	c->nremoved--;
 	c->removed_slots -= member_slots(c, k);
 	pthread_mutex_unlock(&c->lock);
 	dev_close(cache_dev_swap(c, k, nd, STAT_DEV_OK));
