@@ -97,6 +97,15 @@ static void test_partial_write_into_clean_page_on_failed_device(void)
 	free(ref);
 }
 
+/* A cache of 64 slots of 64 KiB in writethrough, opened on e. */
+static void open_writethrough(void)
+{
+	env_init(&e, 64, 64 * KiB);
+	cache_close(e.c, 0);
+	e.cfg.mode = MODE_WRITETHROUGH;
+	env_open(&e);
+}
+
 /* Writes in writethrough change the backing file's mtime; after a crash the
  * cache must still know the file as it left it, and keep its clean data. */
 static void test_writethrough_backing_look_survives_crash(void)
@@ -107,10 +116,7 @@ static void test_writethrough_backing_look_survives_crash(void)
 	size_t n;
 	int fd;
 
-	env_init(&e, 64, 64 * KiB);
-	cache_close(e.c, 0);
-	e.cfg.mode = MODE_WRITETHROUGH;
-	env_open(&e);
+	open_writethrough();
 	f = file_open(&e, "f", &fd);
 	fill(buf, 256 * KiB, 4);
 	CHECK_EQ(cache_write(e.c, f, buf, 256 * KiB, 0), 0);
@@ -180,10 +186,7 @@ static void test_writethrough_end_counts_before_its_note(void)
 	pthread_t t;
 	int fd;
 
-	env_init(&e, 64, 64 * KiB);
-	cache_close(e.c, 0);
-	e.cfg.mode = MODE_WRITETHROUGH;
-	env_open(&e);
+	open_writethrough();
 	f = file_open(&e, "f", &fd); /* empty */
 	cache_set_bk_hooks(e.c, &hooks);
 	hold_off = 5 * 64 * KiB;
