@@ -233,6 +233,11 @@ int cache_file_flush(struct cache *c, struct cfile *f);
 /* The mount changed the metadata of the backing inode open as fd (chmod,
  * chown, times, xattrs, links, rename): its new ctime is this node's own. */
 void cache_file_meta_changed(struct cache *c, int fd, int times_set);
+/* The mount is about to change f's backing file itself (a claim of store
+ * space, fs/claim.c) and has changed it: the change is this node's own, its
+ * new look noted and recorded. */
+void cache_file_bk_change_begin(struct cache *c, struct cfile *f);
+int cache_file_bk_change_end(struct cache *c, struct cfile *f);
 
 /* Read up to len bytes at off into the page-aligned buffer buf, which must hold
  * len + 2 * NVC_PAGE bytes; *data points at the first byte, *n is the count. */

@@ -108,6 +108,17 @@ int coh_bk_end(struct cache *c, struct cfile *f)
 	return coh_note_look(c, f);
 }
 
+void cache_file_bk_change_begin(struct cache *c, struct cfile *f)
+{
+	coh_bk_begin(c, f);
+}
+
+int cache_file_bk_change_end(struct cache *c, struct cfile *f)
+{
+	coh_bk_done(c, f);
+	return file_note_backing(c, f);
+}
+
 void cache_file_meta_changed(struct cache *c, int fd, int times_set)
 {
 	struct cfile *f;

@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "fs.h"
 #include "aio.h"
+#include "claim.h"
+#include "cred.h"
 #include "killpriv.h"
 #include "proto.h"
 
@@ -34,6 +36,7 @@ struct fs_fh {
 	struct cfile *cf;
 	int flags;
 	int kfd; /* for the kill checks of its writes (killpriv.c), or -1 */
+	int wfd; /* for its writes' claims of store space (claim.c), or -1 */
 };
 
 struct fs_dir {
@@ -42,15 +45,24 @@ struct fs_dir {
 	struct dirent *entry;
 };
 
+/*
+ * POSIX ACLs: the kernel evaluates them (default_permissions), reading them
+ * through getxattr, and leaves the umask to the daemon (a parent's default
+ * ACL replaces it), which creates as the caller with the caller's umask
+ * (cred.c), so the store applies both as it would.
+ */
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	proto_conn(conn);
+	if ((conn->capable & FUSE_CAP_POSIX_ACL) &&
+	    (conn->capable & FUSE_CAP_DONT_MASK))
+		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fuse_entry_param e;
-	int ret = fs_lookup(fs_of(req), parent, name, &e);
+	int ret = fs_lookup(fs_of(req), req, parent, name, &e);
 
 	if (ret == -ENOENT) {
 		/* a negative entry, kept as long as fuse.negative_timeout
@@ -119,6 +131,44 @@ static int with_cfile(struct fs *fs, struct fs_inode *in,
 	return inode_cfile(fs, in, cf);
 }
 
+/* chmod and chown as the caller: the store's rules for who may. */
+static int setattr_owner(fuse_req_t req, int fd, const char *path,
+			 const struct stat *attr, int valid)
+{
+	int ret;
+
+	if (!(valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
+		       FUSE_SET_ATTR_GID)))
+		return 0;
+	ret = fs_cred_enter(req);
+	if (ret)
+		return ret;
+	if ((valid & FUSE_SET_ATTR_MODE) && chmod(path, attr->st_mode))
+		ret = -errno;
+	if (!ret && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+		uid_t u = valid & FUSE_SET_ATTR_UID ? attr->st_uid : (uid_t)-1;
+		gid_t g = valid & FUSE_SET_ATTR_GID ? attr->st_gid : (gid_t)-1;
+
+		if (fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+			ret = -errno;
+	}
+	fs_cred_leave();
+	return ret;
+}
+
+/* May req's caller have access (R_OK, W_OK) to the inode held as fd?  The
+ * store answers, with the caller's groups and its ACLs. */
+static int fs_access_as(fuse_req_t req, int fd, int mode)
+{
+	int ret = fs_cred_enter(req);
+
+	if (ret)
+		return ret;
+	ret = faccessat(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH) ? -errno : 0;
+	fs_cred_leave();
+	return ret;
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		       int valid, struct fuse_file_info *fi)
 {
@@ -133,17 +183,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
-	if (valid & FUSE_SET_ATTR_MODE) {
-		if (chmod(path, attr->st_mode))
-			ret = -errno;
-	}
-	if (!ret && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
-		uid_t u = valid & FUSE_SET_ATTR_UID ? attr->st_uid : (uid_t)-1;
-		gid_t g = valid & FUSE_SET_ATTR_GID ? attr->st_gid : (gid_t)-1;
-
-		if (fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
-			ret = -errno;
-	}
+	ret = setattr_owner(req, fd, path, attr, valid);
 	/* FATTR_KILL_SUIDGID: a truncate or chown by a caller without
 	 * CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2) */
 	if (!ret && (valid & FUSE_SET_ATTR_KILL_SUID))
@@ -152,12 +192,19 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		struct cfile *cf;
 		int got;
 
-		ret = with_cfile(fs, in, fi, &cf, &got);
+		/* truncate(2) by name: may the caller write the file? (an
+		 * ftruncate's handle was opened for writing) */
+		if (!fi || !fi->fh)
+			ret = fs_access_as(req, fd, W_OK);
+		if (!ret)
+			ret = with_cfile(fs, in, fi, &cf, &got);
 		if (!ret) {
 			ret = cache_truncate(fs->cache, cf, attr->st_size);
 			if (got)
 				cache_file_put(fs->cache, cf);
 		}
+		if (!ret)
+			fs_claims_drop(in);
 	}
 	if (!ret && (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
 		struct timespec tv[2] = { { 0, UTIME_OMIT },
@@ -171,9 +218,12 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			tv[1].tv_nsec = UTIME_NOW;
 		else if (valid & FUSE_SET_ATTR_MTIME)
 			tv[1] = attr->st_mtim;
-		if (utimensat(AT_FDCWD, path, tv, 0))
-			ret = -errno;
-		else if (valid & FUSE_SET_ATTR_MTIME)
+		ret = fs_cred_enter(req);
+		if (!ret) {
+			ret = utimensat(AT_FDCWD, path, tv, 0) ? -errno : 0;
+			fs_cred_leave();
+		}
+		if (!ret && (valid & FUSE_SET_ATTR_MTIME))
 			cache_file_times_set(fs->cache, in->dev, in->ino);
 	}
 	if (!ret && (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
@@ -212,101 +262,37 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 }
 
 /*
- * A new node is made by root with no set-ID or sticky bit, then given to its
- * creator through a descriptor: its name is in a directory the creator may
- * write, and may be swapped for a symlink to another file at any moment.
+ * A new node is made by its creator: the store makes it the caller's, with
+ * the group a set-group-ID directory gives, the parent's default ACL and
+ * the caller's umask, as it would for any process of that user, and
+ * charges it to the caller's quota.  Nothing is chowned or chmodded after.
  */
 
-/* Open the node just made as name, not following it, and check it is the one
- * made: the type asked for, still the daemon's, no other link. */
-static int new_node_open(int pfd, const char *name, mode_t mode,
-			 struct stat *st)
+/* The daemon's own names on the store (conflict copies, lost+found, the
+ * identity probe, placeholders) are not made, renamed or linked through the
+ * mount. */
+static int name_reserved(const char *name)
 {
-	int fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	return !strncmp(name, ".nvcachefs-", 11) ||
+	       strstr(name, ".nvcachefs-conflict-");
+}
 
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, st)) {
-		int ret = -errno;
+static int new_node_make(fuse_req_t req, int pfd, const char *name,
+			 mode_t mode, dev_t rdev, const char *link)
+{
+	int ret = fs_cred_enter(req);
 
-		close(fd);
+	if (ret)
 		return ret;
-	}
-	if ((st->st_mode & S_IFMT) != (mode & S_IFMT) ||
-	    st->st_uid != geteuid() || (!S_ISDIR(mode) && st->st_nlink != 1)) {
-		log_msg(LOG_WARNING,
-			"a new node was replaced before it was given to "
-			"its creator (uid %u); left alone",
-			(unsigned)st->st_uid);
-		close(fd);
-		return -EIO;
-	}
-	return fd;
-}
-
-/*
- * Give the new node fd (attributes *st) to the request's caller, with the mode
- * asked for; a set-group-ID directory gives its group.  A node that is the
- * caller's already (the caller is the daemon's user) is left as it is: on a
- * distributed store each change is a round trip to the servers.  *st is
- * brought up to date when the node changes.
- */
-static int new_node_own(fuse_req_t req, int pfd, int fd, struct stat *st,
-			mode_t mode)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct stat pst;
-	gid_t gid = ctx->gid;
-	char path[64];
-
-	if (st->st_uid == ctx->uid && st->st_gid == ctx->gid &&
-	    (S_ISLNK(st->st_mode) || !(mode & 07000)))
-		return 0;
-	if (!fstatat(pfd, "", &pst, AT_EMPTY_PATH) && (pst.st_mode & S_ISGID))
-		gid = (gid_t)-1;
-	if (fchownat(fd, "", ctx->uid, gid, AT_EMPTY_PATH))
-		return -errno;
-	if (!S_ISLNK(st->st_mode) && (mode & 07000)) {
-		/* the mode the node was made with, plus the bits asked for; a
-		 * new directory keeps the set-group-ID bit its parent gave it */
-		mode = (st->st_mode & 0777) | (mode & 07000) |
-		       (S_ISDIR(st->st_mode) ? st->st_mode & S_ISGID : 0);
-		fs_proc_path(fd, path, sizeof(path));
-		if (chmod(path, mode))
-			return -errno;
-	}
-	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) ? -errno
-									: 0;
-}
-
-/* Remove a new node that could not be given away, if name is still it. */
-static void new_node_drop(int pfd, const char *name, const struct stat *st)
-{
-	struct stat now;
-
-	if (fstatat(pfd, name, &now, AT_SYMLINK_NOFOLLOW) ||
-	    now.st_dev != st->st_dev || now.st_ino != st->st_ino)
-		return;
-	if (unlinkat(pfd, name, S_ISDIR(st->st_mode) ? AT_REMOVEDIR : 0))
-		log_msg(LOG_ERR,
-			"a new node its creator cannot have stays root's: %s",
-			strerror(errno));
-}
-
-/* Make name as asked, without set-ID or sticky bits (added once it is the
- * caller's). */
-static int new_node_make(int pfd, const char *name, mode_t mode, dev_t rdev,
-			 const char *link)
-{
-	int ret;
-
 	if (S_ISDIR(mode))
-		ret = mkdirat(pfd, name, mode & 0777);
+		ret = mkdirat(pfd, name, mode & 07777);
 	else if (S_ISLNK(mode))
 		ret = symlinkat(link, pfd, name);
 	else
-		ret = mknodat(pfd, name, mode & ~07000, rdev);
-	return ret ? -errno : 0;
+		ret = mknodat(pfd, name, mode, rdev);
+	ret = ret ? -errno : 0;
+	fs_cred_leave();
+	return ret;
 }
 
 static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -317,24 +303,28 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e;
 	struct stat st;
 
-	ret = new_node_make(pfd, name, mode, rdev, link);
+	ret = name_reserved(name) ? -EPERM
+				  : new_node_make(req, pfd, name, mode, rdev, link);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	fd = new_node_open(pfd, name, mode, &st);
+	fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
-		fuse_reply_err(req, -fd);
+		fuse_reply_err(req, errno);
 		return;
 	}
-	ret = new_node_own(req, pfd, fd, &st, mode);
+	/* the name may have been replaced since: the kernel gets what it now
+	 * names, of the type made, or an error */
+	ret = fstat(fd, &st) ? -errno
+	      : (st.st_mode & S_IFMT) != (mode & S_IFMT) ? -EIO
+							 : 0;
 	if (ret) {
-		new_node_drop(pfd, name, &st);
 		close(fd);
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	fs_reply_entry(req, fs_entry_of_fd(fs, fd, &e), &e);
+	fs_reply_entry(req, fs_entry_of_fd_st(fs, fd, &st, &e), &e);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -362,17 +352,22 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 	struct fs_inode *in = fs_inode_of(fs, ino);
 	struct fuse_entry_param e;
 	char path[64];
-	int fd = fs_inode_fd(fs, in), ret;
+	int fd = name_reserved(name) ? -EPERM : fs_inode_fd(fs, in), ret;
 
 	if (fd < 0) {
 		fuse_reply_err(req, -fd);
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
-	ret = linkat(AT_FDCWD, path, fs_inode_of(fs, parent)->fd, name,
-		     AT_SYMLINK_FOLLOW)
-		      ? -errno
-		      : 0;
+	/* as the caller: the store's rules for hard links apply */
+	ret = fs_cred_enter(req);
+	if (!ret) {
+		ret = linkat(AT_FDCWD, path, fs_inode_of(fs, parent)->fd, name,
+			     AT_SYMLINK_FOLLOW)
+			      ? -errno
+			      : 0;
+		fs_cred_leave();
+	}
 	if (!ret)
 		cache_file_meta_changed(fs->cache, fd, 0);
 	fs_inode_fd_put(in, fd);
@@ -380,7 +375,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	fs_reply_entry(req, fs_lookup(fs, parent, name, &e), &e);
+	fs_reply_entry(req, fs_lookup(fs, NULL, parent, name, &e), &e);
 }
 
 /* The inode named name in dfd changed through the mount (its ctime moved):
@@ -402,12 +397,24 @@ static int name_ino(int pfd, const char *name, struct stat *st)
 	return fstatat(pfd, name, st, AT_SYMLINK_NOFOLLOW) ? -errno : 0;
 }
 
+/* unlinkat as the caller: the store's rules (a sticky directory's) apply. */
+static int unlink_as(fuse_req_t req, int pfd, const char *name, int flags)
+{
+	int ret = fs_cred_enter(req);
+
+	if (ret)
+		return ret;
+	ret = unlinkat(pfd, name, flags) ? -errno : 0;
+	fs_cred_leave();
+	return ret;
+}
+
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
 	int pfd = fs_inode_of(fs, parent)->fd;
 	struct stat st;
-	int known = !name_ino(pfd, name, &st), other = -1;
+	int known = !name_ino(pfd, name, &st), other = -1, ret;
 
 	if (known)
 		fs_inode_pin(fs, &st);
@@ -415,11 +422,12 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (known && S_ISREG(st.st_mode) && st.st_nlink > 1)
 		other = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	cache_unlink_begin(fs->cache);
-	if (unlinkat(pfd, name, 0)) {
+	ret = unlink_as(req, pfd, name, 0);
+	if (ret) {
 		cache_unlink_end(fs->cache);
 		if (other >= 0)
 			close(other);
-		fuse_reply_err(req, errno);
+		fuse_reply_err(req, -ret);
 		return;
 	}
 	if (other >= 0) {
@@ -435,10 +443,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, unlinkat(fs_inode_of(fs_of(req), parent)->fd, name,
-				     AT_REMOVEDIR)
-				    ? errno
-				    : 0);
+	fuse_reply_err(req, -unlink_as(req, fs_inode_of(fs_of(req), parent)->fd,
+				       name, AT_REMOVEDIR));
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -450,14 +456,23 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct stat st;
 	int known = !(flags & RENAME_EXCHANGE) && !name_ino(nfd, newname, &st);
 
-	int pfd = fs_inode_of(fs, parent)->fd;
+	int pfd = fs_inode_of(fs, parent)->fd, ret;
 
+	if (name_reserved(name) || name_reserved(newname)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
 	if (known)
 		fs_inode_pin(fs, &st);
 	cache_unlink_begin(fs->cache);
-	if (renameat2(pfd, name, nfd, newname, flags)) {
+	ret = fs_cred_enter(req);
+	if (!ret) {
+		ret = renameat2(pfd, name, nfd, newname, flags) ? -errno : 0;
+		fs_cred_leave();
+	}
+	if (ret) {
 		cache_unlink_end(fs->cache);
-		fuse_reply_err(req, errno);
+		fuse_reply_err(req, -ret);
 		return;
 	}
 	if (known && S_ISREG(st.st_mode))
@@ -501,6 +516,8 @@ static int open_revalidate(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 	if (ret)
 		return ret;
 	fi->keep_cache = changed == COH_UNCHANGED;
+	if (changed != COH_UNCHANGED)
+		fs_claims_drop(fs_inode_of(fs, ino));
 	if (changed != COH_UNCHANGED && fs->se && !created)
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 	return 0;
@@ -521,6 +538,7 @@ static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 	}
 	fh->cf = cf;
 	fh->kfd = -1;
+	fh->wfd = -1;
 	ret = open_revalidate(fs, ino, fh->cf, st, fi, created);
 	if (!ret) /* its [policy], by path and size before O_TRUNC */
 		ret = cache_file_policy_match(fs->cache, fh->cf);
@@ -549,30 +567,50 @@ static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 	return 0;
 }
 
-static int open_fh(struct fs *fs, struct fs_inode *in, fuse_ino_t ino,
+/* The access an open's flags ask of the file. */
+static int open_access(int flags)
+{
+	int acc = flags & O_ACCMODE;
+
+	return (acc == O_RDONLY ? R_OK : acc == O_WRONLY ? W_OK : R_OK | W_OK) |
+	       (flags & O_TRUNC ? W_OK : 0);
+}
+
+/*
+ * The open of an existing file.  The store says whether the caller may: the
+ * kernel's own check (default_permissions) is not made for an O_CREAT open
+ * of a name it did not know, which the daemon found made already (on the
+ * store, by another node), and may have seen attributes another node has
+ * changed since.
+ */
+static int open_fh(fuse_req_t req, struct fs_inode *in, fuse_ino_t ino,
 		   struct fuse_file_info *fi)
 {
+	struct fs *fs = fs_of(req);
 	struct cfile *cf;
 	struct stat st;
 	int fd, ret;
 
+	fd = fs_inode_fd(fs, in);
+	if (fd < 0)
+		return fd;
+	ret = fs_access_as(req, fd, open_access(fi->flags));
 	/* an existing file opened with O_TRUNC by a caller without
 	 * CAP_FSETID (a file create_entry made is not truncated) */
-	if ((fi->flags & O_TRUNC) && proto_open_kill()) {
+	if (!ret && (fi->flags & O_TRUNC) && proto_open_kill())
 		ret = fs_kill_privs(fs, ino, in);
-		if (ret)
-			return ret;
-	}
-	fd = fs_inode_fd(fs, in);
-	ret = fd < 0 ? fd : cache_file_get_st(fs->cache, fd, &cf, &st);
+	if (!ret)
+		ret = cache_file_get_st(fs->cache, fd, &cf, &st);
 	fs_inode_fd_put(in, fd);
+	if (!ret && (fi->flags & O_TRUNC))
+		fs_claims_drop(in);
 	return ret ? ret : open_fh_cf(fs, ino, cf, &st, fi, 0);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
-	int ret = open_fh(fs, fs_inode_of(fs, ino), ino, fi);
+	int ret = open_fh(req, fs_inode_of(fs, ino), ino, fi);
 
 	if (ret)
 		fuse_reply_err(req, -ret);
@@ -615,9 +653,10 @@ static int created_stat(int fd, struct stat *st)
 }
 
 /*
- * An existing name is opened as it is (*rwfd = -1).  A new file is made open
- * for reading and writing: that descriptor goes to the cache (*rwfd, with
- * the file's attributes in *st), and an O_PATH one to the inode table.
+ * An existing name is opened as it is (*rwfd = -1).  A new file is made by
+ * the caller, open for reading and writing: that descriptor goes to the
+ * cache (*rwfd, with the file's attributes in *st), and an O_PATH one to the
+ * inode table.
  */
 static int create_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
 			mode_t mode, int excl, struct fuse_entry_param *e,
@@ -628,36 +667,36 @@ static int create_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
 	char path[64];
 
 	*rwfd = -1;
+	if (name_reserved(name))
+		return -EPERM;
+	ret = fs_cred_enter(req);
+	if (ret)
+		return ret;
 	fd = openat(pfd, name,
 		    O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC,
-		    mode & 0777);
-	if (fd < 0 && errno == EEXIST && !excl)
-		return fs_lookup(fs, parent, name, e);
-	if (fd < 0)
-		return -errno;
-	ret = created_stat(fd, st);
-	if (ret) {
-		close(fd);
-		return ret;
-	}
-	ret = new_node_own(req, pfd, fd, st, S_IFREG | mode);
+		    mode & 07777);
+	ret = fd < 0 ? -errno : 0;
+	fs_cred_leave();
+	/* made already: opened as it is, if the caller may (open_fh) */
+	if (ret == -EEXIST && !excl)
+		return fs_lookup(fs, req, parent, name, e);
 	if (ret)
-		goto err_drop;
+		return ret;
+	ret = created_stat(fd, st);
+	if (ret)
+		goto err_close;
 	fs_proc_path(fd, path, sizeof(path));
 	pathfd = open(path, O_PATH | O_CLOEXEC);
 	if (pathfd < 0) {
 		ret = -errno;
-		goto err_drop;
+		goto err_close;
 	}
 	ret = fs_entry_of_fd_st(fs, pathfd, st, e);
-	if (ret) {
-		close(fd);
-		return ret;
-	}
+	if (ret)
+		goto err_close;
 	*rwfd = fd;
 	return 0;
-err_drop:
-	new_node_drop(pfd, name, st);
+err_close:
 	close(fd);
 	return ret;
 }
@@ -697,7 +736,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_err(req, S_ISDIR(e.attr.st_mode) ? EISDIR : EINVAL);
 		return;
 	}
-	ret = rwfd < 0 ? open_fh(fs, fs_inode_of(fs, e.ino), e.ino, fi)
+	ret = rwfd < 0 ? open_fh(req, fs_inode_of(fs, e.ino), e.ino, fi)
 		       : open_fh_new(fs, e.ino, rwfd, &st, fi);
 	if (ret) {
 		fs_inode_forget(fs, fs_inode_of(fs, e.ino), 1);
@@ -806,6 +845,15 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 			return;
 		}
 	}
+	/* the store's space for it, as the caller: refused now (EDQUOT,
+	 * ENOSPC) as the store would, never at destage */
+	ret = fs_claim(req, fs, fs_inode_of(fs, ino), fh->cf, &fh->wfd, off,
+		       size);
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		fs_done(c, FS_WRITE, t0);
+		return;
+	}
 	/* an O_SYNC write waits for a flush: synchronous */
 	if (fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0, write_sync,
 		      !(fh->flags & (O_SYNC | O_DSYNC))))
@@ -844,6 +892,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 	cache_file_put(fs_of(req)->cache, fh->cf);
 	if (fh->kfd >= 0)
 		close(fh->kfd);
+	if (fh->wfd >= 0)
+		close(fh->wfd);
 	free(fh);
 	fuse_reply_err(req, 0);
 }
@@ -857,13 +907,30 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	fuse_reply_err(req, -ret);
 }
 
+/*
+ * fallocate: the kernel leaves the set-ID bits to the daemon
+ * (FUSE_HANDLE_KILLPRIV_V2) and says nothing of the caller's CAP_FSETID:
+ * a caller other than root loses them, as with a write.  Space it
+ * allocates is claimed as the caller first (quotas); a hole punched is
+ * written as zeros through the cache.
+ */
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 			 off_t len, struct fuse_file_info *fi)
 {
+	struct fs *fs = fs_of(req);
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	struct fs_inode *in = fs_inode_of(fs, ino);
+	int ret = 0;
 
-	fuse_reply_err(req, -cache_fallocate(fs_of(req)->cache, fh->cf, mode,
-					     off, len));
+	if (fuse_req_ctx(req)->uid)
+		ret = fs_kill_privs_fh(fs, ino, in, &fh->kfd);
+	if (!ret && !(mode & FALLOC_FL_PUNCH_HOLE))
+		ret = fs_claim(req, fs, in, fh->cf, &fh->wfd, off, len);
+	if (!ret)
+		ret = cache_fallocate(fs->cache, fh->cf, mode, off, len);
+	if (!ret && (mode & FALLOC_FL_PUNCH_HOLE))
+		fs_claims_drop(in);
+	fuse_reply_err(req, -ret);
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino,
@@ -876,8 +943,16 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	fd = openat(fs_inode_of(fs_of(req), ino)->fd, ".",
-		    O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* as the caller: may it read the directory? */
+	fd = fs_cred_enter(req);
+	if (!fd) {
+		fd = openat(fs_inode_of(fs_of(req), ino)->fd, ".",
+			    O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		fs_cred_leave();
+	} else {
+		errno = -fd;
+		fd = -1;
+	}
 	if (fd < 0 || !(d->dp = fdopendir(fd))) {
 		int e = errno;
 
@@ -929,7 +1004,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				e.attr.st_ino = d->entry->d_ino;
 				e.attr.st_mode = d->entry->d_type << 12;
 			} else {
-				int r = fs_lookup(fs, ino, nm, &e);
+				int r = fs_lookup(fs, NULL, ino, nm, &e);
 
 				if (r) {
 					err = -r;

@@ -19,8 +19,11 @@
  * An inode whose handle is too long, or a daemon not allowed to open by
  * handle, keeps its descriptor.
  */
+struct fs_claims;
+
 struct fs_inode {
 	int fd; /* O_PATH on the backing inode, or -1: open by handle */
+	struct fs_claims *claims; /* store space claimed (claim.c), or NULL */
 	dev_t dev;
 	ino_t ino;
 	uint64_t nlookup;
@@ -65,8 +68,8 @@ void fs_stat_cached(struct fs *fs, struct stat *st);
 int fs_entry_of_fd(struct fs *fs, int fd, struct fuse_entry_param *e);
 int fs_entry_of_fd_st(struct fs *fs, int fd, const struct stat *st,
 		      struct fuse_entry_param *e);
-int fs_lookup(struct fs *fs, fuse_ino_t parent, const char *name,
-	      struct fuse_entry_param *e);
+int fs_lookup(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
+	      const char *name, struct fuse_entry_param *e);
 void fs_reply_entry(fuse_req_t req, int ret, struct fuse_entry_param *e);
 
 /* xattr.c: extended attribute ops */

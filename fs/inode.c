@@ -2,7 +2,10 @@
  * st_ino), held by descriptor or file handle — and the lookups that fill it. */
 #define _GNU_SOURCE
 #include "fs.h"
+#include "claim.h"
+#include "cred.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -60,6 +63,8 @@ int fs_inode_fd(struct fs *fs, struct fs_inode *in)
 
 	if (fd >= 0)
 		return fd;
+	/* by handle: the daemon's own act (CAP_DAC_READ_SEARCH) */
+	assert(!fs_cred_as_caller());
 	h.fh.handle_bytes = in->hbytes;
 	h.fh.handle_type = in->htype;
 	memcpy(h.fh.f_handle, in->handle, in->hbytes);
@@ -134,6 +139,7 @@ void fs_free_table(struct fs *fs)
 			n = in->next;
 			if (in->fd >= 0)
 				close(in->fd);
+			fs_claims_free(in);
 			free(in);
 		}
 	}
@@ -199,6 +205,7 @@ void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
 			}
 		if (in->fd >= 0)
 			close(in->fd);
+		fs_claims_free(in);
 		free(in);
 	}
 	pthread_mutex_unlock(&fs->ilock);
@@ -257,13 +264,22 @@ int fs_entry_of_fd_st(struct fs *fs, int fd, const struct stat *st,
 	return 0;
 }
 
-int fs_lookup(struct fs *fs, fuse_ino_t parent, const char *name,
-	      struct fuse_entry_param *e)
+/* The lookup of name in parent, as req's caller (the store checks its
+ * search permission), or as the daemon when req is NULL. */
+int fs_lookup(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
+	      const char *name, struct fuse_entry_param *e)
 {
-	int fd = openat(fs_inode_of(fs, parent)->fd, name,
-			O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	int fd = req ? fs_cred_enter(req) : 0;
 
-	return fd < 0 ? -errno : fs_entry_of_fd(fs, fd, e);
+	if (fd)
+		return fd;
+	fd = openat(fs_inode_of(fs, parent)->fd, name,
+		    O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		fd = -errno;
+	if (req)
+		fs_cred_leave();
+	return fd < 0 ? fd : fs_entry_of_fd(fs, fd, e);
 }
 
 void fs_reply_entry(fuse_req_t req, int ret, struct fuse_entry_param *e)

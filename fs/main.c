@@ -1,6 +1,7 @@
 /* fs: the nvcachefs daemon — options, configuration, cache, mount, the FUSE
  * loop, orderly exit. */
 #define _GNU_SOURCE
+#include "cred.h"
 #include "fs.h"
 #include "loop.h"
 #include "notify.h"
@@ -352,6 +353,8 @@ int main(int argc, char **argv)
 	log_setup(LOG_TO_STDERR);
 	if (fs_init_table(&fs))
 		die("out of memory");
+	if (fs_cred_setup())
+		die("cannot read the daemon's capabilities: %s", strerror(errno));
 	ret = cache_open(&cfg, fs.backing_fd, &fs.cache, err, sizeof(err));
 	if (ret)
 		die("%s", err);

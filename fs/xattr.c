@@ -1,5 +1,6 @@
 /* fs: extended attributes through the mount, without the cache's own. */
 #define _GNU_SOURCE
+#include "cred.h"
 #include "fs.h"
 
 #include <errno.h>
@@ -74,11 +75,35 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
-	ret = setxattr(path, name, value, size, flags) ? errno : 0;
+	ret = -fs_cred_enter(req);
+	if (!ret) {
+		ret = setxattr(path, name, value, size, flags) ? errno : 0;
+		fs_cred_leave();
+	}
 	if (!ret)
 		cache_file_meta_changed(fs_of(req)->cache, fd, 0);
 	fs_inode_fd_put(in, fd);
 	fuse_reply_err(req, ret);
+}
+
+/* getxattr (name) or listxattr (NULL) of path into *buf (size 0: the
+ * length only); as the caller, so that names it may not list (trusted.*)
+ * are not. */
+static ssize_t xattr_read(const char *path, const char *name, size_t size,
+			  char **buf)
+{
+	ssize_t n;
+
+	if (name && xattr_ours(name))
+		return -ENODATA;
+	if (!name) {
+		n = xattr_list(path, buf);
+		return n > (ssize_t)size && size ? -ERANGE : n;
+	}
+	if (size && !(*buf = malloc(size)))
+		return -ENOMEM;
+	n = getxattr(path, name, *buf, size);
+	return n < 0 ? -errno : n;
 }
 
 /* getxattr and listxattr: size 0 asks for the length, else for the bytes. */
@@ -95,18 +120,10 @@ static void xattr_reply(fuse_req_t req, fuse_ino_t ino, const char *name,
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
-	if (name && xattr_ours(name)) {
-		n = -ENODATA;
-	} else if (!name) {
-		n = xattr_list(path, &buf);
-		if (n > (ssize_t)size && size)
-			n = -ERANGE;
-	} else if (size && !(buf = malloc(size))) {
-		n = -ENOMEM;
-	} else {
-		n = getxattr(path, name, buf, size);
-		if (n < 0)
-			n = -errno;
+	n = fs_cred_enter(req);
+	if (!n) {
+		n = xattr_read(path, name, size, &buf);
+		fs_cred_leave();
 	}
 	fs_inode_fd_put(in, fd);
 	if (n < 0)
@@ -140,7 +157,11 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
-	ret = xattr_ours(name) ? EPERM : removexattr(path, name) ? errno : 0;
+	ret = xattr_ours(name) ? EPERM : -fs_cred_enter(req);
+	if (!ret) {
+		ret = removexattr(path, name) ? errno : 0;
+		fs_cred_leave();
+	}
 	if (!ret)
 		cache_file_meta_changed(fs_of(req)->cache, fd, 0);
 	fs_inode_fd_put(in, fd);

@@ -1,0 +1,25 @@
+/* fs: acting as the caller — the store operations made for a request run
+ * with the request's user, group, supplementary groups and umask. */
+#ifndef NVC_FS_CRED_H
+#define NVC_FS_CRED_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+/* Once, on the main thread, before any worker starts: the daemon's own
+ * capabilities, which a thread takes back when it leaves a caller. */
+int fs_cred_setup(void);
+
+/*
+ * Take the caller of req on this thread (fsuid, fsgid, groups, umask, and
+ * no capability that lets root past the store's checks and limits) until
+ * fs_cred_leave; 0 or -errno.  Sections do not nest.  A root caller is
+ * root: nothing changes.
+ */
+int fs_cred_enter(fuse_req_t req);
+void fs_cred_leave(void);
+
+/* Whether this thread is acting as a caller now (for assertions). */
+int fs_cred_as_caller(void);
+
+#endif
