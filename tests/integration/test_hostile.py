@@ -1,0 +1,365 @@
+"""Issue 24: a local user gets nothing through the mount that the store would refuse them. Each test runs code as
+nobody (setpriv --reuid=65534 --regid=65534 --clear-groups) through an allow_other mount run as root, and checks
+the store's own answer: modes on an O_CREAT onto a file made behind the kernel's back, POSIX ACLs, trusted.*
+names, root's reserved blocks (an ext4 on a loop device as the store), set-ID bits on fallocate,
+the daemon's reserved names, and symlinks swapped under the daemon's by-name operations."""
+import contextlib
+import os
+import stat
+import subprocess
+import time
+
+import pytest
+
+from conftest import MiB, sh
+
+NOBODY = 65534
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+def nobody(code, *args, timeout=120):
+    """Run python code as nobody; its stdout (stripped), asserting it exited 0."""
+    r = subprocess.run([*AS_NOBODY, "/usr/bin/python3", "-c", code, *args], capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def errno_of(code, *args):
+    """The errno name (or "ok") that code, run as nobody, ends with."""
+    wrapped = ("import errno, os, sys\ntry:\n" + "".join("    " + line + "\n" for line in code.splitlines()) +
+               "    print('ok')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\n")
+    return nobody(wrapped, *args)
+
+
+def pub_dir(c, name="pub", mode=0o1777):
+    d = os.path.join(c.backing, name)
+    os.mkdir(d)
+    os.chmod(d, mode)
+    return d
+
+
+@pytest.fixture
+def neg_cache(make_cache):
+    """A public cache whose kernel keeps negative entries (fuse.negative_timeout), as on a node whose store
+    other nodes change."""
+    c = make_cache(public=True, extra={"fuse.negative_timeout": "60s"})
+    c.format()
+    c.mount()
+    yield c
+    if c.proc:
+        c.unmount()
+
+
+def test_o_creat_onto_a_file_made_behind_the_kernel_checks_the_mode(neg_cache):
+    """Finding 1: the kernel sends CREATE for an O_CREAT open of a name it holds as negative and then skips
+    may_open (it believes it made the file); another node makes the name meanwhile. The open must be refused
+    as the store would (EACCES), the file neither read, written nor truncated."""
+    c = neg_cache
+    pub = pub_dir(c)
+    for name in ("readme", "writeme", "truncme"):
+        # nobody looks first: the kernel keeps the name as negative for 60 s
+        assert errno_of("os.stat(sys.argv[1])", c.path("pub", name)) == "ENOENT"
+        with open(os.path.join(pub, name), "wb") as f:     # then root makes it, on the store
+            f.write(b"root's secret")
+        os.chmod(os.path.join(pub, name), 0o600)
+    assert errno_of("fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDONLY, 0o644)\nprint(os.read(fd, 100))",
+                    c.path("pub", "readme")) == "EACCES"
+    assert errno_of("fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)\nos.write(fd, b'pwned')",
+                    c.path("pub", "writeme")) == "EACCES"
+    assert errno_of("os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)",
+                    c.path("pub", "truncme")) == "EACCES"
+    for name in ("readme", "writeme", "truncme"):            # (the mount holds the names as negative still)
+        with open(os.path.join(pub, name), "rb") as f:
+            assert f.read() == b"root's secret", name
+    # a file nobody may write is opened so, through the same path
+    with open(os.path.join(pub, "open"), "wb") as f:
+        f.write(b"anyone's")
+    os.chmod(os.path.join(pub, "open"), 0o666)
+    assert errno_of("os.close(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644))",
+                    c.path("pub", "open")) == "ok"
+    assert os.path.getsize(c.path("pub", "open")) == 0
+
+
+def setfacl(*args):
+    sh("setfacl", *args)
+
+
+def test_acls_deny_the_owning_group_and_grant_a_named_user(public_cache):
+    """Finding 3: an ACL that denies the owning group (g::---, whose mode bits show the mask) and one that
+    grants a user named in it are enforced through the mount as on the store."""
+    c = public_cache
+    pub = pub_dir(c, mode=0o755)
+    denied, granted = os.path.join(pub, "denied"), os.path.join(pub, "granted")
+    for p in (denied, granted):
+        with open(p, "wb") as f:
+            f.write(b"data")
+    os.chown(denied, 0, NOBODY)
+    os.chmod(denied, 0o640)
+    setfacl("-m", "g::---,u:12345:r,m::r", denied)        # the group class bits (the mask) say r
+    os.chmod(granted, 0o600)
+    setfacl("-m", f"u:{NOBODY}:r", granted)
+    assert stat.S_IMODE(os.stat(denied).st_mode) & 0o040    # the mode alone would let the group read
+    assert errno_of("open(sys.argv[1]).read()", os.path.join(pub, "denied")) == "EACCES"  # the store: refused
+    assert errno_of("open(sys.argv[1]).read()", c.path("pub", "denied")) == "EACCES"
+    assert errno_of("open(sys.argv[1]).read()", c.path("pub", "granted")) == "ok"
+    assert errno_of("open(sys.argv[1], 'a').write('x')", c.path("pub", "granted")) == "EACCES"
+    # an ACL set through the mount is the store's, and enforced at once
+    setfacl("-m", f"u:{NOBODY}:rw", c.path("pub", "granted"))
+    assert f"user:{NOBODY}:rw-" in sh("getfacl", "-n", granted).stdout
+    assert errno_of("open(sys.argv[1], 'a').write('x')", c.path("pub", "granted")) == "ok"
+
+
+def test_a_default_acl_is_inherited_by_a_file_made_through_the_mount(public_cache):
+    """Finding 3: a parent's default ACL replaces the creator's umask: a file made through the mount under
+    umask 022 gets the group write that the default ACL gives, as it would on the store."""
+    c = public_cache
+    d = pub_dir(c, "shared", 0o777)
+    os.chown(d, NOBODY, NOBODY)
+    setfacl("-d", "-m", "u::rwx,g::rwx,o::r-x,u:12345:rwx", d)
+    nobody("import os, sys\nos.umask(0o022)\nos.close(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o666))\n"
+           "os.mkdir(sys.argv[2], 0o777)", c.path("shared", "f"), c.path("shared", "sub"))
+    ref = os.path.join(c.tmp, "ref")                            # the same on the store directly
+    os.mkdir(ref)
+    os.chmod(ref, 0o777)
+    os.chown(ref, NOBODY, NOBODY)
+    setfacl("-d", "-m", "u::rwx,g::rwx,o::r-x,u:12345:rwx", ref)
+    nobody("import os, sys\nos.umask(0o022)\nos.close(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o666))\n"
+           "os.mkdir(sys.argv[2], 0o777)", os.path.join(ref, "f"), os.path.join(ref, "sub"))
+    for n in ("f", "sub"):
+        got, want = os.stat(os.path.join(d, n)), os.stat(os.path.join(ref, n))
+        assert oct(got.st_mode) == oct(want.st_mode), n
+        assert (got.st_uid, got.st_gid) == (NOBODY, NOBODY)
+        acl = lambda p: [ln for ln in sh("getfacl", "-n", "-p", p).stdout.splitlines() if not ln.startswith("#")]
+        assert acl(os.path.join(d, n)) == acl(os.path.join(ref, n)), n
+    assert stat.S_IMODE(os.stat(os.path.join(d, "f")).st_mode) & 0o020    # group write: umask 022 not applied
+
+
+def test_trusted_names_are_not_listed_to_a_user(public_cache):
+    """Finding 6: a user does not see trusted.* names (ext4 hides them without CAP_SYS_ADMIN), nor reads
+    them; user.* names are listed as before."""
+    c = public_cache
+    pub = pub_dir(c)
+    p = os.path.join(pub, "f")
+    with open(p, "wb") as f:
+        f.write(b"x")
+    os.chown(p, NOBODY, NOBODY)
+    os.setxattr(p, "trusted.secret", b"root only")
+    os.setxattr(p, "user.visible", b"anyone")
+    names = nobody("import os, sys\nprint(sorted(os.listxattr(sys.argv[1])))", c.path("pub", "f"))
+    assert "user.visible" in names and "trusted" not in names, names
+    assert errno_of("os.getxattr(sys.argv[1], 'trusted.secret')", c.path("pub", "f")) in ("EPERM", "ENODATA")
+    assert "trusted.secret" in os.listxattr(c.path("pub", "f"))        # root still sees it
+
+
+def test_fallocate_by_a_non_owner_kills_set_id_bits(public_cache):
+    """Finding 9 (xfstests generic/683, generic/684): fallocate and a punched hole by a user other than the
+    owner, without CAP_FSETID, clear the setuid and setgid (with group execute) bits, as a write does."""
+    c = public_cache
+    pub = pub_dir(c)
+    for name, mode in (("alloc", 0), ("punch", 3)):            # 3: FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+        p = os.path.join(pub, name)
+        with open(p, "wb") as f:
+            f.write(b"x" * 65536)
+        os.chmod(p, 0o6777)
+        nobody("import ctypes, os, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+               "fd = os.open(sys.argv[1], os.O_WRONLY)\n"
+               "if libc.fallocate(fd, int(sys.argv[2]), ctypes.c_long(0), ctypes.c_long(8192)):\n"
+               "    raise OSError(ctypes.get_errno(), 'fallocate')\n", c.path("pub", name), str(mode))
+        assert stat.S_IMODE(os.stat(c.path("pub", name)).st_mode) == 0o777, name
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o777, name
+
+
+RESERVED = [".nvcachefs-lost+found", ".nvcachefs-probe.1", ".nvcachefs-xchg",
+            "f.nvcachefs-conflict-node1-20261201T000000Z"]
+
+
+@pytest.mark.parametrize("user", ["nobody", "root"])
+def test_the_daemons_names_cannot_be_made_renamed_or_linked(public_cache, user):
+    """The daemon's own names (lost+found, probes, placeholders, conflict copies) are refused with EPERM when
+    made, renamed to or from, or linked through the mount, by any user; nothing appears on the store."""
+    c = public_cache
+    pub = pub_dir(c)
+    with open(os.path.join(pub, "mine"), "wb") as f:
+        f.write(b"x")
+    os.chown(os.path.join(pub, "mine"), NOBODY, NOBODY)
+    code = """
+import errno, os, sys
+d, names = sys.argv[1], sys.argv[2:]
+out = []
+ops = [("creat", lambda p: os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644))),
+       ("mkdir", lambda p: os.mkdir(p)), ("mknod", lambda p: os.mknod(p)), ("symlink", lambda p: os.symlink("x", p)),
+       ("rename_to", lambda p: os.rename(os.path.join(d, "mine"), p)),
+       ("link", lambda p: os.link(os.path.join(d, "mine"), p))]
+for n in names:
+    for op, fn in ops:
+        try:
+            fn(os.path.join(d, n))
+            out.append(f"{op} {n}: made")
+        except OSError as e:
+            if e.errno != errno.EPERM:
+                out.append(f"{op} {n}: {errno.errorcode[e.errno]}")
+print(out)
+"""
+    args = [c.path("pub"), *RESERVED]
+    if user == "nobody":
+        out = nobody(code, *args)
+    else:
+        out = subprocess.run(["/usr/bin/python3", "-c", code, *args], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    assert out == "[]", out
+    assert sorted(os.listdir(pub)) == ["mine"]
+
+
+SWAP_LOOP = """
+import os, sys, time
+d, victim, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+names = ["n%d" % i for i in range(8)]
+end, swaps = time.time() + seconds, 0
+while time.time() < end:
+    for n in names:
+        p = os.path.join(d, n)
+        try:
+            os.symlink(victim, p + ".tmp")
+            os.rename(p + ".tmp", p)                  # the name is a link to the victim now
+            swaps += 1
+            os.unlink(p)
+        except OSError:
+            pass
+print(swaps)
+"""
+
+OPS_LOOP = """
+import errno, os, sys, time
+d, seconds = sys.argv[1], float(sys.argv[2])
+names = ["n%d" % i for i in range(8)]
+end, ops = time.time() + seconds, 0
+while time.time() < end:
+    for n in names:
+        p = os.path.join(d, n)
+        for fn in (lambda: os.close(os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o6777)),
+                   lambda: os.chmod(p, 0o6777), lambda: os.utime(p, (0, 0)),
+                   lambda: os.setxattr(p, "user.x", b"y"), lambda: os.truncate(p, 0),
+                   lambda: open(p, "a").write("pwned"), lambda: os.rename(p, p + ".r"),
+                   lambda: os.mkdir(p, 0o777), lambda: os.rmdir(p), lambda: os.unlink(p)):
+            try:
+                fn()
+                ops += 1
+            except OSError:
+                pass
+print(ops)
+"""
+
+
+def test_a_symlink_swapped_under_every_by_name_operation_redirects_nothing(public_cache):
+    """For a few seconds nobody swaps names for symlinks to a root-owned file outside the store, in the store
+    directly, while nobody also creates, chmods, utimes, truncates, writes, renames and removes those names
+    through the mount: the root-owned file keeps its owner, mode, times and bytes."""
+    c = public_cache
+    pub = pub_dir(c)
+    victim = os.path.join(c.tmp, "victim")
+    with open(victim, "wb") as f:
+        f.write(b"root's file")
+    os.chmod(victim, 0o644)
+    os.utime(victim, (1000000000, 1000000000))
+    before = os.stat(victim)
+    swapper = subprocess.Popen([*AS_NOBODY, "/usr/bin/python3", "-c", SWAP_LOOP, pub, victim, "4"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        ops = nobody(OPS_LOOP, c.path("pub"), "4")
+    finally:
+        swaps, _ = swapper.communicate(timeout=60)
+    assert int(swaps) > 100 and int(ops) > 100, (swaps, ops)
+    after = os.stat(victim)
+    assert (after.st_uid, after.st_gid, oct(after.st_mode), after.st_mtime) == \
+        (before.st_uid, before.st_gid, oct(before.st_mode), before.st_mtime)
+    with open(victim, "rb") as f:
+        assert f.read() == b"root's file"
+    assert "user.x" not in os.listxattr(victim)
+    for n in os.listdir(pub):                                   # whatever is left is nobody's
+        assert os.lstat(os.path.join(pub, n)).st_uid == NOBODY, n
+
+
+# ---- quotas and reserved blocks: an ext4 store on a loop device ----
+
+@contextlib.contextmanager
+def ext4_store(tmp, size_mb, *mkfs_opts, mount_opts="defaults"):
+    """An ext4 file system on a loop device mounted at tmp/store, with a world-writable sticky store/data."""
+    img = f"/dev/shm/nvc-test-ext4-{os.getpid()}-{time.monotonic_ns()}.img"
+    mnt = os.path.join(tmp, "store")
+    os.makedirs(mnt)
+    loop = None
+    try:
+        with open(img, "wb") as f:
+            f.truncate(size_mb * MiB)
+        sh("mkfs.ext4", "-q", "-F", *mkfs_opts, img)
+        loop = sh("losetup", "--find", "--show", img).stdout.strip()
+        sh("mount", "-o", mount_opts, loop, mnt)
+        data = os.path.join(mnt, "data")
+        os.mkdir(data)
+        os.chmod(data, 0o1777)
+        yield data
+    finally:
+        if os.path.ismount(mnt):
+            sh("umount", mnt, check=False)
+            if os.path.ismount(mnt):
+                sh("umount", "-l", mnt, check=False)
+        if loop:
+            sh("losetup", "-d", loop, check=False)
+        os.unlink(img) if os.path.exists(img) else None
+
+
+WRITE_UNTIL_REFUSED = """
+import errno, os, sys
+path, total = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+done, err, buf = 0, "none", os.urandom(1 << 20)
+while done < total:
+    try:
+        n = os.write(fd, buf[: min(len(buf), total - done)])
+    except OSError as e:
+        err = errno.errorcode[e.errno]
+        break
+    done += n
+try:
+    os.close(fd)
+except OSError as e:
+    err = err if err != "none" else "close " + errno.errorcode[e.errno]
+print(done, err)
+"""
+
+
+def store_cache(make_cache, data, **extra):
+    c = make_cache(public=True, extra={"backing.path": data, **extra})
+    c.format()
+    c.mount()
+    return c
+
+
+def acked_is_stored(c, name, acked):
+    """Every byte acknowledged is on the store after an unmount (which destages all), and no destage failed."""
+    assert c.unmount() == 0
+    log = c.log_text()
+    assert "destage" not in log.lower() or "failed" not in log.lower(), log
+    assert os.path.getsize(os.path.join(c.backing, name)) == acked
+
+
+def test_a_user_cannot_fill_the_blocks_kept_for_root(make_cache, tmp_path):
+    """Finding 7: ext4 keeps a share of its blocks for root (here 40%); a user writing through the mount gets
+    ENOSPC where the store would refuse it, not after filling root's reserve through root's destage. Every
+    byte acknowledged is destaged. (Quotas take the same path, the claim as the caller without
+    CAP_SYS_RESOURCE, but this kernel has no CONFIG_QUOTA: ext4 refuses to mount with quotas.)"""
+    with ext4_store(str(tmp_path), 128, "-m", "40") as data:
+        st = os.statvfs(data)
+        user_free, reserved = st.f_bavail * st.f_frsize, (st.f_bfree - st.f_bavail) * st.f_frsize
+        c = store_cache(make_cache, data)
+        try:
+            done, err = nobody(WRITE_UNTIL_REFUSED, c.path("f"), str(256 * MiB)).split()
+            done = int(done)
+            assert err == "ENOSPC", (done, err)
+            assert done <= user_free, (done, user_free)
+            acked_is_stored(c, "f", done)
+            st = os.statvfs(data)
+            assert st.f_bfree * st.f_frsize >= reserved - 4 * MiB, (st.f_bfree * st.f_frsize, reserved)
+        finally:
+            c.cleanup()
