@@ -74,6 +74,10 @@ static __thread struct {
 	int in; /* inside a section */
 	int changed; /* the section changed the IDs and capabilities */
 	mode_t umask; /* this thread's umask now */
+	int groups_known; /* groups[ngroups] are its supplementary groups now
+			   * (a new thread's are the process's: not known) */
+	int ngroups;
+	gid_t groups[GROUPS_MAX];
 	struct groups_slot slots[GROUPS_SLOTS];
 } me;
 
@@ -165,22 +169,36 @@ static int umask_take(mode_t m)
 	return 0;
 }
 
-static int ids_take(fuse_req_t req, const struct fuse_ctx *ctx)
+/* This thread's supplementary groups become list (n of them); unchanged
+ * when they are already (leave keeps them). */
+static int groups_take(const gid_t *list, int n)
 {
-	const gid_t *list;
-	gid_t *heap;
-	int n = caller_groups(req, ctx, &heap, &list), ret;
+	if (me.groups_known && me.ngroups == n &&
+	    (!n || !memcmp(me.groups, list, n * sizeof(*list))))
+		return 0;
+	me.groups_known = 0;
+	if (syscall(SYS_setgroups, (size_t)n, list))
+		return -errno;
+	if (n <= GROUPS_MAX) {
+		if (n)
+			memcpy(me.groups, list, n * sizeof(*list));
+		me.ngroups = n;
+		me.groups_known = 1;
+	}
+	return 0;
+}
 
-	if (n >= 0 && syscall(SYS_setgroups, (size_t)n, list))
-		n = -errno;
-	free(heap);
-	if (n < 0)
-		return n;
-	syscall(SYS_setfsgid, ctx->gid);
-	syscall(SYS_setfsuid, ctx->uid);
+static int ids_take(uid_t uid, gid_t gid, const gid_t *groups, int n)
+{
+	int ret = groups_take(groups, n);
+
+	if (ret)
+		return ret;
+	syscall(SYS_setfsgid, gid);
+	syscall(SYS_setfsuid, uid);
 	/* setfsuid says nothing of a failure: ask */
-	if ((uid_t)syscall(SYS_setfsuid, -1) != ctx->uid ||
-	    (gid_t)syscall(SYS_setfsgid, -1) != ctx->gid) {
+	if ((uid_t)syscall(SYS_setfsuid, -1) != uid ||
+	    (gid_t)syscall(SYS_setfsgid, -1) != gid) {
 		ret = -EPERM;
 		goto undo_ids;
 	}
@@ -196,20 +214,19 @@ undo_ids:
 	return ret;
 }
 
-int fs_cred_enter(fuse_req_t req)
+int fs_cred_take(const struct fs_caller *who, const gid_t *groups, int n)
 {
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	int ret;
 
 	assert(setup_done && !me.in);
 	/* only a creating request has a umask (0 in any other) */
-	if (ctx->umask & 0777) {
-		ret = umask_take(ctx->umask & 0777);
+	if (who->umask & 0777) {
+		ret = umask_take(who->umask & 0777);
 		if (ret)
 			return ret;
 	}
-	if (ctx->uid) {
-		ret = ids_take(req, ctx);
+	if (who->uid) {
+		ret = ids_take(who->uid, who->gid, groups, n);
 		if (ret) {
 			if (me.umask)
 				umask_take(0);
@@ -218,6 +235,24 @@ int fs_cred_enter(fuse_req_t req)
 	}
 	me.in = 1;
 	return 0;
+}
+
+int fs_cred_enter(fuse_req_t req)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct fs_caller who = { ctx->uid, ctx->gid, ctx->umask };
+	const gid_t *list = NULL;
+	gid_t *heap = NULL;
+	int n = 0, ret;
+
+	if (ctx->uid) {
+		n = caller_groups(req, ctx, &heap, &list);
+		if (n < 0)
+			return n;
+	}
+	ret = fs_cred_take(&who, list, n);
+	free(heap);
+	return ret;
 }
 
 void fs_cred_leave(void)

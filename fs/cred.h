@@ -19,6 +19,15 @@ int fs_cred_setup(void);
 int fs_cred_enter(fuse_req_t req);
 void fs_cred_leave(void);
 
+/* fs_cred_enter's work for a caller known otherwise, with its n
+ * supplementary groups (tools/bench/cred_cost.c). */
+struct fs_caller {
+	uid_t uid;
+	gid_t gid;
+	mode_t umask;
+};
+int fs_cred_take(const struct fs_caller *who, const gid_t *groups, int n);
+
 /* Whether this thread is acting as a caller now (for assertions). */
 int fs_cred_as_caller(void);
 
