@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "aio.h"
+#include "cred.h"
 #include "loop.h"
 
 /*
@@ -144,6 +145,7 @@ static void rw_job_run(struct fsloop_job *j)
 	struct rw_job *job = (struct rw_job *)j;
 	struct rw_args *r = &job->r;
 
+	fs_cred_daemon(); /* a parked request, on a worker that may linger */
 	r->sync(r->req, r->fh, r->write ? job->data : NULL, r->size, r->off,
 		r->t0);
 	free(job);
@@ -224,6 +226,7 @@ static void aop_io_done(struct dev_acb *cb)
 {
 	struct aop *op = ((struct aop_cb *)cb)->op;
 
+	fs_cred_daemon(); /* on the worker, which may linger as a caller */
 	assert(op->pending > 0);
 	if (!--op->pending)
 		aop_finish(op);

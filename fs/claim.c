@@ -193,6 +193,7 @@ int fs_claim(fuse_req_t req, struct fs *fs, struct fs_inode *in,
 		ret = fallocate(fd, FALLOC_FL_KEEP_SIZE, lo, hi - lo) ? -errno
 								     : 0;
 		fs_cred_leave();
+		fs_cred_daemon();
 	}
 	end = cache_file_bk_change_end(fs->cache, cf);
 	if (!ret)

@@ -15,39 +15,51 @@
 #include <unistd.h>
 
 /*
- * Why and how.  The daemon runs as root for many users; the store must see
- * each request's caller, so that its own modes, ACLs, quotas and reserved
- * blocks apply.  A section of store operations made for a request is
- * bracketed by fs_cred_enter / fs_cred_leave on the thread that makes them:
+ * Why.  The daemon runs as root for many users; the store must see each
+ * request's caller, so that its own modes, ACLs, quotas and reserved blocks
+ * apply.  The store operations made for a request run in a section,
+ * fs_cred_enter ... fs_cred_leave, with the caller's credentials:
  *
- *   enter: setgroups, setfsgid, setfsuid (the raw system calls: glibc's
- *          wrappers change every thread of the process), then an empty
- *          effective capability set (no CAP_DAC_OVERRIDE, CAP_FOWNER,
- *          CAP_SYS_RESOURCE, CAP_SYS_ADMIN: the store checks the caller as
- *          it would any process of that user, quotas and root's reserved
- *          blocks included, and trusted.* is not listed);
- *   leave: the daemon's effective set back, then fsuid and fsgid 0.
+ *   fsuid, fsgid, supplementary groups (the raw system calls: glibc's
+ *   wrappers change every thread of the process), and an effective
+ *   capability set of CAP_SETUID and CAP_SETGID alone (to change callers
+ *   again; neither passes a file system check).  Moving fsuid off 0 drops
+ *   CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_CHOWN and the other file capabilities;
+ *   the capset drops CAP_SYS_RESOURCE (quotas, root's reserved blocks) and
+ *   CAP_SYS_ADMIN (trusted.*).  The store checks the caller as it would
+ *   any process of that user.
  *
- * The IDs are set before the capabilities go (setfsuid needs CAP_SETUID)
- * and come back after they return.  The supplementary groups are not put
- * back at leave: root's operations pass on its capabilities, whatever its
- * groups; a thread's next caller sets its own (or none).  Each thread has
- * its own fs_struct (unshare(CLONE_FS) at its first section), so the umask
- * of a creating request is the caller's and no other thread's: the kernel
- * leaves the umask to the daemon when ACLs are on (FUSE_POSIX_ACL), since a
- * parent's default ACL replaces it; the store applies it as it would.  A
- * creating request's umask is taken at enter and 0 is put back at leave.
+ * Cost.  Each of those system calls makes new credentials (commit_creds):
+ * about 2 us on the test machines, 12 us for a section entered and left.
+ * So a thread keeps its last caller's credentials after fs_cred_leave (it
+ * "lingers"), and the next section of the same caller changes nothing.
+ * Before anything the daemon does for itself, the thread takes the daemon's
+ * credentials back with fs_cred_daemon (free when it has them):
  *
- * Only store system calls run inside a section: nothing that opens by
- * handle (CAP_DAC_READ_SEARCH), no cache I/O, no lock of the cache.  That
- * is an invariant: fs_cred_as_caller() is asserted false where the daemon
- * acts for itself (fs/inode.c).  Sections do not nest (asserted).
+ *   - every request handler but those that do nothing privileged starts
+ *     with it (fs.c: TIMED; the others are TIMED_CALLER, listed there);
+ *   - fs_inode_fd before opening by handle, and the handlers after their
+ *     section when they go on into the cache;
+ *   - the worker's completions and parked requests (aio.c), and the pool.
  *
- * Supplementary groups are read from /proc (fuse_req_getgroups), which
- * costs an open and a read; each thread remembers a caller's list for
- * GROUPS_TTL_NS, by (pid, uid, gid).  A process that changes its groups is
- * seen with the new list within that time; the kernel (default_permissions)
- * has checked the request with its current groups already.
+ * The rule the code keeps: no privileged system call, no cache call that
+ * may do I/O or submit io_uring requests (which carry the submitter's
+ * credentials to their workers), runs on a lingering thread.  Enforced in
+ * debug builds: fs_cred_daemon asserts it is not inside a section, and the
+ * cache's entry points in fs/ are reached through fs_cred_daemon.  Sections
+ * do not nest (asserted).
+ *
+ * Umask.  Each thread has its own fs_struct (unshare(CLONE_FS) at its first
+ * creating section), so a creating request's umask is the caller's and no
+ * other thread's: the kernel leaves the umask to the daemon when ACLs are
+ * on (FUSE_POSIX_ACL), since a parent's default ACL replaces it; the store
+ * applies it as it would.  It is put back to 0 at leave.
+ *
+ * Groups are read from /proc (fuse_req_getgroups), which costs an open and
+ * a read; each thread remembers a caller's list for GROUPS_TTL_NS, by
+ * (pid, uid, gid).  A process that changes its groups is seen with the new
+ * list within that time; the kernel (default_permissions) has checked the
+ * request with its current groups already.
  */
 
 #define GROUPS_MAX 64
@@ -64,15 +76,17 @@ struct groups_slot {
 };
 
 static struct __user_cap_data_struct own_caps[2];
-/* the same, with no effective capability (the permitted set is kept, to
- * take them back) */
+/* the same, with CAP_SETUID and CAP_SETGID alone effective (the permitted
+ * set is kept, to take them back) */
 static struct __user_cap_data_struct caller_caps[2];
 static int setup_done;
 
 static __thread struct {
 	int unshared; /* this thread has its own umask */
 	int in; /* inside a section */
-	int changed; /* the section changed the IDs and capabilities */
+	int as_caller; /* the IDs and capabilities are a caller's (uid, gid) */
+	uid_t uid;
+	gid_t gid;
 	mode_t umask; /* this thread's umask now */
 	int groups_known; /* groups[ngroups] are its supplementary groups now
 			   * (a new thread's are the process's: not known) */
@@ -88,14 +102,17 @@ int fs_cred_setup(void)
 	if (syscall(SYS_capget, &h, own_caps))
 		return -errno;
 	memcpy(caller_caps, own_caps, sizeof(own_caps));
-	caller_caps[0].effective = caller_caps[1].effective = 0;
+	caller_caps[0].effective =
+		own_caps[0].effective &
+		((1u << CAP_SETUID) | (1u << CAP_SETGID));
+	caller_caps[1].effective = 0;
 	setup_done = 1;
 	return 0;
 }
 
 int fs_cred_as_caller(void)
 {
-	return me.in;
+	return me.as_caller;
 }
 
 static int caps_set(const struct __user_cap_data_struct *d)
@@ -188,29 +205,39 @@ static int groups_take(const gid_t *list, int n)
 	return 0;
 }
 
+/* The thread's IDs become uid, gid and groups: from the daemon's, or from
+ * another caller's (CAP_SETUID and CAP_SETGID stay effective for that). */
 static int ids_take(uid_t uid, gid_t gid, const gid_t *groups, int n)
 {
-	int ret = groups_take(groups, n);
+	int was_caller = me.as_caller, ret = groups_take(groups, n);
 
 	if (ret)
-		return ret;
-	syscall(SYS_setfsgid, gid);
-	syscall(SYS_setfsuid, uid);
+		goto back_to_daemon;
+	if (was_caller && me.uid == uid && me.gid == gid)
+		return 0;
+	if (!was_caller || me.gid != gid)
+		syscall(SYS_setfsgid, gid);
+	if (!was_caller || me.uid != uid)
+		syscall(SYS_setfsuid, uid);
+	me.as_caller = 1;
+	me.uid = uid;
+	me.gid = gid;
 	/* setfsuid says nothing of a failure: ask */
 	if ((uid_t)syscall(SYS_setfsuid, -1) != uid ||
 	    (gid_t)syscall(SYS_setfsgid, -1) != gid) {
 		ret = -EPERM;
-		goto undo_ids;
+		goto back_to_daemon;
 	}
-	me.changed = 1;
-	ret = caps_set(caller_caps);
-	if (ret)
-		goto undo_ids;
+	/* off the daemon's: the capabilities go once the IDs are set */
+	if (!was_caller) {
+		ret = caps_set(caller_caps);
+		if (ret)
+			goto back_to_daemon;
+	}
 	return 0;
-undo_ids:
-	me.changed = 0;
-	syscall(SYS_setfsuid, 0);
-	syscall(SYS_setfsgid, 0);
+back_to_daemon:
+	me.as_caller = 1; /* whatever was set, undo it all */
+	fs_cred_daemon();
 	return ret;
 }
 
@@ -225,13 +252,14 @@ int fs_cred_take(const struct fs_caller *who, const gid_t *groups, int n)
 		if (ret)
 			return ret;
 	}
-	if (who->uid) {
+	if (who->uid)
 		ret = ids_take(who->uid, who->gid, groups, n);
-		if (ret) {
-			if (me.umask)
-				umask_take(0);
-			return ret;
-		}
+	else
+		ret = fs_cred_daemon();
+	if (ret) {
+		if (me.umask)
+			umask_take(0);
+		return ret;
 	}
 	me.in = 1;
 	return 0;
@@ -258,16 +286,24 @@ int fs_cred_enter(fuse_req_t req)
 void fs_cred_leave(void)
 {
 	assert(me.in);
-	if (me.changed) {
-		/* nothing the daemon does after may run as the caller */
-		if (caps_set(own_caps))
-			abort();
-		syscall(SYS_setfsuid, 0);
-		syscall(SYS_setfsgid, 0);
-		me.changed = 0;
-	}
 	/* the daemon's own files are made with the modes it gives them */
 	if (me.umask)
 		umask_take(0);
 	me.in = 0;
+}
+
+int fs_cred_daemon(void)
+{
+	assert(!me.in);
+	if (!me.as_caller)
+		return 0;
+	/* nothing the daemon does after may run as the caller */
+	if (caps_set(own_caps))
+		abort();
+	syscall(SYS_setfsuid, 0);
+	syscall(SYS_setfsgid, 0);
+	if (syscall(SYS_setfsuid, -1) != 0 || syscall(SYS_setfsgid, -1) != 0)
+		abort();
+	me.as_caller = 0;
+	return 0;
 }

@@ -12,12 +12,19 @@ int fs_cred_setup(void);
 
 /*
  * Take the caller of req on this thread (fsuid, fsgid, groups, umask, and
- * no capability that lets root past the store's checks and limits) until
- * fs_cred_leave; 0 or -errno.  Sections do not nest.  A root caller is
- * root: nothing changes.
+ * no capability that lets root past the store's checks and limits) for a
+ * section of store operations, ended by fs_cred_leave; 0 or -errno.
+ * Sections do not nest.  A root caller is the daemon.  After the section
+ * the thread keeps the caller's credentials (cred.c: it "lingers") until
+ * fs_cred_daemon, which must come before anything the daemon does for
+ * itself.
  */
 int fs_cred_enter(fuse_req_t req);
 void fs_cred_leave(void);
+int fs_cred_daemon(void);
+
+/* Whether this thread has a caller's credentials now (for assertions). */
+int fs_cred_as_caller(void);
 
 /* fs_cred_enter's work for a caller known otherwise, with its n
  * supplementary groups (tools/bench/cred_cost.c). */
@@ -27,8 +34,5 @@ struct fs_caller {
 	mode_t umask;
 };
 int fs_cred_take(const struct fs_caller *who, const gid_t *groups, int n);
-
-/* Whether this thread is acting as a caller now (for assertions). */
-int fs_cred_as_caller(void);
 
 #endif

@@ -8,6 +8,7 @@
 #include "killpriv.h"
 #include "proto.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -53,6 +54,7 @@ struct fs_dir {
  */
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
+	fs_cred_daemon();
 	proto_conn(conn);
 	if ((conn->capable & FUSE_CAP_POSIX_ACL) &&
 	    (conn->capable & FUSE_CAP_DONT_MASK))
@@ -112,6 +114,7 @@ static int inode_cfile(struct fs *fs, struct fs_inode *in, struct cfile **cf)
 {
 	int fd = fs_inode_fd(fs, in), ret;
 
+	assert(!fs_cred_as_caller());
 	if (fd < 0)
 		return fd;
 	ret = cache_file_get(fs->cache, fd, cf);
@@ -153,6 +156,7 @@ static int setattr_owner(fuse_req_t req, int fd, const char *path,
 			ret = -errno;
 	}
 	fs_cred_leave();
+	fs_cred_daemon();
 	return ret;
 }
 
@@ -166,6 +170,7 @@ static int fs_access_as(fuse_req_t req, int fd, int mode)
 		return ret;
 	ret = faccessat(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH) ? -errno : 0;
 	fs_cred_leave();
+	fs_cred_daemon();
 	return ret;
 }
 
@@ -222,6 +227,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		if (!ret) {
 			ret = utimensat(AT_FDCWD, path, tv, 0) ? -errno : 0;
 			fs_cred_leave();
+			fs_cred_daemon();
 		}
 		if (!ret && (valid & FUSE_SET_ATTR_MTIME))
 			cache_file_times_set(fs->cache, in->dev, in->ino);
@@ -277,6 +283,7 @@ static int name_reserved(const char *name)
 	       strstr(name, ".nvcachefs-conflict-");
 }
 
+/* Make name as the caller; an O_PATH descriptor of what it names then. */
 static int new_node_make(fuse_req_t req, int pfd, const char *name,
 			 mode_t mode, dev_t rdev, const char *link)
 {
@@ -290,7 +297,9 @@ static int new_node_make(fuse_req_t req, int pfd, const char *name,
 		ret = symlinkat(link, pfd, name);
 	else
 		ret = mknodat(pfd, name, mode, rdev);
-	ret = ret ? -errno : 0;
+	if (!ret)
+		ret = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	ret = ret < 0 ? -errno : ret;
 	fs_cred_leave();
 	return ret;
 }
@@ -303,15 +312,10 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e;
 	struct stat st;
 
-	ret = name_reserved(name) ? -EPERM
-				  : new_node_make(req, pfd, name, mode, rdev, link);
-	if (ret) {
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	fd = name_reserved(name) ? -EPERM
+				 : new_node_make(req, pfd, name, mode, rdev, link);
 	if (fd < 0) {
-		fuse_reply_err(req, errno);
+		fuse_reply_err(req, -fd);
 		return;
 	}
 	/* the name may have been replaced since: the kernel gets what it now
@@ -367,6 +371,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 			      ? -errno
 			      : 0;
 		fs_cred_leave();
+		fs_cred_daemon();
 	}
 	if (!ret)
 		cache_file_meta_changed(fs->cache, fd, 0);
@@ -423,6 +428,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		other = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	cache_unlink_begin(fs->cache);
 	ret = unlink_as(req, pfd, name, 0);
+	fs_cred_daemon();
 	if (ret) {
 		cache_unlink_end(fs->cache);
 		if (other >= 0)
@@ -469,6 +475,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (!ret) {
 		ret = renameat2(pfd, name, nfd, newname, flags) ? -errno : 0;
 		fs_cred_leave();
+		fs_cred_daemon();
 	}
 	if (ret) {
 		cache_unlink_end(fs->cache);
@@ -532,6 +539,7 @@ static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 	struct fs_fh *fh = calloc(1, sizeof(*fh));
 	int ret;
 
+	assert(!fs_cred_as_caller());
 	if (!fh) {
 		cache_file_put(fs->cache, cf);
 		return -ENOMEM;
@@ -727,6 +735,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 	ret = create_entry(req, parent, name, mode, fi->flags & O_EXCL, &e,
 			   &rwfd, &st);
+	/* made as the caller (TIMED_CALLER); the cache's part is the daemon's */
+	fs_cred_daemon();
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -759,6 +769,7 @@ static __thread void *read_buf;
  */
 void fs_thread_idle(void)
 {
+	fs_cred_daemon();
 	free(read_buf);
 	read_buf = NULL;
 	fs_aio_idle();
@@ -780,6 +791,7 @@ static void read_sync(fuse_req_t req, void *fhp, const char *unused,
 	int ret;
 
 	(void)unused;
+	assert(!fs_cred_as_caller());
 	if (!read_buf)
 		read_buf = dev_alloc_buf(READ_BUF);
 	if (!read_buf) {
@@ -806,6 +818,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct cache *c = fs_of(req)->cache;
 	uint64_t t0 = cache_clock(c);
 
+	fs_cred_daemon();
 	if (fs_aio_rw(req, c, fh->cf, fh, NULL, size, off, t0, read_sync, 1))
 		read_sync(req, fh, NULL, size, off, t0);
 }
@@ -815,8 +828,10 @@ static void write_sync(fuse_req_t req, void *fhp, const char *buf,
 {
 	struct fs *fs = fs_of(req);
 	struct fs_fh *fh = fhp;
-	int ret = cache_write(fs->cache, fh->cf, buf, size, off);
+	int ret;
 
+	assert(!fs_cred_as_caller());
+	ret = cache_write(fs->cache, fh->cf, buf, size, off);
 	if (!ret && (fh->flags & (O_SYNC | O_DSYNC)))
 		ret = cache_fsync(fs->cache, fh->cf);
 	if (ret)
@@ -835,6 +850,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	uint64_t t0 = cache_clock(c);
 	int ret;
 
+	fs_cred_daemon();
 	/* a writer without CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2, direct io):
 	 * on the thread that read the request (proto.c) */
 	if (proto_write_kill()) {
@@ -889,6 +905,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 {
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 
+	fs_cred_daemon();
 	cache_file_put(fs_of(req)->cache, fh->cf);
 	if (fh->kfd >= 0)
 		close(fh->kfd);
@@ -999,17 +1016,19 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (plus) {
 			const char *nm = d->entry->d_name;
 
-			if (!strcmp(nm, ".") || !strcmp(nm, "..")) {
+			int r = !strcmp(nm, ".") || !strcmp(nm, "..")
+					? -EACCES
+					: fs_lookup(fs, req, ino, nm, &e);
+
+			/* a name only, as the caller may not search the
+			 * directory (r--): it is listed, not looked up */
+			if (r == -EACCES || r == -EPERM) {
 				memset(&e, 0, sizeof(e));
 				e.attr.st_ino = d->entry->d_ino;
 				e.attr.st_mode = d->entry->d_type << 12;
-			} else {
-				int r = fs_lookup(fs, NULL, ino, nm, &e);
-
-				if (r) {
-					err = -r;
-					break;
-				}
+			} else if (r) {
+				err = -r;
+				break;
 			}
 			n = fuse_add_direntry_plus(req, p, rem, nm, &e,
 						   telldir(d->dp));
@@ -1101,19 +1120,33 @@ static void fs_done(struct cache *c, enum fs_kind kind, uint64_t t0)
 	cache_note_latency(c, lat[kind], t0);
 }
 
-#define TIMED(name, kind, params, args)              \
+/*
+ * A handler runs with the daemon's credentials (TIMED: they are taken back
+ * first, from a thread's last caller, fs/cred.c), but for those whose every
+ * step is a store operation made as the caller or one that depends on no
+ * credentials (an fstat of a descriptor, the inode table, the cache's
+ * attributes in memory): TIMED_CALLER, which leave the thread as the caller
+ * for the next request of the same caller.  A TIMED_CALLER handler that
+ * goes on into the cache takes the daemon's credentials back first.
+ */
+#define TIMED_AS(name, kind, params, args, daemon)   \
 	static void timed_##name params              \
 	{                                            \
 		struct cache *c = fs_of(req)->cache; \
 		uint64_t t0 = cache_clock(c);        \
                                                      \
+		if (daemon)                          \
+			fs_cred_daemon();            \
 		op_##name args;                      \
 		fs_done(c, FS_##kind, t0);           \
 	}
+#define TIMED(name, kind, params, args) TIMED_AS(name, kind, params, args, 1)
+#define TIMED_CALLER(name, kind, params, args) \
+	TIMED_AS(name, kind, params, args, 0)
 
-TIMED(lookup, META, (fuse_req_t req, fuse_ino_t parent, const char *name),
+TIMED_CALLER(lookup, META, (fuse_req_t req, fuse_ino_t parent, const char *name),
       (req, parent, name))
-TIMED(getattr, META,
+TIMED_CALLER(getattr, META,
       (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi),
       (req, ino, fi))
 TIMED(setattr, META,
@@ -1121,14 +1154,14 @@ TIMED(setattr, META,
        struct fuse_file_info *fi),
       (req, ino, attr, valid, fi))
 TIMED(readlink, META, (fuse_req_t req, fuse_ino_t ino), (req, ino))
-TIMED(mknod, META,
+TIMED_CALLER(mknod, META,
       (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
        dev_t rdev),
       (req, parent, name, mode, rdev))
-TIMED(mkdir, META,
+TIMED_CALLER(mkdir, META,
       (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode),
       (req, parent, name, mode))
-TIMED(symlink, META,
+TIMED_CALLER(symlink, META,
       (fuse_req_t req, const char *link, fuse_ino_t parent, const char *name),
       (req, link, parent, name))
 TIMED(link, META,
@@ -1136,7 +1169,7 @@ TIMED(link, META,
       (req, ino, parent, name))
 TIMED(unlink, META, (fuse_req_t req, fuse_ino_t parent, const char *name),
       (req, parent, name))
-TIMED(rmdir, META, (fuse_req_t req, fuse_ino_t parent, const char *name),
+TIMED_CALLER(rmdir, META, (fuse_req_t req, fuse_ino_t parent, const char *name),
       (req, parent, name))
 TIMED(rename, META,
       (fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -1144,7 +1177,7 @@ TIMED(rename, META,
       (req, parent, name, newparent, newname, flags))
 TIMED(open, META, (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi),
       (req, ino, fi))
-TIMED(create, META,
+TIMED_CALLER(create, META,
       (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
        struct fuse_file_info *fi),
       (req, parent, name, mode, fi))
@@ -1157,29 +1190,29 @@ TIMED(fallocate, META,
       (fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
        struct fuse_file_info *fi),
       (req, ino, mode, off, len, fi))
-TIMED(opendir, META,
+TIMED_CALLER(opendir, META,
       (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi),
       (req, ino, fi))
-TIMED(readdir, META,
+TIMED_CALLER(readdir, META,
       (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
        struct fuse_file_info *fi),
       (req, ino, size, off, fi))
-TIMED(readdirplus, META,
+TIMED_CALLER(readdirplus, META,
       (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
        struct fuse_file_info *fi),
       (req, ino, size, off, fi))
 TIMED(fsyncdir, FSYNC,
       (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi),
       (req, ino, datasync, fi))
-TIMED(statfs, META, (fuse_req_t req, fuse_ino_t ino), (req, ino))
+TIMED_CALLER(statfs, META, (fuse_req_t req, fuse_ino_t ino), (req, ino))
 TIMED(setxattr, META,
       (fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
        size_t size, int flags),
       (req, ino, name, value, size, flags))
-TIMED(getxattr, META,
+TIMED_CALLER(getxattr, META,
       (fuse_req_t req, fuse_ino_t ino, const char *name, size_t size),
       (req, ino, name, size))
-TIMED(listxattr, META, (fuse_req_t req, fuse_ino_t ino, size_t size),
+TIMED_CALLER(listxattr, META, (fuse_req_t req, fuse_ino_t ino, size_t size),
       (req, ino, size))
 TIMED(removexattr, META, (fuse_req_t req, fuse_ino_t ino, const char *name),
       (req, ino, name))

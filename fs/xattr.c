@@ -19,6 +19,12 @@ static int xattr_ours(const char *name)
 	       !strncmp(name, "user.nvcachefs.", 15);
 }
 
+static int xattr_acl(const char *name)
+{
+	return !strcmp(name, "system.posix_acl_access") ||
+	       !strcmp(name, "system.posix_acl_default");
+}
+
 /* A name list without the cache's own names; the new length. */
 static ssize_t xattr_filter(char *list, ssize_t n)
 {
@@ -79,6 +85,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	if (!ret) {
 		ret = setxattr(path, name, value, size, flags) ? errno : 0;
 		fs_cred_leave();
+		fs_cred_daemon();
 	}
 	if (!ret)
 		cache_file_meta_changed(fs_of(req)->cache, fd, 0);
@@ -120,10 +127,16 @@ static void xattr_reply(fuse_req_t req, fuse_ino_t ino, const char *name,
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
-	n = fs_cred_enter(req);
-	if (!n) {
+	if (name && xattr_acl(name)) {
+		/* the kernel's own question, for its permission checks (a
+		 * file's ACL is read alike by anyone who reaches it) */
 		n = xattr_read(path, name, size, &buf);
-		fs_cred_leave();
+	} else {
+		n = fs_cred_enter(req);
+		if (!n) {
+			n = xattr_read(path, name, size, &buf);
+			fs_cred_leave();
+		}
 	}
 	fs_inode_fd_put(in, fd);
 	if (n < 0)
@@ -161,6 +174,7 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	if (!ret) {
 		ret = removexattr(path, name) ? errno : 0;
 		fs_cred_leave();
+		fs_cred_daemon();
 	}
 	if (!ret)
 		cache_file_meta_changed(fs_of(req)->cache, fd, 0);
