@@ -106,6 +106,11 @@ void cfg_man(FILE *f);
 void cfg_roff(FILE *f, const char *s);
 void cfg_print(const struct cache_config *c, FILE *f);
 void cfg_free(struct cache_config *c);
+/* 0, or -errno said in err: the mount point mnt is the backing directory
+ * (backing, open as backing_fd), inside it, or holds it, by resolved names
+ * and by the identity of their ancestors (cache/nest.c). */
+int cfg_check_nesting(const char *mnt, int backing_fd, const char *backing,
+		      char *err, size_t errlen);
 
 /* ------------------------------------------------------------------- log */
 

@@ -190,47 +190,51 @@ int fmt_probe_in_use(const char *path, const char *refusal, char *err,
 	return ret;
 }
 
+/* A mirror's place, opened by pm_open_place (no link followed, checked by
+ * its descriptor), holds no cache's metadata (unless forced) and nothing
+ * else a block device could hold. */
 static int check_mirror_file(const char *path, int force, char *err,
 			     size_t errlen)
 {
 	struct meta_hdr h;
 	struct stat st;
-	int fd, ret;
+	int fd, rfd, created, ret;
 	ssize_t n;
 
-	if (stat(path, &st)) {
-		if (errno == ENOENT)
-			return 0;
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -errno;
-	}
-	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file or block device",
-			 path);
-		return -EINVAL;
-	}
-	if (force)
+	fd = pm_open_place(path, 0, &st, &created, err, errlen);
+	if (fd == -ENOENT)
 		return 0;
+	if (fd < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "%s: %s", path, strerror(-fd));
+		return fd;
+	}
+	ret = 0;
+	if (force || S_ISCHR(st.st_mode))
+		goto out_close;
 	if (S_ISBLK(st.st_mode)) {
 		ret = fmt_probe_in_use(path, FMT_REFUSAL, err, errlen);
 		if (ret)
-			return ret;
+			goto out_close;
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -errno;
+	rfd = pm_reopen(fd, O_RDONLY);
+	if (rfd < 0) {
+		ret = rfd;
+		snprintf(err, errlen, "%s: %s", path, strerror(-ret));
+		goto out_close;
 	}
-	n = pread(fd, &h, sizeof(h), 0);
-	close(fd);
+	n = pread(rfd, &h, sizeof(h), 0);
+	close(rfd);
 	if (n == sizeof(h) && h.magic == META_MAGIC) {
 		snprintf(err, errlen,
 			 "%s holds nvcachefs metadata of a cache; refusing to "
 			 "format it (use --force to overwrite)",
 			 path);
-		return -EEXIST;
+		ret = -EEXIST;
 	}
-	return 0;
+out_close:
+	close(fd);
+	return ret;
 }
 
 int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
@@ -242,6 +246,7 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 	uint64_t len;
 	int i, ret = 0;
 
+	o->err[0] = 0;
 	for (i = 0; i < cfg->ndevs; i++) {
 		const char *p = cfg->dev_paths[i];
 
@@ -293,14 +298,18 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 	}
 	len = fmt_meta_len(cfg, devs, cfg->ndevs);
 	for (i = 0; i < 2; i++) {
-		ret = pm_map(cfg->meta_paths[i], len, 1, &mirrors[i]);
+		ret = pm_map_err(cfg->meta_paths[i], len, PM_CREATE,
+				 &mirrors[i], o->err, sizeof(o->err));
 		if (ret) {
-			snprintf(o->err, sizeof(o->err),
-				 "%s: cannot create metadata mirror of %llu "
-				 "bytes: %s",
-				 cfg->meta_paths[i], (unsigned long long)len,
-				 ret == -EBUSY ? "in use by a running nvcachefs"
-					       : strerror(-ret));
+			if (!o->err[0])
+				snprintf(o->err, sizeof(o->err),
+					 "%s: cannot create metadata mirror "
+					 "of %llu bytes: %s",
+					 cfg->meta_paths[i],
+					 (unsigned long long)len,
+					 ret == -EBUSY ? "in use by a running "
+							 "nvcachefs"
+						       : strerror(-ret));
 			goto out_mirrors;
 		}
 	}
@@ -314,8 +323,11 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o)
 		o->max_capacity = room_for(cfg, nslots) * cfg->block_size;
 	}
 out_mirrors:
-	for (i = 0; i < 2; i++)
+	for (i = 0; i < 2; i++) {
 		pm_unmap(&mirrors[i]);
+		if (ret) /* a format that failed leaves no new file */
+			pm_unlink_created(&mirrors[i], cfg->meta_paths[i]);
+	}
 out_devs:
 	for (i = 0; i < cfg->ndevs; i++)
 		dev_close(devs[i]);

@@ -64,7 +64,7 @@ static int new_place_ok(struct cache *c, const char *path, int resumed,
 			char *err, size_t errlen)
 {
 	struct stat st;
-	int d;
+	int d, fd, created;
 
 	if (mirror_index(c, path) >= 0) {
 		snprintf(err, errlen,
@@ -79,14 +79,23 @@ static int new_place_ok(struct cache *c, const char *path, int resumed,
 				 "%s is a cache device of this cache", path);
 			return -EINVAL;
 		}
-	if (stat(path, &st)) {
-		if (errno == ENOENT)
-			return 0; /* a new file */
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -errno;
+	fd = pm_open_place(path, 0, &st, &created, err, errlen);
+	if (fd == -ENOENT)
+		return 0; /* a new file */
+	if (fd < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "%s: %s", path, strerror(-fd));
+		return fd;
 	}
-	if (resumed && S_ISREG(st.st_mode) && !unlink(path))
-		return 0;
+	close(fd);
+	if (resumed && S_ISREG(st.st_mode)) {
+		struct stat now;
+
+		/* the file it made, if still the one judged */
+		if (!lstat(path, &now) && now.st_dev == st.st_dev &&
+		    now.st_ino == st.st_ino && !unlink(path))
+			return 0;
+	}
 	if (resumed && S_ISBLK(st.st_mode))
 		return 0;
 	if (S_ISBLK(st.st_mode))
@@ -121,17 +130,17 @@ static int mirror_onto(struct cache *c, int k, const char *old,
 	struct pm_region nr, oldr;
 	uint64_t total = meta_total_len(c->meta.layout.room, c->meta.nfiles,
 					c->meta.block_size);
-	int created = access(new_path, F_OK) != 0, ret;
 	char *keep;
+	int ret;
 
-	ret = pm_map(new_path, total, 1, &nr);
-	if (ret && created)
-		unlink(new_path);
+	/* made O_EXCL, never through a link (pm_open_place) */
+	ret = pm_map_err(new_path, total, PM_NEW, &nr, err, errlen);
 	if (ret) {
-		snprintf(err, errlen, "%s: cannot map it: %s", new_path,
-			 ret == -EBUSY	  ? "in use"
-			 : ret == -ENOSPC ? "smaller than the mirror"
-					  : strerror(-ret));
+		if (!err[0])
+			snprintf(err, errlen, "%s: cannot map it: %s", new_path,
+				 ret == -EBUSY	  ? "in use"
+				 : ret == -ENOSPC ? "smaller than the mirror"
+						  : strerror(-ret));
 		return ret;
 	}
 	log_msg(LOG_NOTICE,
@@ -142,8 +151,7 @@ static int mirror_onto(struct cache *c, int k, const char *old,
 		snprintf(err, errlen, "%s: cannot rebuild the mirror there: %s",
 			 new_path, strerror(-ret));
 		pm_unmap(&nr);
-		if (created)
-			unlink(new_path);
+		pm_unlink_created(&nr, new_path);
 		return ret;
 	}
 	old_place_wipe(&oldr);

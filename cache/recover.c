@@ -963,7 +963,18 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	 * that is not there (-ENODEV) stays missing.
 	 */
 	for (i = 0; i < 2; i++) {
-		mret[i] = pm_map(cfg->meta_paths[i], 0, 0, &mirrors[i]);
+		mret[i] = pm_map_err(cfg->meta_paths[i], 0, 0, &mirrors[i],
+				     why[i], sizeof(why[i]));
+		if (mret[i] == -ELOOP || mret[i] == -EPERM) {
+			/* a link or a stranger's file: never rebuilt over */
+			snprintf(err, errlen, "%s", why[i]);
+			if (!why[i][0])
+				snprintf(err, errlen, "%s: %s",
+					 cfg->meta_paths[i],
+					 strerror(-mret[i]));
+			ret = mret[i];
+			goto err_close;
+		}
 		if (mret[i] == -EBUSY) {
 			snprintf(err, errlen,
 				 "%s: cannot map metadata mirror: in use by "
@@ -972,13 +983,15 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 			ret = -EBUSY;
 			goto err_close;
 		}
-		if (mret[i])
-			snprintf(why[i], sizeof(why[i]), "%s",
-				 strerror(-mret[i]));
-		else
+		if (mret[i]) {
+			if (!why[i][0])
+				snprintf(why[i], sizeof(why[i]), "%s",
+					 strerror(-mret[i]));
+		} else {
 			mret[i] =
 				meta_hdr_why(mirrors[i].addr, mirrors[i].len,
 					     &total[i], why[i], sizeof(why[i]));
+		}
 		if (!mret[i]) {
 			mret[i] = pm_load(&mirrors[i], total[i]);
 			if (mret[i])

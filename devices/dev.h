@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /*
  * A cache device is anything addressed in bytes that can be read and written
@@ -152,6 +153,7 @@ void *dev_alloc_buf(size_t len);
  * flushes on real persistent memory, msync elsewhere.
  */
 struct rec_log;
+struct stat;
 
 struct pm_region {
 	void *addr;
@@ -167,6 +169,9 @@ struct pm_region {
 	int missing; /* memory standing in for a device that is not there */
 	struct pm_faults *faults; /* plain memory: shared by copies */
 	int rec_blk; /* recording region persisted like a block device (tests) */
+	int created; /* pm_map made the file: pm_unlink_created removes it */
+	dev_t created_dev; /* the file mapped (st_dev, st_ino) */
+	ino_t created_ino;
 };
 
 /* Tests: a region of plain memory that fails its writes (pm_write writes
@@ -175,13 +180,39 @@ struct pm_faults {
 	int fail_write;
 };
 
+/* pm_map's create: a file is made if there is none (PM_CREATE), or must be
+ * made: an existing regular file is -EEXIST (PM_NEW); a device is taken. */
+#define PM_CREATE 1
+#define PM_NEW 2
+
 /*
  * Map the region at path: a block device, or a file, created (create != 0)
  * at len bytes if it does not exist.  Nothing is ever created on the file
  * system /dev is on (devtmpfs: RAM): a path there that does not exist, or is
- * not a device, is a device that is not there, -ENODEV.
+ * not a device, is a device that is not there, -ENODEV.  The place is opened
+ * by pm_open_place; pm_map_err says in err why a place was refused.
  */
 int pm_map(const char *path, size_t len, int create, struct pm_region *out);
+int pm_map_err(const char *path, size_t len, int create, struct pm_region *out,
+	       char *err, size_t errlen);
+/*
+ * Open the place of a metadata mirror without following a name that someone
+ * else could have changed: the last component is never a symbolic link
+ * (-ELOOP), but a root's link on the file system /dev is on (udev's names) to
+ * a device; with create a missing file is made O_CREAT | O_EXCL | O_NOFOLLOW,
+ * mode 0600 (*created = 1).  What was opened is judged by fstat of the
+ * descriptor (*st): a regular file owned by the daemon's user (else -EPERM),
+ * a block or character device (owned by root or that user), else -EINVAL;
+ * with PM_NEW, a regular file found is -EEXIST.  Returns an O_PATH (or, for a
+ * file made, O_RDWR) descriptor, or -errno, said in err when refused (err
+ * may be NULL).  A file made and then refused is removed again.
+ */
+int pm_open_place(const char *path, int create, struct stat *st, int *created,
+		  char *err, size_t errlen);
+/* fd opened again with flags, through the descriptor, not by any name. */
+int pm_reopen(int fd, int flags);
+/* Remove the file pm_map made for r at path, if path still names it. */
+void pm_unlink_created(const struct pm_region *r, const char *path);
 int pm_mem_create(size_t len, struct pm_region *out);
 /* Make sure the first len bytes are there (a block device is read on demand). */
 int pm_load(struct pm_region *r, size_t len);

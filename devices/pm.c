@@ -1,13 +1,15 @@
 /* devices: persistent memory regions through libpmem, block devices through io_uring, or memory for tests. */
 #define _GNU_SOURCE
-#include "dev.h"
+#include "dev_int.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <libpmem.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -20,17 +22,26 @@
  * A metadata mirror on a block device (no DAX) is kept as a page-aligned copy
  * in RAM; persisting a range writes the 4 KiB pages that hold it with FUA
  * through io_uring, so it is on the media when pm_persist returns.  The device
- * is opened exclusively, which is also its lock.
+ * is opened exclusively, which is also its lock; it is opened through fd (the
+ * device pm_open_place found), never by its name again.
  */
-static int pm_map_blk(const char *path, size_t len, int create,
+static int pm_map_blk(const char *path, int fd, size_t len, int create,
 		      struct pm_region *out)
 {
+	char self[32];
 	size_t size;
 	int ret;
 
-	ret = dev_open(path, &out->bdev);
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	ret = dev_open(self, &out->bdev);
 	if (ret)
 		return ret;
+	free(out->bdev->path); /* named as configured, not by the descriptor */
+	out->bdev->path = strdup(path);
+	if (!out->bdev->path) {
+		ret = -ENOMEM;
+		goto err_close;
+	}
 	size = dev_size(out->bdev) & ~(size_t)(DEV_ALIGN - 1);
 	if (len > size) {
 		ret = -ENOSPC;
@@ -109,54 +120,219 @@ static int on_dev_fs(const char *path)
 	return st.st_dev == dev.st_dev;
 }
 
-int pm_map(const char *path, size_t len, int create, struct pm_region *out)
+static void place_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void place_err(char *err, size_t errlen, const char *fmt, ...)
 {
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* Remove path if it still names the file (dev, ino): not one put there since. */
+static void unlink_if_same(const char *path, dev_t dev, ino_t ino)
+{
+	struct stat st;
+
+	if (!lstat(path, &st) && st.st_dev == dev && st.st_ino == ino)
+		unlink(path);
+}
+
+int pm_reopen(int fd, int flags)
+{
+	char self[32];
+	int nfd;
+
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	nfd = open(self, flags | O_CLOEXEC);
+	return nfd < 0 ? -errno : nfd;
+}
+
+/* A link on /dev's own file system (udev's names: root's alone) to a block
+ * or character device is followed, once, to an O_PATH descriptor. */
+static int follow_dev_link(const char *path, int lfd, struct stat *st,
+			   char *err, size_t errlen)
+{
+	struct stat dev;
+	int fd;
+
+	if (fstat(lfd, st) || stat("/dev", &dev) || st->st_dev != dev.st_dev ||
+	    st->st_uid != 0)
+		goto refuse;
+	fd = open(path, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ENODEV : -errno; /* a device gone */
+	if (!fstat(fd, st) && (S_ISBLK(st->st_mode) || S_ISCHR(st->st_mode)))
+		return fd;
+	close(fd);
+refuse:
+	place_err(err, errlen,
+		  "%s is a symbolic link; a metadata mirror is named by its "
+		  "own path, not through a link (refusing to follow it)",
+		  path);
+	return -ELOOP;
+}
+
+/* The descriptor's file may be a mirror: 0, or -errno said in err. */
+static int place_ok(const char *path, const struct stat *st, int create,
+		    int created, char *err, size_t errlen)
+{
+	struct stat dev;
+
+	if (S_ISBLK(st->st_mode) || S_ISCHR(st->st_mode)) {
+		if (st->st_uid == geteuid() || st->st_uid == 0)
+			return 0;
+	} else if (!S_ISREG(st->st_mode)) {
+		place_err(err, errlen, "%s: not a regular file or block device",
+			  path);
+		return -EINVAL;
+	} else if (!stat("/dev", &dev) && st->st_dev == dev.st_dev) {
+		return -ENODEV; /* a file in RAM where a device was */
+	} else if (create == PM_NEW && !created) {
+		place_err(err, errlen,
+			  "%s exists; a new mirror goes to a file that does "
+			  "not exist yet, or to a block device",
+			  path);
+		return -EEXIST;
+	} else if (st->st_uid == geteuid()) {
+		return 0;
+	}
+	place_err(err, errlen,
+		  "%s: owned by uid %u, not by the daemon's user (uid %u); "
+		  "refusing to use it as a metadata mirror",
+		  path, (unsigned)st->st_uid, (unsigned)geteuid());
+	return -EPERM;
+}
+
+int pm_open_place(const char *path, int create, struct stat *st, int *created,
+		  char *err, size_t errlen)
+{
+	int fd, tries, ret;
+
+	*created = 0;
+	memset(st, 0, sizeof(*st));
+	for (tries = 0; tries < 8; tries++) {
+		fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0)
+			break;
+		if (errno != ENOENT)
+			return -errno;
+		/* a device gone, or nothing: no file is made under /dev */
+		if (on_dev_fs(path))
+			return -ENODEV;
+		if (!create)
+			return -ENOENT;
+		fd = open(path,
+			  O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+			  0600);
+		if (fd >= 0) {
+			*created = 1;
+			break;
+		}
+		if (errno != EEXIST)
+			return -errno;
+		/* made by someone else a moment ago: judged as found */
+	}
+	if (fd < 0)
+		return -EAGAIN;
+	if (fstat(fd, st)) {
+		ret = -errno;
+		goto err_close;
+	}
+	if (S_ISLNK(st->st_mode)) {
+		ret = follow_dev_link(path, fd, st, err, errlen);
+		close(fd);
+		if (ret < 0)
+			return ret;
+		fd = ret;
+	}
+	ret = place_ok(path, st, create, *created, err, errlen);
+	if (ret)
+		goto err_close;
+	return fd;
+err_close:
+	close(fd);
+	if (*created)
+		unlink_if_same(path, st->st_dev, st->st_ino);
+	*created = 0;
+	return ret;
+}
+
+void pm_unlink_created(const struct pm_region *r, const char *path)
+{
+	if (r->created)
+		unlink_if_same(path, r->created_dev, r->created_ino);
+}
+
+int pm_map_err(const char *path, size_t len, int create, struct pm_region *out,
+	       char *err, size_t errlen)
+{
+	char self[32];
 	struct stat st;
 	size_t mapped;
 	void *addr;
-	int gone;
+	int fd, ret;
 
 	memset(out, 0, sizeof(*out));
 	out->lock_fd = -1;
-	gone = stat(path, &st) ? -errno : 0;
-	if (!gone && S_ISBLK(st.st_mode))
-		return pm_map_blk(path, len, create, out);
-	/* a device DAX character device is mapped like a file */
-	if ((gone || !S_ISCHR(st.st_mode)) && on_dev_fs(path))
-		return -ENODEV;
-	if (!create) {
-		if (gone)
-			return gone;
-		if ((size_t)st.st_size < len)
-			return -ENOSPC;
+	fd = pm_open_place(path, create, &st, &out->created, err, errlen);
+	if (fd < 0)
+		return fd;
+	out->created_dev = st.st_dev;
+	out->created_ino = st.st_ino;
+	if (S_ISBLK(st.st_mode)) {
+		ret = pm_map_blk(path, fd, len, create, out);
+		goto out_close;
+	}
+	if (!create && (size_t)st.st_size < len) {
+		ret = -ENOSPC;
+		goto out_close;
 	}
 	/* one process at a time may use a mirror */
-	out->lock_fd =
-		open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
-	if (out->lock_fd < 0)
-		return -errno;
-	if (flock(out->lock_fd, LOCK_EX | LOCK_NB)) {
-		int e = errno == EWOULDBLOCK ? -EBUSY : -errno;
-
-		close(out->lock_fd);
-		out->lock_fd = -1;
-		return e;
+	out->lock_fd = pm_reopen(fd, O_RDWR);
+	if (out->lock_fd < 0) {
+		ret = out->lock_fd;
+		goto out_close;
 	}
-	addr = pmem_map_file(path, create ? len : 0,
+	if (flock(out->lock_fd, LOCK_EX | LOCK_NB)) {
+		ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		goto err_lock;
+	}
+	/* libpmem maps the file through the descriptor, never by its name */
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", out->lock_fd);
+	addr = pmem_map_file(self, create ? len : 0,
 			     create ? PMEM_FILE_CREATE : 0, 0600, &mapped,
 			     &out->is_pmem);
 	if (!addr || mapped < len) {
-		int e = !addr ? (errno ? -errno : -EIO) : -ENOSPC;
-
+		ret = !addr ? (errno ? -errno : -EIO) : -ENOSPC;
 		if (addr)
 			pmem_unmap(addr, mapped);
-		close(out->lock_fd);
-		out->lock_fd = -1;
-		return e;
+		goto err_lock;
 	}
 	out->addr = addr;
 	out->len = mapped;
-	return 0;
+	ret = 0;
+	goto out_close;
+err_lock:
+	close(out->lock_fd);
+	out->lock_fd = -1;
+out_close:
+	close(fd);
+	if (ret) {
+		pm_unlink_created(out, path);
+		out->created = 0;
+	}
+	return ret;
+}
+
+int pm_map(const char *path, size_t len, int create, struct pm_region *out)
+{
+	return pm_map_err(path, len, create, out, NULL, 0);
 }
 
 int pm_mem_create(size_t len, struct pm_region *out)

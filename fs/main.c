@@ -343,8 +343,9 @@ int main(int argc, char **argv)
 	fs.root.dev = st.st_dev;
 	fs.root.ino = st.st_ino;
 	fs.root.nlookup = 2;
-	if (!strcmp(mnt, cfg.backing_path))
-		die("the mount point cannot be the backing directory");
+	if (cfg_check_nesting(mnt, fs.backing_fd, cfg.backing_path, err,
+			      sizeof(err)))
+		die("%s", err);
 
 	raise_fd_limit();
 	if (!foreground && daemon_begin())

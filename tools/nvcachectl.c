@@ -581,15 +581,19 @@ static int cmd_destage(const char *cmd, int argc, char **argv)
 	return ret;
 }
 
-/* An absolute path for p, which need not exist (its directory must). */
-static int abs_path(const char *p, char *out, size_t len)
+/*
+ * An absolute path for p, which need not exist (its directory must); with
+ * follow 0 its last component is kept as it is, not resolved: the daemon
+ * is to see a link there (and refuse it), not where it points.
+ */
+static int abs_path(const char *p, char *out, size_t len, int follow)
 {
 	char dir[PATH_MAX], *slash;
 
-	if (realpath(p, out))
+	if (follow && realpath(p, out))
 		return 0;
-	if (errno != ENOENT || strlen(p) >= sizeof(dir))
-		return -errno;
+	if ((follow && errno != ENOENT) || strlen(p) >= sizeof(dir))
+		return follow ? -errno : -ENAMETOOLONG;
 	strcpy(dir, p);
 	slash = strrchr(dir, '/');
 	if (slash == dir)
@@ -634,9 +638,9 @@ static int cmd_replace(const char *cmd, int argc, char **argv)
 
 	if (argc != 4)
 		return fail("%s needs MOUNTPOINT OLD NEW", cmd);
-	ret = abs_path(argv[2], old, sizeof(old));
-	if (!ret)
-		ret = abs_path(argv[3], nw, sizeof(nw));
+	ret = abs_path(argv[2], old, sizeof(old), 1);
+	if (!ret) /* a new mirror's place is made where it is named */
+		ret = abs_path(argv[3], nw, sizeof(nw), !mirror);
 	if (ret)
 		return fail("%s: %s", cmd, strerror(-ret));
 	n = snprintf(req, sizeof(req), "%s %d 2 0\n%s", cmd, CTL_PROTO_VERSION,
@@ -666,7 +670,7 @@ static int cmd_one_dev(const char *cmd, int argc, char **argv)
 
 	if (argc != 3)
 		return fail("%s needs MOUNTPOINT DEVICE", cmd);
-	ret = abs_path(argv[2], dev, sizeof(dev));
+	ret = abs_path(argv[2], dev, sizeof(dev), 1);
 	if (ret)
 		return fail("%s: %s", cmd, strerror(-ret));
 	n = snprintf(req, sizeof(req), "%s %d 1 0\n%s", cmd,

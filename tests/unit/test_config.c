@@ -1,6 +1,10 @@
 /* tests: the configuration table — parsing, units, errors with FILE:LINE,
- * validation. */
+ * validation, nesting of the mount point and the backing directory. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../../cache/cache.h"
@@ -115,6 +119,65 @@ static void test_override_and_reload(void)
 	cfg_free(&n);
 }
 
+/* cfg_check_nesting of mount point m and backing directory b under dir. */
+static int nesting(const char *dir, const char *m, const char *b, char *err)
+{
+	char mp[256], bp[256];
+	int bfd, ret;
+
+	snprintf(mp, sizeof(mp), "%s/%s", dir, m);
+	snprintf(bp, sizeof(bp), "%s/%s", dir, b);
+	bfd = open(bp, O_RDONLY | O_DIRECTORY);
+	if (bfd < 0)
+		return -errno;
+	err[0] = 0;
+	ret = cfg_check_nesting(mp, bfd, bp, err, CFG_ERRLEN);
+	close(bfd);
+	return ret;
+}
+
+/*
+ * A mount point inside the backing directory, or holding it, is refused,
+ * however either is named (issue 24, finding 10); a name that only begins
+ * like the other's is not inside it.
+ */
+static void test_nesting_refused(void)
+{
+	char dir[] = "/tmp/nvc-unit-nestXXXXXX", err[CFG_ERRLEN], sub[300];
+	int bfd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(sub, sizeof(sub), "mkdir -p '%s/b/sub/deeper'", dir);
+	CHECK_EQ(system(sub), 0);
+	snprintf(sub, sizeof(sub), "%s/b-mnt", dir);
+	CHECK_EQ(mkdir(sub, 0755), 0);
+	snprintf(sub, sizeof(sub), "%s/lb", dir);
+	CHECK_EQ(symlink("b", sub), 0);
+
+	CHECK_EQ(nesting(dir, "b-mnt", "b", err), 0);
+	CHECK_EQ(nesting(dir, "b/sub", "b", err), -EINVAL);
+	CHECK(strstr(err, "/b/sub is inside the backing directory") != NULL);
+	CHECK_EQ(nesting(dir, "lb/sub/deeper", "b", err), -EINVAL);
+	CHECK(strstr(err, "/b/sub/deeper is inside the backing directory") !=
+	      NULL);
+	CHECK_EQ(nesting(dir, "b/sub", "lb", err), -EINVAL);
+	CHECK(strstr(err, "is inside the backing directory") != NULL);
+	CHECK_EQ(nesting(dir, "b", "b/sub", err), -EINVAL);
+	CHECK(strstr(err, "/b/sub is inside the mount point") != NULL);
+	CHECK_EQ(nesting(dir, "lb", "lb/sub", err), -EINVAL);
+	CHECK(strstr(err, "is inside the mount point") != NULL);
+	CHECK_EQ(nesting(dir, "lb", "b", err), -EINVAL);
+	CHECK(strstr(err, "cannot be the backing directory") != NULL);
+	/* the backing directory is the tree the mount point is in */
+	bfd = open("/", O_RDONLY | O_DIRECTORY);
+	CHECK_EQ(cfg_check_nesting(dir, bfd, "/", err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "is inside the backing directory /:") != NULL);
+	close(bfd);
+
+	snprintf(sub, sizeof(sub), "rm -rf '%s'", dir);
+	CHECK_EQ(system(sub), 0);
+}
+
 int main(void)
 {
 	int fd = mkstemp(path);
@@ -124,6 +187,7 @@ int main(void)
 	RUN(test_defaults_and_units);
 	RUN(test_errors_name_file_and_line);
 	RUN(test_override_and_reload);
+	RUN(test_nesting_refused);
 	unlink(path);
 	return CHECK_DONE();
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -453,6 +454,86 @@ static void test_pm_map_creates_nothing_under_dev(void)
 	unlink(path);
 }
 
+/* The victim's bytes, still all there: 1 if untouched. */
+static int victim_intact(const char *path)
+{
+	char buf[16] = { 0 };
+	struct stat st;
+	int fd = open(path, O_RDONLY), n;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	return !lstat(path, &st) && st.st_size == 8 && n == 8 &&
+	       !memcmp(buf, "victim!!", 8);
+}
+
+/*
+ * pm_map never follows a symbolic link at a mirror's place (root would write
+ * the metadata over what a user's link points at, or make a file where a
+ * dangling one points), and takes no regular file of another user.
+ * (Issue 24, finding 10.)
+ */
+static void test_pm_map_follows_no_link(void)
+{
+	char victim[64], link[64], gone[64];
+	struct pm_region r;
+	struct stat st;
+	int fd, pid = (int)getpid();
+
+	snprintf(victim, sizeof(victim), "/var/tmp/nvc-test-victim-%d", pid);
+	snprintf(link, sizeof(link), "/var/tmp/nvc-test-link-%d", pid);
+	snprintf(gone, sizeof(gone), "/var/tmp/nvc-test-gone-%d", pid);
+	fd = open(victim, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(write(fd, "victim!!", 8), 8);
+	close(fd);
+	CHECK_EQ(symlink(victim, link), 0);
+	if (pm_map(link, 1 << 20, 1, &r) != -ELOOP) {
+		CHECK(!"pm_map followed a link to an existing file");
+		pm_unmap(&r);
+	}
+	if (pm_map(link, 0, 0, &r) != -ELOOP) {
+		CHECK(!"pm_map followed a link to map a file");
+		pm_unmap(&r);
+	}
+	CHECK(victim_intact(victim));
+	unlink(link);
+	CHECK_EQ(symlink(gone, link), 0);
+	if (pm_map(link, 1 << 20, 1, &r) != -ELOOP) {
+		CHECK(!"pm_map followed a dangling link");
+		pm_unmap(&r);
+	}
+	CHECK_EQ(access(gone, F_OK), -1);
+	unlink(gone);
+	unlink(link);
+	if (!geteuid()) { /* another user's file is not taken */
+		CHECK_EQ(chown(victim, 65534, 65534), 0);
+		if (pm_map(victim, 1 << 20, 1, &r) != -EPERM) {
+			CHECK(!"pm_map took another user's file");
+			pm_unmap(&r);
+		}
+		CHECK(victim_intact(victim));
+	}
+	/* a new place (replace-mirror) takes no file that is there already */
+	if (pm_map(victim, 1 << 20, PM_NEW, &r) != -EEXIST) {
+		CHECK(!"PM_NEW took an existing file");
+		pm_unmap(&r);
+	}
+	CHECK(victim_intact(victim));
+	unlink(victim);
+	/* and makes one, 0600, that a failure afterwards removes again */
+	CHECK_EQ(pm_map(victim, 1 << 20, PM_NEW, &r), 0);
+	CHECK(r.created);
+	CHECK(!lstat(victim, &st) && S_ISREG(st.st_mode) &&
+	      !(st.st_mode & 077));
+	pm_unmap(&r);
+	pm_unlink_created(&r, victim);
+	CHECK_EQ(access(victim, F_OK), -1);
+	unlink(victim);
+}
+
 static void shadow_done(struct dev_acb *cb)
 {
 	(void)cb;
@@ -562,6 +643,7 @@ int main(int argc, char **argv)
 	RUN_SOME(test_failed_waits);
 	RUN_SOME(test_no_ring);
 	RUN_SOME(test_pm_map_creates_nothing_under_dev);
+	RUN_SOME(test_pm_map_follows_no_link);
 	RUN_SOME(test_shadow_copies_writes);
 	dev_close(dev);
 	for (i = 0; i < 2; i++) {
