@@ -8,7 +8,7 @@ cd "$here"
 # Every Debian package the project needs, and why, is listed in README.md.
 PKGS="gcc meson ninja-build pkg-config libfuse3-dev fuse3 liburing-dev libpmem-dev
 libinih-dev libblkid-dev libjson-c-dev libxxhash-dev libsystemd-dev systemd python3-pytest fio strace
-util-linux e2fsprogs valgrind gdb prometheus rclone mergerfs bindfs bonnie++ python3-matplotlib
+util-linux e2fsprogs acl valgrind gdb prometheus rclone mergerfs bindfs bonnie++ python3-matplotlib
 clang libclang-rt-dev iproute2 glusterfs-server glusterfs-client moosefs-master moosefs-chunkserver
 moosefs-client mpich libmpich-dev debhelper dpkg-dev lintian groff-base bash-completion"
 
