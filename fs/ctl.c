@@ -259,11 +259,17 @@ static int device_command(const struct ctl_req *req)
 	return 0;
 }
 
-/* One of them: progress lines while it destages, then "ok" or "error". */
+/*
+ * One of them: progress lines while it destages, then "ok" or "error".
+ * device_command matched its argument count; the array has nargs + 1
+ * entries (the last NULL), so no argument past nargs is read.
+ */
 static void device_run(struct client *cl, const struct ctl_req *req)
 {
 	struct cache *c = cl->fs->cache;
-	const char *cmd = req->cmd, *a = req->args[0], *b = req->args[1];
+	const char *cmd = req->cmd;
+	const char *a = req->nargs > 0 ? req->args[0] : NULL;
+	const char *b = req->nargs > 1 ? req->args[1] : NULL;
 	char why[768];
 	int ret;
 
