@@ -31,14 +31,14 @@ static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t clients_cond = PTHREAD_COND_INITIALIZER;
 static struct client *clients;
 
-/* a client has this long to send its request, and to take each answer */
+/* a client has this long to send its request; its answers: ctl.h */
 #define CLIENT_TIMEOUT_S 5
 /* accept out of descriptors: the next try after this long */
 #define ACCEPT_BACKOFF_MS 200
 
 struct client {
 	struct fs *fs;
-	int fd;
+	struct ctl_conn cn;
 	int owner; /* may flush and reset, not only read */
 	struct client *next;
 };
@@ -65,43 +65,14 @@ static void client_remove(struct client *cl)
 	pthread_mutex_unlock(&clients_lock);
 }
 
-void ctl_say(int fd, const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		(void)!send(fd, buf,
-			    n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1,
-			    MSG_NOSIGNAL);
-}
-
 static void flush_progress(void *arg, uint64_t dirty, uint64_t destaged)
 {
-	ctl_say(*(int *)arg, "progress %llu %llu\n", (unsigned long long)dirty,
+	ctl_say(arg, "progress %llu %llu\n", (unsigned long long)dirty,
 		(unsigned long long)destaged);
 }
 
-void ctl_send_all(int fd, const char *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return;
-		buf += n;
-		len -= n;
-	}
-}
-
 /* A snapshot in the wire format of stats.h; no lock on the I/O path. */
-static void send_stats(struct fs *fs, int fd)
+static void send_stats(struct fs *fs, struct ctl_conn *cn)
 {
 	struct stat_snap *s = malloc(sizeof(*s));
 	char *buf = NULL;
@@ -109,21 +80,21 @@ static void send_stats(struct fs *fs, int fd)
 	FILE *f;
 
 	if (!s) {
-		ctl_say(fd, "error out of memory\n");
+		ctl_say(cn, "error out of memory\n");
 		return;
 	}
 	f = open_memstream(&buf, &len);
 	if (!f) {
-		ctl_say(fd, "error out of memory\n");
+		ctl_say(cn, "error out of memory\n");
 		goto out_free_snap;
 	}
 	cache_snapshot(fs->cache, s);
 	fprintf(f, "proto %d\n", CTL_PROTO_VERSION);
 	stat_write(f, s);
 	if (fclose(f))
-		ctl_say(fd, "error out of memory\n");
+		ctl_say(cn, "error out of memory\n");
 	else
-		ctl_send_all(fd, buf, len);
+		ctl_send_all(cn, buf, len);
 	free(buf);
 out_free_snap:
 	free(s);
@@ -206,9 +177,15 @@ static int read_request(int fd, struct ctl_req *req, char **bufp)
 			*bufp = buf = nb;
 			cap *= 2;
 		}
-		do
-			n = recv(fd, buf + len, cap - 1 - len, 0);
-		while (n < 0 && errno == EINTR);
+		do {
+			struct pollfd p = { fd, POLLIN, 0 };
+
+			n = poll(&p, 1, CLIENT_TIMEOUT_S * 1000);
+			if (!n)
+				return -ETIMEDOUT;
+			if (n > 0)
+				n = recv(fd, buf + len, cap - 1 - len, 0);
+		} while (n < 0 && (errno == EINTR || errno == EAGAIN));
 		if (n <= 0)
 			return n ? -errno : -ECONNRESET;
 		len += n;
@@ -276,24 +253,24 @@ static void device_run(struct client *cl, const struct ctl_req *req)
 	log_msg(LOG_NOTICE, "%s requested%s%s%s%s", cmd, a ? ": " : "",
 		a ? a : "", b ? " -> " : "", b ? b : "");
 	if (!strcmp(cmd, "detach"))
-		ret = cache_detach(c, flush_progress, &cl->fd, why,
+		ret = cache_detach(c, flush_progress, &cl->cn, why,
 				   sizeof(why));
 	else if (!strcmp(cmd, "attach"))
 		ret = cache_attach(c, why, sizeof(why));
 	else if (!strcmp(cmd, "replace"))
-		ret = cache_replace_dev(c, a, b, flush_progress, &cl->fd, why,
+		ret = cache_replace_dev(c, a, b, flush_progress, &cl->cn, why,
 					sizeof(why));
 	else if (!strcmp(cmd, "remove"))
-		ret = cache_remove_dev(c, a, flush_progress, &cl->fd, why,
+		ret = cache_remove_dev(c, a, flush_progress, &cl->cn, why,
 				       sizeof(why));
 	else if (!strcmp(cmd, "add"))
 		ret = cache_add_dev(c, a, why, sizeof(why));
 	else
 		ret = cache_replace_mirror(c, a, b, why, sizeof(why));
 	if (ret)
-		ctl_say(cl->fd, "error %s\n", why);
+		ctl_say(&cl->cn, "error %s\n", why);
 	else
-		ctl_say(cl->fd, "ok\n");
+		ctl_say(&cl->cn, "ok\n");
 }
 
 /*
@@ -308,54 +285,56 @@ static void *client_main(void *arg)
 	struct client *cl = arg;
 	struct ctl_req req;
 	char *buf = NULL;
-	int ret = read_request(cl->fd, &req, &buf);
+	int ret = read_request(cl->cn.fd, &req, &buf);
 	const char *cmd = req.cmd;
 
+	if (!ret)
+		cl->cn.what = cmd;
 	if (ret == -E2BIG) {
-		ctl_say(cl->fd,
+		ctl_say(&cl->cn,
 			"error request too large (more than %d bytes)\n",
 			CTL_REQ_MAX);
 	} else if (ret) {
 	} else if (!strcmp(cmd, "version")) {
-		ctl_say(cl->fd, "nvcachefs %s proto %d\n", NVC_VERSION,
+		ctl_say(&cl->cn, "nvcachefs %s proto %d\n", NVC_VERSION,
 			CTL_PROTO_VERSION);
 	} else if (req.proto != CTL_PROTO_VERSION) {
-		ctl_say(cl->fd,
+		ctl_say(&cl->cn,
 			"error version mismatch: this nvcachefs daemon (%s) "
 			"speaks control protocol %d, the client speaks %d; use "
 			"the nvcachectl that came with the daemon\n",
 			NVC_VERSION, CTL_PROTO_VERSION, req.proto);
 	} else if (!strcmp(cmd, "stats")) {
-		send_stats(cl->fs, cl->fd);
+		send_stats(cl->fs, &cl->cn);
 	} else if (!cl->owner) {
-		ctl_say(cl->fd,
+		ctl_say(&cl->cn,
 			"error permission denied: only the daemon's owner "
 			"may %s\n",
 			cmd);
 	} else if (!strcmp(cmd, "reset")) {
 		ret = cache_stats_reset(cl->fs->cache);
 		if (ret)
-			ctl_say(cl->fd, "error %s\n", strerror(-ret));
+			ctl_say(&cl->cn, "error %s\n", strerror(-ret));
 		else
-			ctl_say(cl->fd, "ok\n");
+			ctl_say(&cl->cn, "ok\n");
 	} else if (!strcmp(cmd, "flush") && !req.nargs) {
 		log_msg(LOG_NOTICE, "flush requested");
-		ret = cache_flush(cl->fs->cache, flush_progress, &cl->fd);
+		ret = cache_flush(cl->fs->cache, flush_progress, &cl->cn);
 		if (ret)
-			ctl_say(cl->fd, "error %s\n", strerror(-ret));
+			ctl_say(&cl->cn, "error %s\n", strerror(-ret));
 		else
-			ctl_say(cl->fd, "ok\n");
+			ctl_say(&cl->cn, "ok\n");
 	} else if (device_command(&req)) {
 		device_run(cl, &req);
 	} else if (!strcmp(cmd, "flush") || file_command(cmd)) {
-		ctl_file_command(cl->fs, cl->fd, &req);
+		ctl_file_command(cl->fs, &cl->cn, &req);
 	} else {
-		ctl_say(cl->fd, "error unknown command '%s'\n", cmd);
+		ctl_say(&cl->cn, "error unknown command '%s'\n", cmd);
 	}
 	free(req.args);
 	free(buf);
 	client_remove(cl);
-	close(cl->fd);
+	close(cl->cn.fd);
 	free(cl);
 	return NULL;
 }
@@ -363,7 +342,6 @@ static void *client_main(void *arg)
 /* A client allowed in gets a thread; fd is then its, else closed. */
 static void client_start(struct fs *fs, int fd)
 {
-	struct timeval tv = { .tv_sec = CLIENT_TIMEOUT_S };
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 	struct client *cl;
@@ -371,17 +349,18 @@ static void client_start(struct fs *fs, int fd)
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) ||
 	    !may_read(fd, &cred)) {
-		ctl_say(fd, "error permission denied\n");
+		static const char no[] = "error permission denied\n";
+
+		/* a fresh socket: the line fits, nothing waits */
+		(void)!send(fd, no, sizeof(no) - 1,
+			    MSG_NOSIGNAL | MSG_DONTWAIT);
 		goto err_close;
 	}
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
-	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
-		goto err_close;
 	cl = malloc(sizeof(*cl));
 	if (!cl)
 		goto err_close;
 	cl->fs = fs;
-	cl->fd = fd;
+	ctl_conn_init(&cl->cn, fd);
 	cl->owner = may_command(&cred);
 	client_add(cl);
 	if (pthread_create(&t, NULL, client_main, cl)) {
@@ -498,7 +477,7 @@ void fs_ctl_stop(void)
 	pthread_join(ctl_thread, NULL);
 	pthread_mutex_lock(&clients_lock);
 	for (cl = clients; cl; cl = cl->next)
-		shutdown(cl->fd, SHUT_RDWR);
+		shutdown(cl->cn.fd, SHUT_RDWR);
 	while (clients)
 		pthread_cond_wait(&clients_cond, &clients_lock);
 	pthread_mutex_unlock(&clients_lock);

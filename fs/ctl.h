@@ -22,12 +22,30 @@ struct ctl_req {
 	char **args;
 };
 
-void ctl_say(int fd, const char *fmt, ...)
+/*
+ * One client's connection (ctlconn.c).  Its answers may wait for the client
+ * to read CTL_SEND_WAIT_MS in all, not per line: a client that stops
+ * reading is then dropped (its socket shut down, nothing more sent, the
+ * command goes on or stops as it would for a client gone away), so that it
+ * cannot hold up the command it asked for.
+ */
+#define CTL_SEND_WAIT_MS 5000
+
+struct ctl_conn {
+	int fd; /* non-blocking */
+	int dropped; /* stopped reading, or gone: nothing more is sent */
+	uint64_t send_wait_ms; /* how long sends have waited, in all */
+	const char *what; /* the command, for the log */
+};
+
+void ctl_conn_init(struct ctl_conn *cn, int fd);
+void ctl_say(struct ctl_conn *cn, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-void ctl_send_all(int fd, const char *buf, size_t len);
+void ctl_send_all(struct ctl_conn *cn, const char *buf, size_t len);
 
 /* ctlfile.c: warm, pin, unpin, evict, status and flush of PATHs (relative
- * to the mount); answers on fd, "ok" or "error ..." last. */
-void ctl_file_command(struct fs *fs, int fd, const struct ctl_req *req);
+ * to the mount); answers on cn, "ok" or "error ..." last. */
+void ctl_file_command(struct fs *fs, struct ctl_conn *cn,
+		      const struct ctl_req *req);
 
 #endif

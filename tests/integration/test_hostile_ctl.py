@@ -114,3 +114,27 @@ def test_detach_and_attach_read_no_argument_past_the_array(make_cache, tmp_path)
     log = c.log_text()
     assert "detach requested" in log and "attach requested" in log, log
     assert "OVERREAD" not in log, [x for x in log.splitlines() if "OVERREAD" in x]
+
+
+# ---- e: a client that stops reading ----
+
+def test_client_that_stops_reading_is_dropped(cache):
+    """status of 3000 files, never read: the answer fills the socket; the daemon drops the client after a total
+    send deadline instead of waiting out a send timeout per line, and goes on serving."""
+    c = cache
+    d = os.path.join(c.backing, "many")
+    os.mkdir(d)
+    for i in range(3000):
+        open(os.path.join(d, f"f{i:05}"), "w").close()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(c.ctl_socket())
+        s.sendall(f"status {PROTO} 1 1\nmany\0".encode())
+        t0 = time.time()
+        p = select.poll()
+        p.register(s, select.POLLHUP)
+        hup = p.poll(25000)
+        took = time.time() - t0
+    print(f"non-reading client dropped after {took:.1f} s" if hup else "never dropped")
+    assert hup and took < 15, f"a client that reads nothing was still connected after {took:.1f} s"
+    assert "dirty" in c.ctl("stats", c.mnt).stdout
+    assert "not reading" in c.log_text()
