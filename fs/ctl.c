@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <stdarg.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +30,6 @@ static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t clients_cond = PTHREAD_COND_INITIALIZER;
 static struct client *clients;
 
-/* a client has this long to send its request; its answers: ctl.h */
-#define CLIENT_TIMEOUT_S 5
 /* accept out of descriptors: the next try after this long */
 #define ACCEPT_BACKOFF_MS 200
 
@@ -128,79 +125,6 @@ static int may_read(int fd, const struct ucred *cred)
 	return 0;
 }
 
-/*
- * Read a request (ctl.h): the header line, then its NARGS arguments, each
- * ended by a NUL.  0, or -errno (-E2BIG: past CTL_REQ_MAX).  buf is the
- * caller's to free; req->args point into it.
- */
-static int read_request(int fd, struct ctl_req *req, char **bufp)
-{
-	size_t len = 0, cap = 4096, hdr = 0, off;
-	char *buf = malloc(cap), *nl;
-	unsigned i;
-	ssize_t n;
-
-	*bufp = buf;
-	memset(req, 0, sizeof(*req));
-	if (!buf)
-		return -ENOMEM;
-	for (;;) {
-		if (!hdr && (nl = memchr(buf, '\n', len))) {
-			*nl = 0;
-			hdr = nl - buf + 1;
-			buf[strcspn(buf, "\r")] = 0;
-			sscanf(buf, "%31s %d %u %u", req->cmd, &req->proto,
-			       &req->nargs, &req->flags);
-			if (req->nargs > CTL_REQ_MAX / 2)
-				return -E2BIG;
-		}
-		if (hdr) {
-			/* every argument in? */
-			for (i = 0, off = hdr; i < req->nargs; i++) {
-				char *z = memchr(buf + off, 0, len - off);
-
-				if (!z)
-					break;
-				off = z - buf + 1;
-			}
-			if (i == req->nargs)
-				break;
-		}
-		if (len + 1 >= cap) {
-			char *nb;
-
-			if (cap >= CTL_REQ_MAX)
-				return -E2BIG;
-			nb = realloc(buf, cap * 2);
-			if (!nb)
-				return -ENOMEM;
-			*bufp = buf = nb;
-			cap *= 2;
-		}
-		do {
-			struct pollfd p = { fd, POLLIN, 0 };
-
-			n = poll(&p, 1, CLIENT_TIMEOUT_S * 1000);
-			if (!n)
-				return -ETIMEDOUT;
-			if (n > 0)
-				n = recv(fd, buf + len, cap - 1 - len, 0);
-		} while (n < 0 && (errno == EINTR || errno == EAGAIN));
-		if (n <= 0)
-			return n ? -errno : -ECONNRESET;
-		len += n;
-		buf[len] = 0;
-	}
-	req->args = calloc(req->nargs + 1, sizeof(char *));
-	if (!req->args)
-		return -ENOMEM;
-	for (i = 0, off = hdr; i < req->nargs; i++) {
-		req->args[i] = buf + off;
-		off += strlen(buf + off) + 1;
-	}
-	return 0;
-}
-
 static int file_command(const char *cmd)
 {
 	static const char *const cmds[] = { "warm",  "pin",    "unpin",
@@ -285,15 +209,19 @@ static void *client_main(void *arg)
 	struct client *cl = arg;
 	struct ctl_req req;
 	char *buf = NULL;
-	int ret = read_request(cl->cn.fd, &req, &buf);
+	size_t max = cl->owner ? CTL_REQ_MAX : CTL_READER_REQ_MAX;
+	int ret = ctl_read_request(&cl->cn, max, &req, &buf);
 	const char *cmd = req.cmd;
 
 	if (!ret)
 		cl->cn.what = cmd;
 	if (ret == -E2BIG) {
+		/* told why, and the rest read (for a while), so that the
+		 * client's writes end and it reads this */
 		ctl_say(&cl->cn,
-			"error request too large (more than %d bytes)\n",
-			CTL_REQ_MAX);
+			"error request too large (more than %zu bytes)\n", max);
+		shutdown(cl->cn.fd, SHUT_WR);
+		ctl_discard(&cl->cn);
 	} else if (ret) {
 	} else if (!strcmp(cmd, "version")) {
 		ctl_say(&cl->cn, "nvcachefs %s proto %d\n", NVC_VERSION,

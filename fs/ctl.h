@@ -13,6 +13,13 @@
  * NUL (a newline too).  Older clients send the header alone.
  */
 #define CTL_REQ_MAX (1024 * 1024) /* bytes of a request, at most */
+/* from a client not the owner (stats and version take no arguments) */
+#define CTL_READER_REQ_MAX 4096
+/* a request has this long to arrive, in all (not per read) */
+#define CTL_REQ_WAIT_MS 5000
+/* after a request too large: what follows is read and dropped, this many
+ * bytes at most and for CTL_REQ_WAIT_MS at most */
+#define CTL_DISCARD_MAX (16 * 1024 * 1024)
 /* the FLAGS: CTL_F_* in cache.h */
 
 struct ctl_req {
@@ -42,6 +49,12 @@ void ctl_conn_init(struct ctl_conn *cn, int fd);
 void ctl_say(struct ctl_conn *cn, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void ctl_send_all(struct ctl_conn *cn, const char *buf, size_t len);
+/* A request of max bytes at most, in CTL_REQ_WAIT_MS: 0, or -errno
+ * (-E2BIG: too large, -ETIMEDOUT).  *bufp is the caller's to free, and
+ * req->args (nargs + 1 entries, the last NULL) point into it. */
+int ctl_read_request(struct ctl_conn *cn, size_t max, struct ctl_req *req,
+		     char **bufp);
+void ctl_discard(struct ctl_conn *cn);
 
 /* ctlfile.c: warm, pin, unpin, evict, status and flush of PATHs (relative
  * to the mount); answers on cn, "ok" or "error ..." last. */

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <syslog.h>
@@ -88,4 +89,107 @@ void ctl_say(struct ctl_conn *cn, const char *fmt, ...)
 	if (n > 0)
 		ctl_send_all(cn, buf,
 			     n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1);
+}
+
+/* What fd has to read, waiting until deadline: bytes, 0 at the end of
+ * the stream, or -errno (-ETIMEDOUT). */
+static ssize_t recv_by(struct ctl_conn *cn, char *buf, size_t len,
+		       uint64_t deadline)
+{
+	for (;;) {
+		ssize_t n = recv(cn->fd, buf, len, MSG_DONTWAIT);
+		struct pollfd p = { cn->fd, POLLIN, 0 };
+		uint64_t t;
+
+		if (n >= 0)
+			return n;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		t = mono_ms();
+		if (t >= deadline)
+			return -ETIMEDOUT;
+		poll(&p, 1, deadline - t);
+	}
+}
+
+/*
+ * A request (ctl.h): the header line, then its NARGS arguments, each ended
+ * by a NUL.  Each byte is looked at once, wherever the reads end: pos is
+ * where the search for the header's newline, then for the next NUL, goes
+ * on after the next read.
+ */
+int ctl_read_request(struct ctl_conn *cn, size_t max, struct ctl_req *req,
+		     char **bufp)
+{
+	uint64_t deadline = mono_ms() + CTL_REQ_WAIT_MS;
+	size_t len = 0, cap = max < 4096 ? max : 4096, hdr = 0, pos = 0, off;
+	char *buf = malloc(cap), *p;
+	unsigned found = 0, i;
+	ssize_t n;
+
+	*bufp = buf;
+	memset(req, 0, sizeof(*req));
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		if (!hdr && (p = memchr(buf + pos, '\n', len - pos))) {
+			*p = 0;
+			hdr = pos = p - buf + 1;
+			buf[strcspn(buf, "\r")] = 0;
+			sscanf(buf, "%31s %d %u %u", req->cmd, &req->proto,
+			       &req->nargs, &req->flags);
+			/* each argument takes a byte at least */
+			if (req->nargs > max - hdr)
+				return -E2BIG;
+		}
+		while (hdr && found < req->nargs &&
+		       (p = memchr(buf + pos, 0, len - pos))) {
+			pos = p - buf + 1;
+			found++;
+		}
+		if (hdr && found == req->nargs)
+			break;
+		pos = len;
+		if (len + 1 >= cap) {
+			size_t nc = cap * 2 < max ? cap * 2 : max;
+			char *nb;
+
+			if (cap >= max)
+				return -E2BIG;
+			nb = realloc(buf, nc);
+			if (!nb)
+				return -ENOMEM;
+			*bufp = buf = nb;
+			cap = nc;
+		}
+		n = recv_by(cn, buf + len, cap - 1 - len, deadline);
+		if (n <= 0)
+			return n ? n : -ECONNRESET;
+		len += n;
+		buf[len] = 0;
+	}
+	req->args = calloc(req->nargs + 1, sizeof(char *));
+	if (!req->args)
+		return -ENOMEM;
+	for (i = 0, off = hdr; i < req->nargs; i++) {
+		req->args[i] = buf + off;
+		off += strlen(buf + off) + 1;
+	}
+	return 0;
+}
+
+/* What the client still sends after a request too large: read and
+ * dropped, so that its writes end and it reads the answer. */
+void ctl_discard(struct ctl_conn *cn)
+{
+	uint64_t deadline = mono_ms() + CTL_REQ_WAIT_MS;
+	size_t total = 0;
+	char buf[16384];
+	ssize_t n;
+
+	while (total < CTL_DISCARD_MAX &&
+	       (n = recv_by(cn, buf, sizeof(buf), deadline)) > 0)
+		total += n;
 }

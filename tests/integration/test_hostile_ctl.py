@@ -34,9 +34,9 @@ def nobody(code, *args, stdin=None):
                             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def finish(p, timeout):
+def finish(p, timeout, input=None):
     try:
-        out, err = p.communicate(timeout=timeout)
+        out, err = p.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
         p.kill()
         out, err = p.communicate()
@@ -76,6 +76,98 @@ def readers_cache(make_cache):
     yield c
     if c.proc:
         c.unmount()
+
+
+# ---- a: a request over the size limit ----
+
+def test_too_large_request_is_told_so_by_nvcachectl(cache):
+    """nvcachectl status with more than CTL_REQ_MAX (1 MiB) of paths gets the daemon's message, not EPIPE."""
+    name = "n" * 250
+    open(cache.path(name), "w").close()
+    r = subprocess.run([CTL, "status", *([cache.path(name)] * 4500)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "request too large" in r.stderr and "Broken pipe" not in r.stderr, r.stderr
+    assert "dirty" in cache.ctl("stats", cache.mnt).stdout
+
+
+def test_too_large_request_from_a_reader_is_answered(readers_cache):
+    """A reader sending far more than it may (2 MiB of arguments; 4 KiB is a reader's limit) finishes its writes and
+    reads the daemon's answer: the daemon answers, then reads and drops the rest (for a while) before it closes."""
+    code = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+try:
+    s.sendall(b"stats 5 100000 0\\n" + (b"a" * 20 + b"\\0") * 100000)
+    print("sent", end=" ")
+except OSError as e:
+    print("send:", e, end=" ")
+s.settimeout(20)
+out = b""
+try:
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+except OSError as e:
+    print("recv:", e, end=" ")
+print("answer:", out.decode(errors="replace"))
+"""
+    out = finish(nobody(code, readers_cache.ctl_socket()), 60)
+    assert out.startswith("sent answer: error request too large (more than 4096 bytes)"), out
+
+
+# ---- b: parsing linear in the number of arguments ----
+
+def test_parsing_many_arguments_is_linear(cache):
+    """500000 empty arguments, sent in small pieces as fast as the daemon takes them: parsing rescans no
+    argument it has seen, so the daemon spends well under a second on it."""
+    pid = cache.proc.pid
+    n = 500000
+    req = f"version {PROTO} {n} 0\n".encode() + b"\0" * n
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(cache.ctl_socket())
+        t0, c0 = time.time(), cpu_seconds(pid)
+        for i in range(0, len(req), 200):
+            s.sendall(req[i:i + 200])
+            time.sleep(0.0002)
+        ans = answer(s)
+        used, took = cpu_seconds(pid) - c0, time.time() - t0
+    print(f"daemon CPU for {n} arguments: {used:.2f} s (sent in {took:.1f} s)")
+    assert ans.startswith("nvcachefs "), ans
+    assert used < 0.15, f"the daemon spent {used:.2f} s of CPU parsing {n} arguments"
+
+
+# ---- c: a stats.readers member cannot exhaust the daemon ----
+
+TRICKLE = """
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+t0 = time.time()
+req = b"stats 5 1 0\\n" + b"a" * 1000
+for i in range(len(req)):
+    try:
+        s.send(req[i:i + 1])
+    except OSError:
+        break
+    r, _, _ = select.select([s], [], [], 1)
+    if r:
+        break
+    if time.time() - t0 > 20:
+        break
+print(f"{time.time() - t0:.1f}", s.recv(1000).decode(errors="replace"))
+""".replace("import socket", "import select, socket")
+
+
+def test_trickling_reader_is_dropped(readers_cache):
+    """A request sent one byte a second (each within the per-read timeout) is cut off at a total deadline."""
+    c = readers_cache
+    out = finish(nobody(TRICKLE, c.ctl_socket()), 60).split(" ", 1)
+    print(f"trickling client dropped after {out[0]} s: {out[1]!r}")
+    assert float(out[0]) < 12, f"a trickling client was still served after {out[0]} s"
+    assert "dirty" in c.ctl("stats", c.mnt).stdout
 
 
 # ---- d: detach and attach read no argument past the array ----
