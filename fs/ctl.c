@@ -25,10 +25,17 @@ static int ctl_pipe[2] = { -1, -1 };
  * Clients run in their own threads, on the list while they may use the cache
  * or their socket; stop shuts their sockets down (an idle or stuck client
  * then returns at once) and waits for the list to empty before the cache goes.
+ * CLIENTS_MAX at once, READERS_MAX of them not the owner, so that readers
+ * never keep the owner out; a client past them is told so and let go.  With
+ * a request's and the answers' total waits (ctl.h), what one reader can cost
+ * is bounded: READERS_MAX threads, each with 4 KiB of request, for seconds.
  */
+#define CLIENTS_MAX 16
+#define READERS_MAX 8
 static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t clients_cond = PTHREAD_COND_INITIALIZER;
 static struct client *clients;
+static int nclients, nreaders, refusing;
 
 /* accept out of descriptors: the next try after this long */
 #define ACCEPT_BACKOFF_MS 200
@@ -40,12 +47,31 @@ struct client {
 	struct client *next;
 };
 
-static void client_add(struct client *cl)
+/* On the list, or -EBUSY: as many clients as may be (said once in the log
+ * until one is let in again). */
+static int client_add(struct client *cl)
 {
+	int ret = 0;
+
 	pthread_mutex_lock(&clients_lock);
-	cl->next = clients;
-	clients = cl;
+	if (nclients >= CLIENTS_MAX ||
+	    (!cl->owner && nreaders >= READERS_MAX)) {
+		if (!refusing)
+			log_msg(LOG_WARNING,
+				"control socket: %d clients at once (%d not "
+				"the owner): refusing more until some are done",
+				nclients, nreaders);
+		refusing = 1;
+		ret = -EBUSY;
+	} else {
+		cl->next = clients;
+		clients = cl;
+		nclients++;
+		nreaders += !cl->owner;
+		refusing = 0;
+	}
 	pthread_mutex_unlock(&clients_lock);
+	return ret;
 }
 
 /* Off the list: stop no longer touches cl's socket, nor waits for it. */
@@ -57,6 +83,8 @@ static void client_remove(struct client *cl)
 	for (p = &clients; *p != cl; p = &(*p)->next)
 		assert(*p);
 	*p = cl->next;
+	nclients--;
+	nreaders -= !cl->owner;
 	if (!clients)
 		pthread_cond_broadcast(&clients_cond);
 	pthread_mutex_unlock(&clients_lock);
@@ -290,14 +318,23 @@ static void client_start(struct fs *fs, int fd)
 	cl->fs = fs;
 	ctl_conn_init(&cl->cn, fd);
 	cl->owner = may_command(&cred);
-	client_add(cl);
+	if (client_add(cl)) {
+		/* a fresh socket: the line fits, this thread never waits */
+		cl->cn.send_wait_ms = CTL_SEND_WAIT_MS;
+		ctl_say(&cl->cn,
+			"error too many clients at once (%d, or %d not the "
+			"daemon's owner): try again later\n",
+			CLIENTS_MAX, READERS_MAX);
+		goto err_free;
+	}
 	if (pthread_create(&t, NULL, client_main, cl)) {
 		client_remove(cl);
-		free(cl);
-		goto err_close;
+		goto err_free;
 	}
 	pthread_detach(t);
 	return;
+err_free:
+	free(cl);
 err_close:
 	close(fd);
 }

@@ -141,6 +141,46 @@ def test_parsing_many_arguments_is_linear(cache):
 
 # ---- c: a stats.readers member cannot exhaust the daemon ----
 
+HOLD = """
+import socket, sys, time
+n = int(sys.argv[2])
+socks, refused = [], 0
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    socks.append(s)
+time.sleep(0.5)
+for s in socks:
+    s.setblocking(False)
+    try:
+        if b"too many clients" in s.recv(1000):
+            refused += 1
+    except BlockingIOError:
+        pass
+print(refused, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_reader_cannot_hold_unbounded_clients(readers_cache):
+    """64 idle connections from a reader: the daemon starts a bounded number of client threads, tells the rest
+    it has too many clients, and still answers its owner."""
+    c = readers_cache
+    pid = c.proc.pid
+    before = threads(pid)
+    p = nobody(HOLD, c.ctl_socket(), "64", stdin=subprocess.PIPE)
+    try:
+        refused = int(p.stdout.readline() or -1)
+        during = threads(pid)
+        r = c.ctl("stats", c.mnt, check=False)
+    finally:
+        finish(p, 30, input="")
+    print(f"threads {before} -> {during}, {refused} of 64 refused")
+    assert during - before <= 8, f"{during - before} client threads for one reader (8 at most)"
+    assert refused >= 48, f"{refused} of 64 told 'too many clients'"
+    assert r.returncode == 0 and "dirty" in r.stdout, r.stderr
+
+
 TRICKLE = """
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX)
