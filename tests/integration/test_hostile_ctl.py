@@ -181,6 +181,22 @@ def test_reader_cannot_hold_unbounded_clients(readers_cache):
     assert r.returncode == 0 and "dirty" in r.stdout, r.stderr
 
 
+def test_refused_nvcachectl_says_why(readers_cache):
+    """nvcachectl refused (the readers' places held), its request written only after the daemon has answered
+    and closed (strace delays its sendto): it reads the answer after its write fails, and says why."""
+    c = readers_cache
+    p = nobody(HOLD, c.ctl_socket(), "16", stdin=subprocess.PIPE)
+    try:
+        assert int(p.stdout.readline() or -1) == 8
+        late = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                               "strace", "-f", "-o", "/dev/null", "-e", "trace=sendto",
+                               "-e", "inject=sendto:delay_enter=300000", CTL, "stats", c.mnt],
+                              capture_output=True, text=True, timeout=30)
+    finally:
+        finish(p, 30, input="")
+    assert late.returncode != 0 and "too many clients" in late.stderr, late.stderr
+
+
 TRICKLE = """
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX)
