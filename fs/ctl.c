@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <stdarg.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,29 +25,53 @@ static int ctl_pipe[2] = { -1, -1 };
  * Clients run in their own threads, on the list while they may use the cache
  * or their socket; stop shuts their sockets down (an idle or stuck client
  * then returns at once) and waits for the list to empty before the cache goes.
+ * CLIENTS_MAX at once, READERS_MAX of them not the owner, so that readers
+ * never keep the owner out; a client past them is told so and let go.  With
+ * a request's and the answers' total waits (ctl.h), what one reader can cost
+ * is bounded: READERS_MAX threads, each with 4 KiB of request, for seconds.
  */
+#define CLIENTS_MAX 16
+#define READERS_MAX 8
 static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t clients_cond = PTHREAD_COND_INITIALIZER;
 static struct client *clients;
+static int nclients, nreaders, refusing;
 
-/* a client has this long to send its request, and to take each answer */
-#define CLIENT_TIMEOUT_S 5
 /* accept out of descriptors: the next try after this long */
 #define ACCEPT_BACKOFF_MS 200
 
 struct client {
 	struct fs *fs;
-	int fd;
+	struct ctl_conn cn;
 	int owner; /* may flush and reset, not only read */
 	struct client *next;
 };
 
-static void client_add(struct client *cl)
+/* On the list, or -EBUSY: as many clients as may be (said once in the log
+ * until one is let in again). */
+static int client_add(struct client *cl)
 {
+	int ret = 0;
+
 	pthread_mutex_lock(&clients_lock);
-	cl->next = clients;
-	clients = cl;
+	if (nclients >= CLIENTS_MAX ||
+	    (!cl->owner && nreaders >= READERS_MAX)) {
+		if (!refusing)
+			log_msg(LOG_WARNING,
+				"control socket: %d clients at once (%d not "
+				"the owner): refusing more until some are done",
+				nclients, nreaders);
+		refusing = 1;
+		ret = -EBUSY;
+	} else {
+		cl->next = clients;
+		clients = cl;
+		nclients++;
+		nreaders += !cl->owner;
+		refusing = 0;
+	}
 	pthread_mutex_unlock(&clients_lock);
+	return ret;
 }
 
 /* Off the list: stop no longer touches cl's socket, nor waits for it. */
@@ -60,48 +83,21 @@ static void client_remove(struct client *cl)
 	for (p = &clients; *p != cl; p = &(*p)->next)
 		assert(*p);
 	*p = cl->next;
+	nclients--;
+	nreaders -= !cl->owner;
 	if (!clients)
 		pthread_cond_broadcast(&clients_cond);
 	pthread_mutex_unlock(&clients_lock);
 }
 
-void ctl_say(int fd, const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		(void)!send(fd, buf,
-			    n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1,
-			    MSG_NOSIGNAL);
-}
-
 static void flush_progress(void *arg, uint64_t dirty, uint64_t destaged)
 {
-	ctl_say(*(int *)arg, "progress %llu %llu\n", (unsigned long long)dirty,
+	ctl_say(arg, "progress %llu %llu\n", (unsigned long long)dirty,
 		(unsigned long long)destaged);
 }
 
-void ctl_send_all(int fd, const char *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return;
-		buf += n;
-		len -= n;
-	}
-}
-
 /* A snapshot in the wire format of stats.h; no lock on the I/O path. */
-static void send_stats(struct fs *fs, int fd)
+static void send_stats(struct fs *fs, struct ctl_conn *cn)
 {
 	struct stat_snap *s = malloc(sizeof(*s));
 	char *buf = NULL;
@@ -109,21 +105,21 @@ static void send_stats(struct fs *fs, int fd)
 	FILE *f;
 
 	if (!s) {
-		ctl_say(fd, "error out of memory\n");
+		ctl_say(cn, "error out of memory\n");
 		return;
 	}
 	f = open_memstream(&buf, &len);
 	if (!f) {
-		ctl_say(fd, "error out of memory\n");
+		ctl_say(cn, "error out of memory\n");
 		goto out_free_snap;
 	}
 	cache_snapshot(fs->cache, s);
 	fprintf(f, "proto %d\n", CTL_PROTO_VERSION);
 	stat_write(f, s);
 	if (fclose(f))
-		ctl_say(fd, "error out of memory\n");
+		ctl_say(cn, "error out of memory\n");
 	else
-		ctl_send_all(fd, buf, len);
+		ctl_send_all(cn, buf, len);
 	free(buf);
 out_free_snap:
 	free(s);
@@ -154,73 +150,6 @@ static int may_read(int fd, const struct ucred *cred)
 	for (i = 0; i < len / sizeof(gid_t); i++)
 		if (groups[i] == readers_gid)
 			return 1;
-	return 0;
-}
-
-/*
- * Read a request (ctl.h): the header line, then its NARGS arguments, each
- * ended by a NUL.  0, or -errno (-E2BIG: past CTL_REQ_MAX).  buf is the
- * caller's to free; req->args point into it.
- */
-static int read_request(int fd, struct ctl_req *req, char **bufp)
-{
-	size_t len = 0, cap = 4096, hdr = 0, off;
-	char *buf = malloc(cap), *nl;
-	unsigned i;
-	ssize_t n;
-
-	*bufp = buf;
-	memset(req, 0, sizeof(*req));
-	if (!buf)
-		return -ENOMEM;
-	for (;;) {
-		if (!hdr && (nl = memchr(buf, '\n', len))) {
-			*nl = 0;
-			hdr = nl - buf + 1;
-			buf[strcspn(buf, "\r")] = 0;
-			sscanf(buf, "%31s %d %u %u", req->cmd, &req->proto,
-			       &req->nargs, &req->flags);
-			if (req->nargs > CTL_REQ_MAX / 2)
-				return -E2BIG;
-		}
-		if (hdr) {
-			/* every argument in? */
-			for (i = 0, off = hdr; i < req->nargs; i++) {
-				char *z = memchr(buf + off, 0, len - off);
-
-				if (!z)
-					break;
-				off = z - buf + 1;
-			}
-			if (i == req->nargs)
-				break;
-		}
-		if (len + 1 >= cap) {
-			char *nb;
-
-			if (cap >= CTL_REQ_MAX)
-				return -E2BIG;
-			nb = realloc(buf, cap * 2);
-			if (!nb)
-				return -ENOMEM;
-			*bufp = buf = nb;
-			cap *= 2;
-		}
-		do
-			n = recv(fd, buf + len, cap - 1 - len, 0);
-		while (n < 0 && errno == EINTR);
-		if (n <= 0)
-			return n ? -errno : -ECONNRESET;
-		len += n;
-		buf[len] = 0;
-	}
-	req->args = calloc(req->nargs + 1, sizeof(char *));
-	if (!req->args)
-		return -ENOMEM;
-	for (i = 0, off = hdr; i < req->nargs; i++) {
-		req->args[i] = buf + off;
-		off += strlen(buf + off) + 1;
-	}
 	return 0;
 }
 
@@ -259,35 +188,41 @@ static int device_command(const struct ctl_req *req)
 	return 0;
 }
 
-/* One of them: progress lines while it destages, then "ok" or "error". */
+/*
+ * One of them: progress lines while it destages, then "ok" or "error".
+ * device_command matched its argument count; the array has nargs + 1
+ * entries (the last NULL), so no argument past nargs is read.
+ */
 static void device_run(struct client *cl, const struct ctl_req *req)
 {
 	struct cache *c = cl->fs->cache;
-	const char *cmd = req->cmd, *a = req->args[0], *b = req->args[1];
+	const char *cmd = req->cmd;
+	const char *a = req->nargs > 0 ? req->args[0] : NULL;
+	const char *b = req->nargs > 1 ? req->args[1] : NULL;
 	char why[768];
 	int ret;
 
 	log_msg(LOG_NOTICE, "%s requested%s%s%s%s", cmd, a ? ": " : "",
 		a ? a : "", b ? " -> " : "", b ? b : "");
 	if (!strcmp(cmd, "detach"))
-		ret = cache_detach(c, flush_progress, &cl->fd, why,
+		ret = cache_detach(c, flush_progress, &cl->cn, why,
 				   sizeof(why));
 	else if (!strcmp(cmd, "attach"))
 		ret = cache_attach(c, why, sizeof(why));
 	else if (!strcmp(cmd, "replace"))
-		ret = cache_replace_dev(c, a, b, flush_progress, &cl->fd, why,
+		ret = cache_replace_dev(c, a, b, flush_progress, &cl->cn, why,
 					sizeof(why));
 	else if (!strcmp(cmd, "remove"))
-		ret = cache_remove_dev(c, a, flush_progress, &cl->fd, why,
+		ret = cache_remove_dev(c, a, flush_progress, &cl->cn, why,
 				       sizeof(why));
 	else if (!strcmp(cmd, "add"))
 		ret = cache_add_dev(c, a, why, sizeof(why));
 	else
 		ret = cache_replace_mirror(c, a, b, why, sizeof(why));
 	if (ret)
-		ctl_say(cl->fd, "error %s\n", why);
+		ctl_say(&cl->cn, "error %s\n", why);
 	else
-		ctl_say(cl->fd, "ok\n");
+		ctl_say(&cl->cn, "ok\n");
 }
 
 /*
@@ -302,54 +237,60 @@ static void *client_main(void *arg)
 	struct client *cl = arg;
 	struct ctl_req req;
 	char *buf = NULL;
-	int ret = read_request(cl->fd, &req, &buf);
+	size_t max = cl->owner ? CTL_REQ_MAX : CTL_READER_REQ_MAX;
+	int ret = ctl_read_request(&cl->cn, max, &req, &buf);
 	const char *cmd = req.cmd;
 
+	if (!ret)
+		cl->cn.what = cmd;
 	if (ret == -E2BIG) {
-		ctl_say(cl->fd,
-			"error request too large (more than %d bytes)\n",
-			CTL_REQ_MAX);
+		/* told why, and the rest read (for a while), so that the
+		 * client's writes end and it reads this */
+		ctl_say(&cl->cn,
+			"error request too large (more than %zu bytes)\n", max);
+		shutdown(cl->cn.fd, SHUT_WR);
+		ctl_discard(&cl->cn);
 	} else if (ret) {
 	} else if (!strcmp(cmd, "version")) {
-		ctl_say(cl->fd, "nvcachefs %s proto %d\n", NVC_VERSION,
+		ctl_say(&cl->cn, "nvcachefs %s proto %d\n", NVC_VERSION,
 			CTL_PROTO_VERSION);
 	} else if (req.proto != CTL_PROTO_VERSION) {
-		ctl_say(cl->fd,
+		ctl_say(&cl->cn,
 			"error version mismatch: this nvcachefs daemon (%s) "
 			"speaks control protocol %d, the client speaks %d; use "
 			"the nvcachectl that came with the daemon\n",
 			NVC_VERSION, CTL_PROTO_VERSION, req.proto);
 	} else if (!strcmp(cmd, "stats")) {
-		send_stats(cl->fs, cl->fd);
+		send_stats(cl->fs, &cl->cn);
 	} else if (!cl->owner) {
-		ctl_say(cl->fd,
+		ctl_say(&cl->cn,
 			"error permission denied: only the daemon's owner "
 			"may %s\n",
 			cmd);
 	} else if (!strcmp(cmd, "reset")) {
 		ret = cache_stats_reset(cl->fs->cache);
 		if (ret)
-			ctl_say(cl->fd, "error %s\n", strerror(-ret));
+			ctl_say(&cl->cn, "error %s\n", strerror(-ret));
 		else
-			ctl_say(cl->fd, "ok\n");
+			ctl_say(&cl->cn, "ok\n");
 	} else if (!strcmp(cmd, "flush") && !req.nargs) {
 		log_msg(LOG_NOTICE, "flush requested");
-		ret = cache_flush(cl->fs->cache, flush_progress, &cl->fd);
+		ret = cache_flush(cl->fs->cache, flush_progress, &cl->cn);
 		if (ret)
-			ctl_say(cl->fd, "error %s\n", strerror(-ret));
+			ctl_say(&cl->cn, "error %s\n", strerror(-ret));
 		else
-			ctl_say(cl->fd, "ok\n");
+			ctl_say(&cl->cn, "ok\n");
 	} else if (device_command(&req)) {
 		device_run(cl, &req);
 	} else if (!strcmp(cmd, "flush") || file_command(cmd)) {
-		ctl_file_command(cl->fs, cl->fd, &req);
+		ctl_file_command(cl->fs, &cl->cn, &req);
 	} else {
-		ctl_say(cl->fd, "error unknown command '%s'\n", cmd);
+		ctl_say(&cl->cn, "error unknown command '%s'\n", cmd);
 	}
 	free(req.args);
 	free(buf);
 	client_remove(cl);
-	close(cl->fd);
+	close(cl->cn.fd);
 	free(cl);
 	return NULL;
 }
@@ -357,7 +298,6 @@ static void *client_main(void *arg)
 /* A client allowed in gets a thread; fd is then its, else closed. */
 static void client_start(struct fs *fs, int fd)
 {
-	struct timeval tv = { .tv_sec = CLIENT_TIMEOUT_S };
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 	struct client *cl;
@@ -365,26 +305,36 @@ static void client_start(struct fs *fs, int fd)
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) ||
 	    !may_read(fd, &cred)) {
-		ctl_say(fd, "error permission denied\n");
+		static const char no[] = "error permission denied\n";
+
+		/* a fresh socket: the line fits, nothing waits */
+		(void)!send(fd, no, sizeof(no) - 1,
+			    MSG_NOSIGNAL | MSG_DONTWAIT);
 		goto err_close;
 	}
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
-	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
-		goto err_close;
 	cl = malloc(sizeof(*cl));
 	if (!cl)
 		goto err_close;
 	cl->fs = fs;
-	cl->fd = fd;
+	ctl_conn_init(&cl->cn, fd);
 	cl->owner = may_command(&cred);
-	client_add(cl);
+	if (client_add(cl)) {
+		/* a fresh socket: the line fits, this thread never waits */
+		cl->cn.send_wait_ms = CTL_SEND_WAIT_MS;
+		ctl_say(&cl->cn,
+			"error too many clients at once (%d, or %d not the "
+			"daemon's owner): try again later\n",
+			CLIENTS_MAX, READERS_MAX);
+		goto err_free;
+	}
 	if (pthread_create(&t, NULL, client_main, cl)) {
 		client_remove(cl);
-		free(cl);
-		goto err_close;
+		goto err_free;
 	}
 	pthread_detach(t);
 	return;
+err_free:
+	free(cl);
 err_close:
 	close(fd);
 }
@@ -492,7 +442,7 @@ void fs_ctl_stop(void)
 	pthread_join(ctl_thread, NULL);
 	pthread_mutex_lock(&clients_lock);
 	for (cl = clients; cl; cl = cl->next)
-		shutdown(cl->fd, SHUT_RDWR);
+		shutdown(cl->cn.fd, SHUT_RDWR);
 	while (clients)
 		pthread_cond_wait(&clients_cond, &clients_lock);
 	pthread_mutex_unlock(&clients_lock);

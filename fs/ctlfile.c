@@ -48,7 +48,7 @@ struct entry {
 
 struct job {
 	struct fs *fs;
-	int fd;
+	struct ctl_conn *cn;
 	const struct ctl_req *req;
 	struct entry *e;
 	size_t n, cap;
@@ -89,9 +89,9 @@ static void perr(struct job *j, const char *rel, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	msg[strcspn(msg, "\n")] = 0;
-	ctl_say(j->fd, "perr %zu\n", strlen(rel));
-	ctl_send_all(j->fd, rel, strlen(rel));
-	ctl_say(j->fd, "\n%s\n", msg);
+	ctl_say(j->cn, "perr %zu\n", strlen(rel));
+	ctl_send_all(j->cn, rel, strlen(rel));
+	ctl_say(j->cn, "\n%s\n", msg);
 	j->failed = 1;
 }
 
@@ -99,15 +99,17 @@ static void perr(struct job *j, const char *rel, const char *fmt, ...)
 static int client_gone(void *arg)
 {
 	struct job *j = arg;
-	struct pollfd p = { j->fd, POLLIN | POLLRDHUP, 0 };
+	struct pollfd p = { j->cn->fd, POLLIN | POLLRDHUP, 0 };
 	char c;
 
+	if (j->cn->dropped)
+		return 1; /* stopped reading: as good as gone */
 	if (poll(&p, 1, 0) <= 0)
 		return 0;
 	if (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))
 		return 1;
 	/* bytes after the request: not ours to wait for, but an EOF is */
-	return recv(j->fd, &c, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
+	return recv(j->cn->fd, &c, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
 }
 
 static int rel_ok(const char *rel)
@@ -303,7 +305,7 @@ static void progress(struct job *j, uint64_t a, uint64_t b, int force)
 	if (!force && t - j->last_ms < PROGRESS_MS)
 		return;
 	j->last_ms = t;
-	ctl_say(j->fd, "progress %llu %llu\n", (unsigned long long)a,
+	ctl_say(j->cn, "progress %llu %llu\n", (unsigned long long)a,
 		(unsigned long long)b);
 }
 
@@ -357,7 +359,7 @@ static void cmd_warm(struct job *j, int pin)
 	cache_room(c, &r);
 	budget = r.available;
 	if (!pin && need > budget && !(j->req->flags & CTL_F_PARTIAL)) {
-		ctl_say(j->fd,
+		ctl_say(j->cn,
 			"error the files need %s of cache and %s is available "
 			"(capacity %s, dirty %s, pinned %s): warm fewer files, "
 			"or use --partial to warm what fits\n",
@@ -424,13 +426,13 @@ static void cmd_warm(struct job *j, int pin)
 	if (ret == -EINTR) {
 		log_msg(LOG_NOTICE, "%s stopped: the client went away",
 			pin ? "pin" : "warm");
-		ctl_say(j->fd, "error interrupted\n");
+		ctl_say(j->cn, "error interrupted\n");
 		return;
 	}
-	ctl_say(j->fd, "done files=%llu read=%llu cached=%llu size=%llu\n",
+	ctl_say(j->cn, "done files=%llu read=%llu cached=%llu size=%llu\n",
 		(unsigned long long)files, (unsigned long long)nread,
 		(unsigned long long)cached, (unsigned long long)j->total);
-	ctl_say(j->fd, j->failed ? "error some paths failed\n" : "ok\n");
+	ctl_say(j->cn, j->failed ? "error some paths failed\n" : "ok\n");
 }
 
 static void cmd_unpin(struct job *j)
@@ -454,8 +456,8 @@ static void cmd_unpin(struct job *j)
 		else
 			n++;
 	}
-	ctl_say(j->fd, "done files=%llu\n", (unsigned long long)n);
-	ctl_say(j->fd, j->failed ? "error some paths failed\n" : "ok\n");
+	ctl_say(j->cn, "done files=%llu\n", (unsigned long long)n);
+	ctl_say(j->cn, j->failed ? "error some paths failed\n" : "ok\n");
 }
 
 struct flush_arg {
@@ -501,7 +503,7 @@ static void cmd_flush_evict(struct job *j, int drop)
 	size_t k;
 
 	if (!dirty) {
-		ctl_say(j->fd, "error out of memory\n");
+		ctl_say(j->cn, "error out of memory\n");
 		return;
 	}
 	for (k = j->n; k-- > 0;) {
@@ -562,15 +564,15 @@ static void cmd_flush_evict(struct job *j, int drop)
 	}
 	free(dirty);
 	if (ret == -EINTR) {
-		ctl_say(j->fd, "error interrupted\n");
+		ctl_say(j->cn, "error interrupted\n");
 		return;
 	}
 	if (flush)
 		progress(j, 0, j->base, 1);
-	ctl_say(j->fd, "done files=%llu destaged=%llu dropped=%llu left=%llu\n",
+	ctl_say(j->cn, "done files=%llu destaged=%llu dropped=%llu left=%llu\n",
 		(unsigned long long)files, (unsigned long long)j->base,
 		(unsigned long long)dropped, (unsigned long long)left);
-	ctl_say(j->fd, j->failed ? "error some paths failed\n" : "ok\n");
+	ctl_say(j->cn, j->failed ? "error some paths failed\n" : "ok\n");
 }
 
 static void cmd_status(struct job *j)
@@ -593,32 +595,33 @@ static void cmd_status(struct job *j)
 		} else {
 			pol = file_policy(j, &j->e[k], NULL);
 		}
-		ctl_say(j->fd, "file %llu %llu %llu %llu %d %d %s %zu\n",
+		ctl_say(j->cn, "file %llu %llu %llu %llu %d %d %s %zu\n",
 			(unsigned long long)i.size,
 			(unsigned long long)i.cached,
 			(unsigned long long)i.dirty,
 			(unsigned long long)i.dirty_age_ms, i.pinned,
 			i.up_to_date, pol, strlen(j->e[k].rel));
-		ctl_send_all(j->fd, j->e[k].rel, strlen(j->e[k].rel));
-		ctl_say(j->fd, "\n");
+		ctl_send_all(j->cn, j->e[k].rel, strlen(j->e[k].rel));
+		ctl_say(j->cn, "\n");
 	}
-	ctl_say(j->fd, "done files=%zu\n", j->n);
-	ctl_say(j->fd, j->failed ? "error some paths failed\n" : "ok\n");
+	ctl_say(j->cn, "done files=%zu\n", j->n);
+	ctl_say(j->cn, j->failed ? "error some paths failed\n" : "ok\n");
 }
 
-void ctl_file_command(struct fs *fs, int fd, const struct ctl_req *req)
+void ctl_file_command(struct fs *fs, struct ctl_conn *cn,
+		      const struct ctl_req *req)
 {
-	struct job j = { .fs = fs, .fd = fd, .req = req };
+	struct job j = { .fs = fs, .cn = cn, .req = req };
 	size_t k;
 	int ret;
 
 	if (!req->nargs) {
-		ctl_say(fd, "error %s needs at least one PATH\n", req->cmd);
+		ctl_say(cn, "error %s needs at least one PATH\n", req->cmd);
 		return;
 	}
 	ret = collect(&j);
 	if (ret) {
-		ctl_say(fd, "error %s\n", strerror(-ret));
+		ctl_say(cn, "error %s\n", strerror(-ret));
 		goto out_free;
 	}
 	if (strcmp(req->cmd, "status"))
@@ -637,7 +640,7 @@ void ctl_file_command(struct fs *fs, int fd, const struct ctl_req *req)
 	else if (!strcmp(req->cmd, "flush"))
 		cmd_flush_evict(&j, 0);
 	else
-		ctl_say(fd, "error unknown command '%s'\n", req->cmd);
+		ctl_say(cn, "error unknown command '%s'\n", req->cmd);
 out_free:
 	for (k = 0; k < j.n; k++)
 		free(j.e[k].rel);

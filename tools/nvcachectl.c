@@ -267,12 +267,40 @@ static int connect_retry(const struct sockaddr_un *sa, const char *mnt)
 	}
 }
 
+/*
+ * All of the request.  A daemon that refuses it (too large, too many
+ * clients) answers before it closes: when a write fails for that, the
+ * answer is there to read, and says why better than "Broken pipe" would.
+ * 0, or the errno of the write.
+ */
+static int send_request(int fd, const char *req, size_t len)
+{
+	char c;
+
+	while (len) {
+		ssize_t n = send(fd, req, len, MSG_NOSIGNAL);
+		int e = errno;
+
+		if (n < 0 && e == EINTR)
+			continue;
+		if (n < 0) {
+			if ((e == EPIPE || e == ECONNRESET) &&
+			    recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1)
+				return 0;
+			return e;
+		}
+		req += n;
+		len -= n;
+	}
+	return 0;
+}
+
 int ctl_connect_len(const char *mountpoint, const char *cmd, size_t clen,
 		    FILE **out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char mnt[PATH_MAX], path[108];
-	int fd;
+	int fd, e;
 
 	if (!realpath(mountpoint, mnt))
 		return fail("%s: %s", mountpoint, strerror(errno));
@@ -281,17 +309,17 @@ int ctl_connect_len(const char *mountpoint, const char *cmd, size_t clen,
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
 	fd = connect_retry(&sa, mnt);
 	if (fd < 0) {
-		int e = -fd;
-
+		e = -fd;
 		if (e == ENOENT || e == ECONNREFUSED)
 			return fail("%s is not an nvcachefs mount (no daemon "
 				    "answers at %s)",
 				    mnt, path);
 		return fail("%s: %s", path, strerror(e));
 	}
-	if (send(fd, cmd, clen, MSG_NOSIGNAL) < 0) {
+	e = send_request(fd, cmd, clen);
+	if (e) {
 		close(fd);
-		return fail("%s: %s", path, strerror(errno));
+		return fail("%s: %s", path, strerror(e));
 	}
 	*out = fdopen(fd, "r");
 	return *out ? 0 : fail("fdopen: %s", strerror(errno));
