@@ -434,19 +434,29 @@ int ident_verify(struct cache *c, struct cfile *f, int fd)
 	return st.st_ino == f->ino ? 0 : -ESTALE;
 }
 
-static int open_by_path(struct cache *c, struct cfile *f, int flags)
+int ident_open_beneath(int dirfd, const char *path, int flags, mode_t mode)
 {
 	struct open_how how = {
 		.flags = flags | O_NOFOLLOW | O_CLOEXEC,
+		/* openat2 refuses a mode it would not use */
+		.mode = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE
+				? mode
+				: 0,
 		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 			   RESOLVE_NO_MAGICLINKS,
 	};
 	long fd;
 
+	/* Debian 12's glibc has no openat2() */
+	fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	return fd < 0 ? -errno : (int)fd;
+}
+
+static int open_by_path(struct cache *c, struct cfile *f, int flags)
+{
 	if (!f->path)
 		return -ESTALE;
-	fd = syscall(SYS_openat2, c->backing_fd, f->path, &how, sizeof(how));
-	return fd < 0 ? -errno : (int)fd;
+	return ident_open_beneath(c->backing_fd, f->path, flags, 0);
 }
 
 static int open_by_handle(struct cache *c, struct cfile *f, int flags)

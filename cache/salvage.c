@@ -163,8 +163,8 @@ int salvage_copy(struct cache *c, struct cfile *f, int srcfd, int dirfd,
 	int dfd, ret = 0;
 
 	*dirty_bytes = 0;
-	dfd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-		     0600);
+	dfd = openat(dirfd, name,
+		     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (dfd < 0)
 		return -errno;
 	buf = dev_alloc_buf(SALVAGE_BUF);
@@ -194,10 +194,20 @@ out_unpin:
 	pthread_mutex_unlock(&c->lock);
 	free(v);
 	free(buf);
-	close(dfd);
 	if (ret)
-		unlinkat(dirfd, name, 0);
+		salvage_unlink_own(dirfd, name, dfd);
+	close(dfd);
 	return ret;
+}
+
+void salvage_unlink_own(int dirfd, const char *name, int fd)
+{
+	struct stat st, at;
+
+	if (!fstat(fd, &st) &&
+	    !fstatat(dirfd, name, &at, AT_SYMLINK_NOFOLLOW) &&
+	    st.st_dev == at.st_dev && st.st_ino == at.st_ino)
+		unlinkat(dirfd, name, 0);
 }
 
 void salvage_drop(struct cache *c, struct cfile *f)
