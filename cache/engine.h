@@ -367,6 +367,9 @@ struct cache {
 	/* backing-file identity (ident.c) */
 	char *root; /* the backing directory's path ("" for /) */
 	const char *stamp_xattr; /* the stamp's attribute, or NULL */
+	/* the owner the store gives the daemon's own files (the probe file's:
+	 * root's, or whom a squashing store maps it to) */
+	uid_t own_uid;
 	int by_path; /* files are found by path, not by handle */
 	uint64_t rename_seq; /* renames through the mount (atomic) */
 	/* tests only: run by file_ensure_record between the path's reading

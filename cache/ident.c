@@ -206,6 +206,7 @@ static int ident_probe(struct cache *c, unsigned long type, int *handles)
 		unlinkat(c->backing_fd, name, 0);
 		return err;
 	}
+	c->own_uid = st.st_uid;
 	got_handle = !name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH);
 	/* whole seconds (MooseFS): see coherence.c, look_unsettled_locked */
 	c->coarse_times = !st.st_mtim.tv_nsec && !st.st_ctim.tv_nsec;
@@ -224,6 +225,7 @@ int ident_setup(struct cache *c)
 	struct statfs sfs;
 	int ret, handles = 0;
 
+	c->own_uid = geteuid();
 	ret = ident_root(c);
 	if (ret)
 		return ret;
