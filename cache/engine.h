@@ -370,6 +370,12 @@ struct cache {
 	/* the owner the store gives the daemon's own files (the probe file's:
 	 * root's, or whom a squashing store maps it to) */
 	uid_t own_uid;
+	/* the probe (ident.c): what to record in the headers once the map is
+	 * loaded (0: nothing new), and why a file stamped earlier may not be
+	 * checked now (NULL: it can), with the probe's error */
+	uint32_t probe_record;
+	const char *probe_risk;
+	int probe_err;
 	int by_path; /* files are found by path, not by handle */
 	uint64_t rename_seq; /* renames through the mount (atomic) */
 	/* tests only: run by file_ensure_record between the path's reading

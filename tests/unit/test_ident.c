@@ -506,6 +506,99 @@ static void test_lost_found_impostor(int mode, int kind)
 	free(buf);
 }
 
+/*
+ * The identity probe fails at a mount (issue 25, finding 6; issue 24,
+ * finding 5): the store's root takes no new file (immutable here, as a
+ * full store or a quota would refuse it), or a user made a directory of
+ * the name the probe used to take.  With the result recorded in the
+ * headers, or (a cache made before the record) told by the backing
+ * directory's store stamp, the mount goes on degraded: nothing goes to
+ * lost+found and the clean data stays valid.  With neither, and dirty data
+ * of a stamped file, the mount is refused, and succeeds once the probe
+ * does.
+ */
+enum { PR_RECORDED, PR_LEGACY, PR_UNRECORDED, PR_TAKEN, PR_KINDS };
+
+static void test_probe_fails(int kind)
+{
+	static const char *const what[] = { "recorded", "not recorded, told "
+						    "by the store stamp",
+					    "not recorded", "name taken" };
+	char *dirty = malloc(DATA), *clean = malloc(DATA), name[64], store[16];
+	uint64_t hits;
+	struct cfile *f;
+	struct env e;
+	int fd, holds, i, ret;
+
+	fprintf(stderr, "probe fails, %s\n", what[kind]);
+	fill(dirty, DATA, 12);
+	fill(clean, DATA, 13);
+	env_mode(&e, IDENT_AUTO);
+	CHECK_EQ(hdr(&e, 0)->probe & META_PROBE_NS, META_NS_TRUSTED);
+	CHECK_EQ(hdr(&e, 1)->probe, hdr(&e, 0)->probe);
+	f = file_open(&e, "clean", &fd);
+	CHECK_EQ(cache_write(e.c, f, clean, DATA, 0), 0);
+	cache_file_put(e.c, f);
+	close(fd);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	write_and_crash(&e, "dirty", dirty);
+	if (kind == PR_LEGACY || kind == PR_UNRECORDED) {
+		for (i = 0; i < 2; i++)
+			hdr(&e, i)->probe = 0;
+		hdr_seal(&e);
+	}
+	if (kind == PR_UNRECORDED) {
+		CHECK_EQ(fgetxattr(e.backing_fd, "trusted.nvcachefs.store",
+				   store, sizeof(store)),
+			 16);
+		CHECK_EQ(fremovexattr(e.backing_fd, "trusted.nvcachefs.store"),
+			 0);
+	}
+	if (kind == PR_TAKEN) {
+		snprintf(name, sizeof(name), ".nvcachefs-probe.%d", getpid());
+		CHECK_EQ(mkdirat(e.backing_fd, name, 0755), 0);
+	} else if (immutable(e.backing_fd, 1)) {
+		fprintf(stderr, "no immutable flag here: case not run\n");
+		env_fini(&e);
+		free(dirty);
+		free(clean);
+		return;
+	}
+	ret = env_try_open(&e);
+	if (kind == PR_UNRECORDED) {
+		CHECK_EQ(ret, -EPERM);
+		CHECK(strstr(e.err, "the identity probe failed") != NULL);
+		CHECK_EQ(immutable(e.backing_fd, 0), 0);
+		/* the store is the same: its stamp back */
+		CHECK_EQ(fsetxattr(e.backing_fd, "trusted.nvcachefs.store",
+				   store, 16, 0),
+			 0);
+		ret = env_try_open(&e);
+	}
+	CHECK_EQ(ret, 0);
+	if (ret) {
+		fprintf(stderr, "%s\n", e.err);
+		exit(1);
+	}
+	CHECK_EQ(cache_counter(e.c, STAT_C_lost_found_files), 0);
+	/* the clean data is still valid: served from the cache */
+	fd = openat(e.backing_fd, "clean", O_RDWR);
+	CHECK_EQ(cache_file_get(e.c, fd, &f), 0);
+	hits = cache_counter(e.c, STAT_C_read_hit_bytes);
+	CHECK(same(&e, f, clean, DATA, 0));
+	CHECK_EQ(cache_counter(e.c, STAT_C_read_hit_bytes) - hits, DATA);
+	cache_file_put(e.c, f);
+	close(fd);
+	if (kind != PR_TAKEN && kind != PR_UNRECORDED)
+		CHECK_EQ(immutable(e.backing_fd, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(file_holds(&e, "dirty", dirty, DATA));
+	CHECK_EQ(lost_found(&e, NULL, 0, &holds), 0);
+	env_fini(&e);
+	free(dirty);
+	free(clean);
+}
+
 int main(void)
 {
 	static const int modes[] = { IDENT_PATH, IDENT_AUTO };
@@ -526,6 +619,8 @@ int main(void)
 	}
 	for (i = 0; i < IMP_KINDS; i++)
 		test_lost_found_impostor(IDENT_AUTO, i);
+	for (i = 0; i < PR_KINDS; i++)
+		test_probe_fails(i);
 	test_foreign_store();
 	return CHECK_DONE();
 }
