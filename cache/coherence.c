@@ -582,7 +582,8 @@ static int coh_copy_theirs(struct cache *c, struct cfile *f, const char *path)
 	for (k = 0; k < 1000 && dfd < 0; k++) {
 		coh_copy_name(copy, sizeof(copy), name, host, &tm, k);
 		dfd = openat(dirfd, copy,
-			     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+			     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+				     O_CLOEXEC,
 			     0600);
 		if (dfd < 0 && errno != EEXIST) {
 			ret = -errno;

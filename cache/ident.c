@@ -287,7 +287,7 @@ static int ident_probe(struct cache *c, unsigned long type, uint32_t *found)
 	/* whole seconds (MooseFS): see coherence.c, look_unsettled_locked */
 	*found = ns | (handles ? META_PROBE_HANDLES : 0) |
 		 (!st.st_mtim.tv_nsec && !st.st_ctim.tv_nsec ? META_PROBE_COARSE
-							      : 0);
+							     : 0);
 remove_probe:
 	if (fd >= 0)
 		close(fd);

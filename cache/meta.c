@@ -370,8 +370,8 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      "expected %u, %u, 0 or 1",
 			      h->hdr_size, h->file_size, h->mirror,
 			      META_HDR_SIZE, META_FILE_SIZE);
-	if ((h->probe & ~(META_PROBE_NS | META_PROBE_HANDLES |
-			  META_PROBE_COARSE)) ||
+	if ((h->probe &
+	     ~(META_PROBE_NS | META_PROBE_HANDLES | META_PROBE_COARSE)) ||
 	    (h->probe && !(h->probe & META_PROBE_NS)) ||
 	    (h->probe & META_PROBE_NS) > META_NS_NONE)
 		return refuse(why, len, -EUCLEAN,

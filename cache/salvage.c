@@ -164,7 +164,8 @@ int salvage_copy(struct cache *c, struct cfile *f, int srcfd, int dirfd,
 
 	*dirty_bytes = 0;
 	dfd = openat(dirfd, name,
-		     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		     0600);
 	if (dfd < 0)
 		return -errno;
 	buf = dev_alloc_buf(SALVAGE_BUF);

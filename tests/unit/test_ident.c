@@ -493,7 +493,7 @@ static void test_lost_found_impostor(int mode, int kind)
 	CHECK_EQ(fstatat(e.backing_fd, ".nvcachefs-lost+found.impostor-1", &st,
 			 AT_SYMLINK_NOFOLLOW),
 		 0);
-	CHECK(kind == IMP_FILE	  ? S_ISREG(st.st_mode)
+	CHECK(kind == IMP_FILE	    ? S_ISREG(st.st_mode)
 	      : kind == IMP_SYMLINK ? S_ISLNK(st.st_mode)
 				    : S_ISDIR(st.st_mode));
 	if (kind == IMP_SYMLINK) {
@@ -521,8 +521,9 @@ enum { PR_RECORDED, PR_LEGACY, PR_UNRECORDED, PR_TAKEN, PR_KINDS };
 
 static void test_probe_fails(int kind)
 {
-	static const char *const what[] = { "recorded", "not recorded, told "
-						    "by the store stamp",
+	static const char *const what[] = { "recorded",
+					    "not recorded, told "
+					    "by the store stamp",
 					    "not recorded", "name taken" };
 	char *dirty = malloc(DATA), *clean = malloc(DATA), name[64], store[16];
 	uint64_t hits;
