@@ -294,10 +294,16 @@ static int coh_overwrite(struct cache *c, struct cfile *f,
 	return coh_persist(c, f) ? -EIO : ret;
 }
 
-/* The directory of the backing file f (opened) and its name in it. */
+/*
+ * The directory of the backing file f (opened) and its name in it, opened
+ * beneath the backing directory without following links (a user may have
+ * put a symlink where a directory of the path was), and checked: the name
+ * must still be f's file there.  -EAGAIN: it was renamed meanwhile.
+ */
 static int coh_dir_of(struct cache *c, struct cfile *f, char *name, size_t len)
 {
 	char rel[PATH_MAX], *slash;
+	struct stat st, at;
 	int ret = ident_rel_path(c, f->fd, rel, sizeof(rel)), dirfd;
 
 	if (ret)
@@ -308,9 +314,23 @@ static int coh_dir_of(struct cache *c, struct cfile *f, char *name, size_t len)
 	strcpy(name, slash ? slash + 1 : rel);
 	if (slash)
 		*slash = 0;
-	dirfd = openat(c->backing_fd, slash ? rel : ".",
-		       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	return dirfd < 0 ? -errno : dirfd;
+	dirfd = ident_open_beneath(c->backing_fd, slash ? rel : ".",
+				   O_RDONLY | O_DIRECTORY, 0);
+	if (dirfd < 0)
+		return dirfd == -ELOOP || dirfd == -EXDEV ? -EAGAIN : dirfd;
+	if (fstat(f->fd, &st) ||
+	    fstatat(dirfd, name, &at, AT_SYMLINK_NOFOLLOW)) {
+		ret = errno == ENOENT ? -EAGAIN : -errno;
+		goto close_dir;
+	}
+	if (st.st_dev != at.st_dev || st.st_ino != at.st_ino) {
+		ret = -EAGAIN;
+		goto close_dir;
+	}
+	return dirfd;
+close_dir:
+	close(dirfd);
+	return ret;
 }
 
 /* This node's name and the time, for a conflict copy's name. */
@@ -350,9 +370,12 @@ static void coh_copy_name(char *out, size_t len, const char *name,
 /*
  * keep-both: this node's version goes beside the file — its cached pages,
  * dirty and clean, over the store's bytes where it caches nothing, at its
- * size, durably, with the file's owner and mode — and is then forgotten:
- * the file keeps the other node's version, at the store's size.  f->rw held
- * for writing.
+ * size, durably — and is then forgotten: the file keeps the other node's
+ * version, at the store's size.  The copy is the daemon's, mode 0600, like
+ * every file it makes for itself (PRODUCT §5): it is made in a directory
+ * the file's owner may write, where its name can be swapped for a link
+ * the moment it exists, so nothing is done to it by name, and giving it
+ * away is for an administrator.  f->rw held for writing.
  */
 static int coh_keep_both(struct cache *c, struct cfile *f,
 			 const struct stat *st, const char *path)
@@ -371,19 +394,11 @@ static int coh_keep_both(struct cache *c, struct cfile *f,
 		coh_copy_name(copy, sizeof(copy), name, host, &tm, k);
 		ret = salvage_copy(c, f, f->fd, dirfd, copy, &dirty);
 	}
-	if (!ret) {
-		/* the copy is the daemon's until it is the file's owner's */
-		if (fchownat(dirfd, copy, st->st_uid, st->st_gid, 0) ||
-		    fchmodat(dirfd, copy, st->st_mode & 0777, 0))
-			log_msg(LOG_WARNING,
-				"conflict copy %s beside %s keeps the daemon's "
-				"owner or mode: %s",
-				copy, path, strerror(errno));
+	if (!ret)
 		log_msg(LOG_WARNING,
 			"conflict: this node's version of %s (%llu dirty "
-			"bytes) is kept as %s",
+			"bytes) is kept as %s (the daemon's, mode 0600)",
 			path, (unsigned long long)dirty, copy);
-	}
 	close(dirfd);
 	if (ret)
 		return ret;
@@ -558,14 +573,14 @@ static int coh_wrlock_timed(struct cfile *f)
 
 /*
  * The other node's version, as the store holds it now, copied beside the
- * file under a conflict name (f->fd open; nothing of the cache is read).
+ * file under a conflict name (f->fd open; nothing of the cache is read);
+ * the daemon's, mode 0600, as coh_keep_both's.
  */
 static int coh_copy_theirs(struct cache *c, struct cfile *f, const char *path)
 {
 	char name[NAME_MAX + 1], copy[NAME_MAX + 1], host[64];
 	time_t now = time(NULL);
 	int dirfd, dfd = -1, k, ret = 0;
-	struct stat st;
 	struct tm tm;
 	char *buf = NULL;
 	off_t off = 0;
@@ -578,7 +593,9 @@ static int coh_copy_theirs(struct cache *c, struct cfile *f, const char *path)
 	for (k = 0; k < 1000 && dfd < 0; k++) {
 		coh_copy_name(copy, sizeof(copy), name, host, &tm, k);
 		dfd = openat(dirfd, copy,
-			     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+			     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+				     O_CLOEXEC,
+			     0600);
 		if (dfd < 0 && errno != EEXIST) {
 			ret = -errno;
 			goto out_dir;
@@ -596,25 +613,20 @@ static int coh_copy_theirs(struct cache *c, struct cfile *f, const char *path)
 		}
 		off += n;
 	}
-	if (n < 0 || fstat(f->fd, &st) || fsync(dfd) || fsync(dirfd)) {
+	if (n < 0 || fsync(dfd) || fsync(dirfd)) {
 		ret = -errno;
 		goto out_file;
 	}
-	if (fchown(dfd, st.st_uid, st.st_gid) || fchmod(dfd, st.st_mode & 0777))
-		log_msg(LOG_WARNING,
-			"conflict copy %s beside %s keeps the daemon's owner or "
-			"mode: %s",
-			copy, path, strerror(errno));
 	log_msg(LOG_WARNING,
 		"conflict: writes to %s are waiting on this node: the other "
-		"node's version is kept as %s, and this node's goes to the "
-		"file",
+		"node's version is kept as %s (the daemon's, mode 0600), and "
+		"this node's goes to the file",
 		path, copy);
 out_file:
 	if (dfd >= 0) {
-		close(dfd);
 		if (ret)
-			unlinkat(dirfd, copy, 0);
+			salvage_unlink_own(dirfd, copy, dfd);
+		close(dfd);
 	}
 	free(buf);
 out_dir:

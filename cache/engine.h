@@ -367,6 +367,15 @@ struct cache {
 	/* backing-file identity (ident.c) */
 	char *root; /* the backing directory's path ("" for /) */
 	const char *stamp_xattr; /* the stamp's attribute, or NULL */
+	/* the owner the store gives the daemon's own files (the probe file's:
+	 * root's, or whom a squashing store maps it to) */
+	uid_t own_uid;
+	/* the probe (ident.c): what to record in the headers once the map is
+	 * loaded (0: nothing new), and why a file stamped earlier may not be
+	 * checked now (NULL: it can), with the probe's error */
+	uint32_t probe_record;
+	const char *probe_risk;
+	int probe_err;
 	int by_path; /* files are found by path, not by handle */
 	uint64_t rename_seq; /* renames through the mount (atomic) */
 	/* tests only: run by file_ensure_record between the path's reading
@@ -840,6 +849,10 @@ struct cfile *file_find(struct cache *c, dev_t dev, ino_t ino, int live_only);
 
 /* ident.c: backing-file identity */
 int ident_setup(struct cache *c);
+/* path opened beneath dirfd without following any link (openat2 with
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, and
+ * O_NOFOLLOW): the descriptor, or -errno. */
+int ident_open_beneath(int dirfd, const char *path, int flags, mode_t mode);
 /* fd's path relative to the backing directory ("" for itself). */
 int ident_rel_path(struct cache *c, int fd, char *out, size_t len);
 /* Give f (f->fd open, rec_lock held) its path and stamp, before its record
@@ -857,10 +870,14 @@ int ident_store_check(struct cache *c, char *err, size_t errlen);
 
 /* salvage.c: dirty data that cannot go where it belongs */
 /* Write f's cached pages over srcfd's bytes (-1: holes), at f's size, to a
- * new file name in dirfd (O_EXCL; -EEXIST if taken), durably; f->rw held for
- * writing.  *dirty_bytes: how many of them were dirty. */
+ * new file name in dirfd (O_EXCL | O_NOFOLLOW, the daemon's, mode 0600;
+ * -EEXIST if taken), durably; f->rw held for writing.  *dirty_bytes: how
+ * many of them were dirty. */
 int salvage_copy(struct cache *c, struct cfile *f, int srcfd, int dirfd,
 		 const char *name, uint64_t *dirty_bytes);
+/* Unlink name in dirfd if it still is the file fd is open on (a user may
+ * have put something else in its place). */
+void salvage_unlink_own(int dirfd, const char *name, int fd);
 /* Forget every slot of f, dirty or not (its data went elsewhere). */
 void salvage_drop(struct cache *c, struct cfile *f);
 /* f cannot be found: its dirty data to lost+found, then forgotten. */

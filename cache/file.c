@@ -300,14 +300,16 @@ void file_late_check(struct cache *c, struct cfile *f)
  * The known object of (dev, ino), if it is the same file (the handle carries
  * the inode's generation), referenced.  Another file with a recycled inode
  * number means the old one is gone behind the cache's back: that object is
- * returned with *stale set, for file_stale.  c->lock held.
+ * returned with *stale set, for file_stale.  Found by path, the handle plays
+ * no part (a record made while files were found by handle keeps one): the
+ * identity stamp decides (file_get).  c->lock held.
  */
 static struct cfile *file_lookup_locked(struct cache *c, const struct stat *st,
 					const struct handle *h, int *stale)
 {
 	struct cfile *f = file_find(c, st->st_dev, st->st_ino, 1);
 
-	*stale = f && !same_handle(f, h);
+	*stale = f && !c->by_path && !same_handle(f, h);
 	if (f)
 		f->refs++;
 	return f;

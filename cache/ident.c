@@ -42,6 +42,16 @@
  * or by path is checked against the record: the stamp when the record has
  * one, else the inode number.  A file that does not match is not the file:
  * "not found", never "deleted", and its dirty data goes to lost+found.
+ *
+ * So the namespace must not change under the cache's feet: a probe that
+ * fails (a full store, a quota, an error of a distributed store at mount)
+ * would have every stamped file taken for lost.  What the probe finds is
+ * recorded in the metadata headers (meta_hdr.probe), and a mount whose
+ * probe fails goes on with the recorded result, degraded and logged; with
+ * nothing recorded and dirty data of stamped files it is refused.  The
+ * probe file's name is random (O_CREAT | O_EXCL | O_NOFOLLOW, again on
+ * EEXIST), so that no user who may write the store's root can take it
+ * first, and it is removed only while the name is still the probe file.
  */
 
 #ifndef FUSE_SUPER_MAGIC
@@ -103,23 +113,48 @@ static int stamp_none(const uint8_t s[META_STAMP_LEN])
 	return 1;
 }
 
-/* Which attribute namespace the store keeps, tried on the probe file. */
-static const char *probe_stamp(int fd, uint8_t stamp[META_STAMP_LEN])
+/* The attribute of a META_NS_* namespace; NULL for META_NS_NONE. */
+static const char *ns_xattr(uint32_t ns)
+{
+	return ns == META_NS_TRUSTED ? stamp_names[0]
+	       : ns == META_NS_USER  ? stamp_names[1]
+				     : NULL;
+}
+
+/* Setting an attribute failed because the store does not keep it (or not
+ * for this daemon), not because of the moment (ENOSPC, EDQUOT, EIO). */
+static int xattr_unkept(int err)
+{
+	return err == ENOTSUP || err == EOPNOTSUPP || err == EPERM ||
+	       err == EACCES || err == ENOSYS;
+}
+
+/*
+ * Which attribute namespace the store keeps, tried on the probe file:
+ * META_NS_TRUSTED, _USER or _NONE, or -errno when an attempt failed for
+ * another reason than the store not keeping it: then the probe says
+ * nothing.
+ */
+static int probe_stamp(int fd, uint8_t stamp[META_STAMP_LEN])
 {
 	unsigned i;
+	int ret = stamp_new(stamp);
 
-	if (stamp_new(stamp))
-		return NULL;
+	if (ret)
+		return ret;
 	for (i = 0; i < sizeof(stamp_names) / sizeof(stamp_names[0]); i++) {
 		uint8_t back[META_STAMP_LEN];
 
-		if (fsetxattr(fd, stamp_names[i], stamp, META_STAMP_LEN, 0))
+		if (fsetxattr(fd, stamp_names[i], stamp, META_STAMP_LEN, 0)) {
+			if (!xattr_unkept(errno))
+				return -errno;
 			continue;
+		}
 		if (!stamp_get(fd, stamp_names[i], back) &&
 		    !memcmp(back, stamp, META_STAMP_LEN))
-			return stamp_names[i];
+			return META_NS_TRUSTED + i;
 	}
-	return NULL;
+	return META_NS_NONE;
 }
 
 static int fs_is_stable(unsigned long type)
@@ -139,7 +174,8 @@ static int fs_is_stable(unsigned long type)
  * probe file is closed.
  */
 static int probe_handle(struct cache *c, struct ident_handle *h, ino_t ino,
-			unsigned long type, const uint8_t stamp[META_STAMP_LEN])
+			unsigned long type, const char *xattr,
+			const uint8_t stamp[META_STAMP_LEN])
 {
 	uint8_t back[META_STAMP_LEN];
 	struct stat st;
@@ -157,8 +193,8 @@ static int probe_handle(struct cache *c, struct ident_handle *h, ino_t ino,
 	if (fd < 0)
 		return 0;
 	ok = !fstat(fd, &st) && st.st_ino == ino;
-	if (ok && c->stamp_xattr)
-		ok = !stamp_get(fd, c->stamp_xattr, back) &&
+	if (ok && xattr)
+		ok = !stamp_get(fd, xattr, back) &&
 		     !memcmp(back, stamp, META_STAMP_LEN);
 	close(fd);
 	return ok;
@@ -181,60 +217,201 @@ static int ident_root(struct cache *c)
 	return c->root ? 0 : -ENOMEM;
 }
 
-/* The probe file: which stamp attribute the store keeps, and whether its
- * handles are stable (*handles). */
-static int ident_probe(struct cache *c, unsigned long type, int *handles)
+/* The probe file, made under a name nobody can guess (in name): fd, or
+ * -errno. */
+#define PROBE_TRIES 16
+static int probe_create(struct cache *c, char *name, size_t len)
+{
+	uint8_t r[META_STAMP_LEN];
+	unsigned long long v;
+	int k, fd = -EEXIST, ret;
+
+	for (k = 0; k < PROBE_TRIES && fd == -EEXIST; k++) {
+		ret = stamp_new(r);
+		if (ret)
+			return ret;
+		memcpy(&v, r, sizeof(v));
+		snprintf(name, len, ".nvcachefs-probe.%016llx", v);
+		fd = ident_open_beneath(c->backing_fd, name,
+					O_RDWR | O_CREAT | O_EXCL, 0600);
+	}
+	return fd;
+}
+
+/* The probe file goes, if its name is still the probe file (st). */
+static void probe_remove(struct cache *c, const char *name,
+			 const struct stat *st)
+{
+	struct stat at;
+
+	if (!fstatat(c->backing_fd, name, &at, AT_SYMLINK_NOFOLLOW) &&
+	    at.st_dev == st->st_dev && at.st_ino == st->st_ino)
+		unlinkat(c->backing_fd, name, 0);
+}
+
+/* The probe: what the store keeps, as meta_hdr.probe says it (*found),
+ * or -errno when it cannot tell. */
+static int ident_probe(struct cache *c, unsigned long type, uint32_t *found)
 {
 	uint8_t stamp[META_STAMP_LEN];
 	struct ident_handle h;
 	struct stat st;
 	char name[64];
-	int fd, mnt, got_handle;
+	int fd, mnt, ns, got_handle, handles;
 
-	snprintf(name, sizeof(name), ".nvcachefs-probe.%d", getpid());
-	unlinkat(c->backing_fd, name, 0);
-	fd = openat(c->backing_fd, name,
-		    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	fd = probe_create(c, name, sizeof(name));
 	if (fd < 0)
-		return -errno;
-	c->stamp_xattr = probe_stamp(fd, stamp);
-	h.fh.handle_bytes = META_HANDLE_MAX;
+		return fd;
+	ns = probe_stamp(fd, stamp);
 	if (fstat(fd, &st)) {
-		int err = -errno;
-
+		/* without its inode number the name cannot be told to be the
+		 * probe's still: it stays */
+		ns = -errno;
 		close(fd);
-		unlinkat(c->backing_fd, name, 0);
-		return err;
+		log_msg(LOG_WARNING,
+			"%s: the probe file %s cannot be checked (%s); it is "
+			"left there",
+			c->root, name, strerror(-ns));
+		return ns;
 	}
+	if (ns < 0)
+		goto remove_probe;
+	c->own_uid = st.st_uid;
+	h.fh.handle_bytes = META_HANDLE_MAX;
 	got_handle = !name_to_handle_at(fd, "", &h.fh, &mnt, AT_EMPTY_PATH);
-	/* whole seconds (MooseFS): see coherence.c, look_unsettled_locked */
-	c->coarse_times = !st.st_mtim.tv_nsec && !st.st_ctim.tv_nsec;
 	close(fd);
-	*handles = got_handle && type != FUSE_SUPER_MAGIC &&
-		   c->cfg->identity != IDENT_PATH &&
-		   probe_handle(c, &h, st.st_ino, type, stamp);
-	unlinkat(c->backing_fd, name, 0);
-	return 0;
+	fd = -1;
+	handles = got_handle && type != FUSE_SUPER_MAGIC &&
+		  c->cfg->identity != IDENT_PATH &&
+		  probe_handle(c, &h, st.st_ino, type, ns_xattr(ns), stamp);
+	/* whole seconds (MooseFS): see coherence.c, look_unsettled_locked */
+	*found = ns | (handles ? META_PROBE_HANDLES : 0) |
+		 (!st.st_mtim.tv_nsec && !st.st_ctim.tv_nsec ? META_PROBE_COARSE
+							     : 0);
+remove_probe:
+	if (fd >= 0)
+		close(fd);
+	probe_remove(c, name, &st);
+	return ns < 0 ? ns : 0;
+}
+
+/* Times in whole seconds, as far as the backing directory tells without a
+ * probe: unless its own times have nanoseconds. */
+static uint32_t probe_coarse_guess(struct cache *c)
+{
+	struct stat st;
+
+	if (!fstat(c->backing_fd, &st) &&
+	    (st.st_mtim.tv_nsec || st.st_ctim.tv_nsec))
+		return 0;
+	return META_PROBE_COARSE;
+}
+
+/*
+ * What earlier mounts used, for a cache that does not record it (made by
+ * a version before meta_hdr.probe): the namespace of the backing
+ * directory's store stamp, if only one namespace holds one; else 0.
+ * Nothing about handles (found by path); times as the directory shows.
+ */
+static uint32_t probe_legacy(struct cache *c)
+{
+	static const char *const names[] = { "trusted.nvcachefs.store",
+					     "user.nvcachefs.store" };
+	uint8_t s[META_STAMP_LEN];
+	uint32_t ns = 0, i;
+
+	for (i = 0; i < 2; i++) {
+		if (stamp_get(c->backing_fd, names[i], s) || stamp_none(s))
+			continue;
+		if (ns)
+			return 0;
+		ns = META_NS_TRUSTED + i;
+	}
+	return ns ? ns | probe_coarse_guess(c) : 0;
+}
+
+static const char *ns_name(uint32_t probe)
+{
+	const char *x = ns_xattr(probe & META_PROBE_NS);
+
+	return x ? x : "no attribute (inode only)";
+}
+
+/*
+ * What the mount goes by: the probe's result when it has one (found, ret
+ * 0), else what the headers recorded (rec), else no stamps.  Sets what is
+ * to be recorded once the map is loaded, and why a stamped file might not
+ * be checked (ident_store_check refuses the mount then, if it has dirty
+ * data).
+ */
+static uint32_t probe_decide(struct cache *c, int ret, uint32_t found,
+			     uint32_t rec, uint32_t legacy)
+{
+	uint32_t was = rec ? rec : legacy, now = found & META_PROBE_NS;
+
+	c->probe_err = ret;
+	if (ret && was) {
+		log_msg(LOG_WARNING,
+			"%s: the identity probe failed (%s): degraded, with "
+			"what an earlier mount found (identity stamp in %s, "
+			"files found by %s); no file is taken for lost for it",
+			c->root, strerror(-ret), ns_name(was),
+			was & META_PROBE_HANDLES ? "file handle" : "path");
+		return was;
+	}
+	if (ret) {
+		log_msg(LOG_WARNING,
+			"%s: the identity probe failed (%s), and no earlier "
+			"one is recorded: files are found by path, without "
+			"identity stamps",
+			c->root, strerror(-ret));
+		c->probe_risk = "the identity probe failed, and the cache "
+				"does not record which attribute its files "
+				"are stamped with";
+		return META_NS_NONE | probe_coarse_guess(c);
+	}
+	if (found != rec)
+		c->probe_record = found;
+	if (was && (was & META_PROBE_NS) != now &&
+	    (was & META_PROBE_NS) != META_NS_NONE) {
+		log_msg(LOG_WARNING,
+			"%s: the identity stamps were in %s, and the store "
+			"now keeps %s",
+			c->root, ns_name(was), ns_name(found));
+		c->probe_risk = "the store no longer keeps the attribute the "
+				"cache's files are stamped with";
+		c->probe_err = -ENOTSUP;
+	} else if (!was && now == META_NS_NONE) {
+		/* a cache made before the record, on a store that now keeps
+		 * no attribute: its files may have been stamped */
+		c->probe_risk = "the store keeps no identity attribute now, "
+				"and the cache does not record whether its "
+				"files were stamped";
+		c->probe_err = -ENOTSUP;
+	}
+	return found;
 }
 
 static void ident_store(struct cache *c);
 
 int ident_setup(struct cache *c)
 {
+	uint32_t found = 0, rec, use;
 	struct statfs sfs;
-	int ret, handles = 0;
+	int ret, handles;
 
+	c->own_uid = geteuid();
 	ret = ident_root(c);
 	if (ret)
 		return ret;
 	if (fstatfs(c->backing_fd, &sfs))
 		return -errno;
-	ret = ident_probe(c, sfs.f_type, &handles);
-	if (ret)
-		log_msg(LOG_WARNING,
-			"%s: cannot create a probe file (%s): files are found "
-			"by path, without identity stamps",
-			c->root, strerror(-ret));
+	rec = meta_probe(&c->meta);
+	ret = ident_probe(c, sfs.f_type, &found);
+	use = probe_decide(c, ret, found, rec, rec ? 0 : probe_legacy(c));
+	c->stamp_xattr = ns_xattr(use & META_PROBE_NS);
+	c->coarse_times = !!(use & META_PROBE_COARSE);
+	handles = (use & META_PROBE_HANDLES) && c->cfg->identity != IDENT_PATH;
 	if (c->cfg->identity == IDENT_HANDLE && !handles) {
 		log_msg(LOG_ERR,
 			"backing.identity = handle, but the file handles of %s "
@@ -248,8 +425,7 @@ int ident_setup(struct cache *c)
 		"backing store %s (type %#lx): files are found by %s, identity "
 		"stamp in %s%s",
 		c->root, (unsigned long)sfs.f_type,
-		c->by_path ? "path" : "file handle",
-		c->stamp_xattr ? c->stamp_xattr : "no attribute (inode only)",
+		c->by_path ? "path" : "file handle", ns_name(use),
 		c->coarse_times ? "; times in whole seconds" : "");
 	return 0;
 }
@@ -292,12 +468,57 @@ static void ident_store(struct cache *c)
 	c->store_foreign = !stamp_none(want) && memcmp(want, s, sizeof(s));
 }
 
-/* After the map is loaded: a foreign store is adopted, or refused when
+/* A record of a stamped file with dirty data, not deleted. */
+static int stamped_dirty(struct cache *c)
+{
+	uint32_t r;
+
+	for (r = 0; r < c->meta.nfiles; r++) {
+		struct cfile *f = c->recs[r];
+
+		if (f && f->ndirty && !f->unlinked && !stamp_none(f->stamp))
+			return 1;
+	}
+	return 0;
+}
+
+/* After the map is loaded: refused if a stamped file's dirty data would be
+ * taken for lost for want of the probe; else the probe's result recorded. */
+static int ident_probe_check(struct cache *c, char *err, size_t errlen)
+{
+	int ret;
+
+	if (c->probe_risk && stamped_dirty(c)) {
+		snprintf(err, errlen,
+			 "backing directory %s: %s (%s): every stamped file "
+			 "would be taken for lost and its dirty data moved to "
+			 "%s; refused.  Mount again once the store takes the "
+			 "probe (space, quota, errors)",
+			 c->root, c->probe_risk, strerror(-c->probe_err),
+			 LOST_FOUND_DIR);
+		return c->probe_err;
+	}
+	if (!c->probe_record)
+		return 0;
+	ret = meta_set_probe(&c->meta, c->probe_record);
+	if (ret)
+		log_msg(LOG_WARNING,
+			"cannot record the identity probe's result in the "
+			"metadata: %s",
+			strerror(-ret));
+	return 0;
+}
+
+/* After the map is loaded: the probe's result recorded (or the mount
+ * refused: ident_probe_check); a foreign store is adopted, or refused when
  * dirty data would all be taken for lost. */
 int ident_store_check(struct cache *c, char *err, size_t errlen)
 {
 	uint8_t want[META_STAMP_LEN];
+	int ret = ident_probe_check(c, err, errlen);
 
+	if (ret)
+		return ret;
 	if (stamp_none(c->store_stamp))
 		return 0;
 	if (c->store_foreign && c->ndirty_slots) {
@@ -434,19 +655,29 @@ int ident_verify(struct cache *c, struct cfile *f, int fd)
 	return st.st_ino == f->ino ? 0 : -ESTALE;
 }
 
-static int open_by_path(struct cache *c, struct cfile *f, int flags)
+int ident_open_beneath(int dirfd, const char *path, int flags, mode_t mode)
 {
 	struct open_how how = {
 		.flags = flags | O_NOFOLLOW | O_CLOEXEC,
+		/* openat2 refuses a mode it would not use */
+		.mode = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE
+				? mode
+				: 0,
 		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 			   RESOLVE_NO_MAGICLINKS,
 	};
 	long fd;
 
+	/* Debian 12's glibc has no openat2() */
+	fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	return fd < 0 ? -errno : (int)fd;
+}
+
+static int open_by_path(struct cache *c, struct cfile *f, int flags)
+{
 	if (!f->path)
 		return -ESTALE;
-	fd = syscall(SYS_openat2, c->backing_fd, f->path, &how, sizeof(how));
-	return fd < 0 ? -errno : (int)fd;
+	return ident_open_beneath(c->backing_fd, f->path, flags, 0);
 }
 
 static int open_by_handle(struct cache *c, struct cfile *f, int flags)

@@ -370,6 +370,15 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      "expected %u, %u, 0 or 1",
 			      h->hdr_size, h->file_size, h->mirror,
 			      META_HDR_SIZE, META_FILE_SIZE);
+	if ((h->probe &
+	     ~(META_PROBE_NS | META_PROBE_HANDLES | META_PROBE_COARSE)) ||
+	    (h->probe && !(h->probe & META_PROBE_NS)) ||
+	    (h->probe & META_PROBE_NS) > META_NS_NONE)
+		return refuse(why, len, -EUCLEAN,
+			      "header probe %#x: not a namespace from 1 to %u "
+			      "with flags %#x, or 0",
+			      h->probe, META_NS_NONE,
+			      META_PROBE_HANDLES | META_PROBE_COARSE);
 	if (h->failed & ~3u || (h->failed >> h->mirror & 1))
 		return refuse(why, len, -EUCLEAN,
 			      "header failed %#x: not bits 0 and 1, or names "
@@ -633,6 +642,20 @@ void meta_store_stamp(struct meta *m, uint8_t out[16])
 int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16])
 {
 	return hdr_put(m, offsetof(struct meta_hdr, store_stamp), stamp, 16);
+}
+
+uint32_t meta_probe(struct meta *m)
+{
+	uint32_t v;
+
+	hdr_get(m, offsetof(struct meta_hdr, probe), &v, sizeof(v));
+	return v;
+}
+
+int meta_set_probe(struct meta *m, uint32_t probe)
+{
+	return hdr_put(m, offsetof(struct meta_hdr, probe), &probe,
+		       sizeof(probe));
 }
 
 uint32_t meta_detach_state(struct meta *m)

@@ -39,7 +39,10 @@
 
 #define META_MAGIC 0x3141544d4356ull /* "NVCMTA1" */
 /* 3: the layout fields (stripe_devs, room, grown); a version 2 header has
- * them zero and means every member in the stripe, no room */
+ * them zero and means every member in the stripe, no room.  (The probe
+ * field took a reserved word that every version wrote zero, read nowhere,
+ * and kept as it was: 0 means "not recorded", so it needed no new
+ * version, and older binaries still mount a cache that records it.) */
 #define META_VERSION 3
 #define META_VERSION_V2 2
 #define META_HDR_SIZE 4096u
@@ -87,7 +90,12 @@ struct meta_hdr {
 	uint64_t total_len;
 	uint64_t format_time;
 	uint32_t failed; /* bit k: mirror k failed while mounted; stale */
-	uint32_t reserved1;
+	/* what the backing store's identity probe found (ident.c), for the
+	 * mounts whose probe fails: META_PROBE_NS (the namespace of the
+	 * identity stamps' attribute) with META_PROBE_HANDLES and
+	 * META_PROBE_COARSE; 0: not recorded (every header before this field
+	 * was defined has it 0; see META_VERSION) */
+	uint32_t probe;
 	/* the identity stamp of the backing directory the cache was last
 	 * mounted on (ident.c); all zero: none yet */
 	uint8_t store_stamp[16];
@@ -128,6 +136,15 @@ struct meta_hdr {
 			 NVC_MAX_DEVS * 8];
 	uint64_t csum;
 };
+
+/* meta_hdr.probe: the stamps' attribute namespace (in META_PROBE_NS) ... */
+#define META_NS_TRUSTED 1u /* trusted.nvcachefs.id */
+#define META_NS_USER 2u /* user.nvcachefs.id */
+#define META_NS_NONE 3u /* the store keeps neither: no stamps */
+#define META_PROBE_NS 0xffu
+/* ... handles proven stable, and times kept in whole seconds */
+#define META_PROBE_HANDLES 0x100u
+#define META_PROBE_COARSE 0x200u
 
 /* flags of a file record */
 #define MF_USED 1u
@@ -333,6 +350,10 @@ uint64_t meta_next_seq(struct meta *m);
  * setting it in every mirror that takes writes. */
 void meta_store_stamp(struct meta *m, uint8_t out[16]);
 int meta_set_store_stamp(struct meta *m, const uint8_t stamp[16]);
+/* The probe field as the headers say (0: not recorded), and its writing
+ * into every mirror that takes writes. */
+uint32_t meta_probe(struct meta *m);
+int meta_set_probe(struct meta *m, uint32_t probe);
 /* Write the detached state into each usable mirror's header in turn. */
 int meta_set_detached(struct meta *m, uint32_t detached);
 /* Mirror k becomes the region nr, a copy of the other mirror (which must be

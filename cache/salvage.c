@@ -163,7 +163,8 @@ int salvage_copy(struct cache *c, struct cfile *f, int srcfd, int dirfd,
 	int dfd, ret = 0;
 
 	*dirty_bytes = 0;
-	dfd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+	dfd = openat(dirfd, name,
+		     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 		     0600);
 	if (dfd < 0)
 		return -errno;
@@ -194,10 +195,20 @@ out_unpin:
 	pthread_mutex_unlock(&c->lock);
 	free(v);
 	free(buf);
-	close(dfd);
 	if (ret)
-		unlinkat(dirfd, name, 0);
+		salvage_unlink_own(dirfd, name, dfd);
+	close(dfd);
 	return ret;
+}
+
+void salvage_unlink_own(int dirfd, const char *name, int fd)
+{
+	struct stat st, at;
+
+	if (!fstat(fd, &st) &&
+	    !fstatat(dirfd, name, &at, AT_SYMLINK_NOFOLLOW) &&
+	    st.st_dev == at.st_dev && st.st_ino == at.st_ino)
+		unlinkat(dirfd, name, 0);
 }
 
 void salvage_drop(struct cache *c, struct cfile *f)
@@ -234,6 +245,107 @@ static void lost_name(struct cfile *f, int k, char *out, size_t len)
 }
 
 /*
+ * .nvcachefs-lost+found is the daemon's own directory: made by it, mode
+ * 0700, and used only as long as it is that.  Anyone who may write the
+ * store's root may make the name first (a directory they own, to read and
+ * delete everyone's salvaged data; a file or a symlink, to make every
+ * salvage fail), so it is opened beneath the backing directory without
+ * following links and checked with fstat: a directory, the daemon's, mode
+ * 0700.  Anything else is set aside, renamed (which follows no link) to
+ * .nvcachefs-lost+found.impostor-N, logged, and the directory made anew.
+ */
+#define LOST_TRIES 4
+#define IMPOSTOR_MAX 1000
+
+static int lost_dir_ok(struct cache *c, const struct stat *st)
+{
+	return S_ISDIR(st->st_mode) && st->st_uid == c->own_uid &&
+	       (st->st_mode & 07777) == 0700;
+}
+
+/* The name is not the daemon's directory (what: why): renamed away. */
+static int lost_set_aside(struct cache *c, const char *what)
+{
+	char aside[64];
+	int k;
+
+	for (k = 1; k <= IMPOSTOR_MAX; k++) {
+		snprintf(aside, sizeof(aside), "%s.impostor-%d", LOST_FOUND_DIR,
+			 k);
+		if (!renameat2(c->backing_fd, LOST_FOUND_DIR, c->backing_fd,
+			       aside, RENAME_NOREPLACE)) {
+			log_msg(LOG_WARNING,
+				"%s/%s is %s, not the daemon's own directory: "
+				"set aside as %s; salvaged data goes to a new "
+				"%s",
+				c->root, LOST_FOUND_DIR, what, aside,
+				LOST_FOUND_DIR);
+			return fsync(c->backing_fd) ? -errno : 0;
+		}
+		if (errno == ENOENT)
+			return 0; /* gone meanwhile */
+		if (errno != EEXIST)
+			break;
+	}
+	log_msg(LOG_ERR,
+		"%s/%s is %s, not the daemon's own directory, and cannot be "
+		"set aside (%s): nothing is salvaged there; remove it",
+		c->root, LOST_FOUND_DIR, what, strerror(errno));
+	return -EEXIST;
+}
+
+/* lost+found opened, the daemon's own (made if need be): fd, or -errno. */
+static int lost_dir_open(struct cache *c)
+{
+	char what[96];
+	struct stat st;
+	int k, fd, ret;
+
+	for (k = 0; k < LOST_TRIES; k++) {
+		if (mkdirat(c->backing_fd, LOST_FOUND_DIR, 0700) &&
+		    errno != EEXIST)
+			return -errno;
+		fd = ident_open_beneath(c->backing_fd, LOST_FOUND_DIR,
+					O_RDONLY | O_DIRECTORY, 0);
+		if (fd >= 0) {
+			if (fstat(fd, &st)) {
+				ret = -errno;
+				close(fd);
+				return ret;
+			}
+			if (lost_dir_ok(c, &st))
+				return fd;
+			close(fd);
+			snprintf(what, sizeof(what),
+				 "a directory of uid %u, mode %04o",
+				 (unsigned)st.st_uid,
+				 (unsigned)(st.st_mode & 07777));
+		} else if (fd == -ELOOP || fd == -ENOTDIR) {
+			/* O_DIRECTORY finds a symlink no directory either */
+			if (fstatat(c->backing_fd, LOST_FOUND_DIR, &st,
+				    AT_SYMLINK_NOFOLLOW))
+				continue; /* removed meanwhile */
+			snprintf(what, sizeof(what), "%s of uid %u",
+				 S_ISLNK(st.st_mode) ? "a symbolic link"
+						     : "a file",
+				 (unsigned)st.st_uid);
+		} else if (fd == -ENOENT) {
+			continue; /* removed meanwhile */
+		} else {
+			return fd;
+		}
+		ret = lost_set_aside(c, what);
+		if (ret)
+			return ret;
+	}
+	log_msg(LOG_ERR,
+		"%s/%s: made again by someone else %d times: nothing is "
+		"salvaged there now",
+		c->root, LOST_FOUND_DIR, LOST_TRIES);
+	return -EAGAIN;
+}
+
+/*
  * The backing file of f cannot be found (deleted or renamed behind the
  * cache's back, or a stale identity): its dirty data goes to
  * .nvcachefs-lost+found/ in the backing directory, and then the cache
@@ -250,19 +362,18 @@ int salvage_lost(struct cache *c, struct cfile *f)
 		salvage_drop(c, f);
 		return 0;
 	}
-	if (mkdirat(c->backing_fd, LOST_FOUND_DIR, 0700) && errno != EEXIST)
-		return -errno;
-	dirfd = openat(c->backing_fd, LOST_FOUND_DIR,
-		       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dirfd < 0)
-		return -errno;
-	for (k = 0, ret = -EEXIST; ret == -EEXIST && k < 1000; k++) {
+	dirfd = lost_dir_open(c);
+	ret = dirfd < 0 ? dirfd : -EEXIST;
+	/* everything in it is made O_CREAT | O_EXCL | O_NOFOLLOW through its
+	 * descriptor (salvage_copy) */
+	for (k = 0; dirfd >= 0 && ret == -EEXIST && k < 1000; k++) {
 		lost_name(f, k, name, sizeof(name));
 		ret = salvage_copy(c, f, -1, dirfd, name, &dirty);
 	}
 	if (!ret && fsync(c->backing_fd))
 		ret = -errno;
-	close(dirfd);
+	if (dirfd >= 0)
+		close(dirfd);
 	if (ret) {
 		log_msg(LOG_ERR,
 			"cannot save the dirty data of %s (inode %llu) in %s: "

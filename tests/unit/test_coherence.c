@@ -187,6 +187,18 @@ static char *find_copy(struct env *e, const char *prefix)
 	return line;
 }
 
+/* A conflict copy is the daemon's, mode 0600, whoever owns the file
+ * (PRODUCT §5): never given away by name (issue 24, finding 2). */
+static void check_daemon_own(int cfd)
+{
+	struct stat st;
+
+	CHECK_EQ(fstat(cfd, &st), 0);
+	CHECK_EQ(st.st_uid, geteuid());
+	CHECK_EQ(st.st_gid, getegid());
+	CHECK_EQ(st.st_mode, S_IFREG | 0600);
+}
+
 /*
  * keep-both, found at the open or at the destage: this node's version — its
  * cached pages, dirty and clean, over the store's bytes, at its size — goes
@@ -212,6 +224,8 @@ static void conflict_keep_both(int at_open)
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK_EQ(cache_write(e.c, f, y, 64 * KiB, 0), 0); /* dirty */
 	behind(&e, "f", z, 320 * KiB, 0);
+	CHECK_EQ(fchown(fd, 65534, 65534), 0); /* a user's file */
+	CHECK_EQ(fchmod(fd, 0644), 0);
 	if (at_open) {
 		CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
 		CHECK_EQ(changed, COH_CHANGED);
@@ -230,6 +244,7 @@ static void conflict_keep_both(int at_open)
 		memcpy(want, y, 64 * KiB);
 		cfd = openat(e.backing_fd, copy, O_RDONLY);
 		CHECK(backing_same(cfd, want, 256 * KiB));
+		check_daemon_own(cfd);
 		close(cfd);
 		free(copy);
 	}
@@ -470,6 +485,7 @@ static void conflict_while_writer_waits(int keep)
 	CHECK_EQ(cache_write(e.c, f, b, 64 * KiB, 0), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	behind(&e, "f", b, 256 * KiB, 0);
+	CHECK_EQ(fchown(fd, 65534, 65534), 0); /* a user's file */
 	w = (struct big_writer){ &e, f, a, 4 * MiB, -1 };
 	pthread_create(&t, NULL, big_writer_main, &w);
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -489,6 +505,7 @@ static void conflict_while_writer_waits(int keep)
 	if (copy) {
 		cfd = openat(e.backing_fd, copy, O_RDONLY);
 		CHECK(backing_same(cfd, b, 256 * KiB));
+		check_daemon_own(cfd);
 		close(cfd);
 		free(copy);
 	}

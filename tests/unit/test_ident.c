@@ -6,8 +6,10 @@
 #include "engine.h" /* test_noted */
 
 #include <dirent.h>
+#include <linux/fs.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/xattr.h>
 
 #define DATA (192 * KiB)
@@ -358,10 +360,22 @@ static void *get_thread(void *arg)
 	return NULL;
 }
 
+/* The immutable flag on fd's file: on (1) or off (0); 0, or -errno where the
+ * file system has no such flag. */
+static int immutable(int fd, int on)
+{
+	int fl;
+
+	if (ioctl(fd, FS_IOC_GETFLAGS, &fl))
+		return -errno;
+	fl = on ? fl | FS_IMMUTABLE_FL : fl & ~FS_IMMUTABLE_FL;
+	return ioctl(fd, FS_IOC_SETFLAGS, &fl) ? -errno : 0;
+}
+
 /*
  * An idle file replaced behind the cache's back (its inode number taken by
  * the new file) whose dirty data cannot be saved now (lost+found cannot be
- * made: a file has its name).  The open of the new file must not wait for
+ * made: an immutable file has its name, which cannot be set aside).  The open of the new file must not wait for
  * that (it looped for ever), must read the new bytes, and the old data stays
  * in the cache until destage can save it.
  */
@@ -374,7 +388,7 @@ static void test_replaced_unsaved(int mode)
 	struct env e;
 	pthread_t th;
 	ino_t old;
-	int holds;
+	int holds, lfd;
 
 	fill(buf, DATA, 9);
 	fill(other, DATA, 10);
@@ -391,6 +405,16 @@ static void test_replaced_unsaved(int mode)
 		return;
 	}
 	put_file(e.backing_fd, ".nvcachefs-lost+found", "x", 1);
+	lfd = openat(e.backing_fd, ".nvcachefs-lost+found", O_RDONLY);
+	CHECK(lfd >= 0);
+	if (immutable(lfd, 1)) {
+		fprintf(stderr, "no immutable flag here: case not run\n");
+		close(lfd);
+		env_fini(&e);
+		free(buf);
+		free(other);
+		return;
+	}
 	g.e = &e;
 	g.name = "a";
 	pthread_create(&th, NULL, get_thread, &g);
@@ -406,6 +430,8 @@ static void test_replaced_unsaved(int mode)
 	cache_file_put(e.c, g.f);
 	close(g.fd);
 	/* lost+found can be made again: destage saves the old data */
+	CHECK_EQ(immutable(lfd, 0), 0);
+	close(lfd);
 	CHECK_EQ(unlinkat(e.backing_fd, ".nvcachefs-lost+found", 0), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK(file_holds(&e, "a", other, DATA));
@@ -414,6 +440,164 @@ static void test_replaced_unsaved(int mode)
 	env_fini(&e);
 	free(buf);
 	free(other);
+}
+
+/*
+ * .nvcachefs-lost+found made by someone else first (issue 24, finding 4): a
+ * user's directory, a directory of the daemon's with another mode, a file,
+ * a symlink to a user's directory.  None is used: it is set aside, whole,
+ * as .nvcachefs-lost+found.impostor-1, and the data is saved in a new
+ * directory of the daemon's, mode 0700.
+ */
+enum { IMP_USER_DIR, IMP_MODE, IMP_FILE, IMP_SYMLINK, IMP_KINDS };
+
+static void test_lost_found_impostor(int mode, int kind)
+{
+	static const char *const what[] = { "a user's directory",
+					    "a directory of mode 0755",
+					    "a file", "a symlink" };
+	const char *lost = ".nvcachefs-lost+found";
+	char *buf = malloc(DATA);
+	struct stat st;
+	struct env e;
+	int holds, dfd;
+
+	fprintf(stderr, "lost+found is %s\n", what[kind]);
+	fill(buf, DATA, 11);
+	env_mode(&e, mode);
+	write_and_crash(&e, "a", buf);
+	CHECK_EQ(unlinkat(e.backing_fd, "a", 0), 0);
+	switch (kind) {
+	case IMP_USER_DIR:
+		CHECK_EQ(mkdirat(e.backing_fd, lost, 0777), 0);
+		CHECK_EQ(fchownat(e.backing_fd, lost, 65534, 65534, 0), 0);
+		break;
+	case IMP_MODE:
+		CHECK_EQ(mkdirat(e.backing_fd, lost, 0755), 0);
+		break;
+	case IMP_FILE:
+		put_file(e.backing_fd, lost, "x", 1);
+		break;
+	case IMP_SYMLINK:
+		CHECK_EQ(mkdirat(e.backing_fd, "elsewhere", 0777), 0);
+		CHECK_EQ(symlinkat("elsewhere", e.backing_fd, lost), 0);
+		break;
+	}
+	env_open(&e);
+	CHECK_EQ(lost_found(&e, buf, DATA, &holds), 1);
+	CHECK(holds);
+	CHECK_EQ(cache_counter(e.c, STAT_C_lost_found_files), 1);
+	CHECK_EQ(fstatat(e.backing_fd, lost, &st, AT_SYMLINK_NOFOLLOW), 0);
+	CHECK_EQ(st.st_mode, S_IFDIR | 0700);
+	CHECK_EQ(st.st_uid, geteuid());
+	CHECK_EQ(fstatat(e.backing_fd, ".nvcachefs-lost+found.impostor-1", &st,
+			 AT_SYMLINK_NOFOLLOW),
+		 0);
+	CHECK(kind == IMP_FILE	    ? S_ISREG(st.st_mode)
+	      : kind == IMP_SYMLINK ? S_ISLNK(st.st_mode)
+				    : S_ISDIR(st.st_mode));
+	if (kind == IMP_SYMLINK) {
+		dfd = openat(e.backing_fd, "elsewhere", O_RDONLY | O_DIRECTORY);
+		CHECK(dfd >= 0);
+		CHECK(unlinkat(dfd, "a", 0) && errno == ENOENT);
+		close(dfd);
+	}
+	env_fini(&e);
+	free(buf);
+}
+
+/*
+ * The identity probe fails at a mount (issue 25, finding 6; issue 24,
+ * finding 5): the store's root takes no new file (immutable here, as a
+ * full store or a quota would refuse it), or a user made a directory of
+ * the name the probe used to take.  With the result recorded in the
+ * headers, or (a cache made before the record) told by the backing
+ * directory's store stamp, the mount goes on degraded: nothing goes to
+ * lost+found and the clean data stays valid.  With neither, and dirty data
+ * of a stamped file, the mount is refused, and succeeds once the probe
+ * does.
+ */
+enum { PR_RECORDED, PR_LEGACY, PR_UNRECORDED, PR_TAKEN, PR_KINDS };
+
+static void test_probe_fails(int kind)
+{
+	static const char *const what[] = { "recorded",
+					    "not recorded, told "
+					    "by the store stamp",
+					    "not recorded", "name taken" };
+	char *dirty = malloc(DATA), *clean = malloc(DATA), name[64], store[16];
+	uint64_t hits;
+	struct cfile *f;
+	struct env e;
+	int fd, holds, i, ret;
+
+	fprintf(stderr, "probe fails, %s\n", what[kind]);
+	fill(dirty, DATA, 12);
+	fill(clean, DATA, 13);
+	env_mode(&e, IDENT_AUTO);
+	CHECK_EQ(hdr(&e, 0)->probe & META_PROBE_NS, META_NS_TRUSTED);
+	CHECK_EQ(hdr(&e, 1)->probe, hdr(&e, 0)->probe);
+	f = file_open(&e, "clean", &fd);
+	CHECK_EQ(cache_write(e.c, f, clean, DATA, 0), 0);
+	cache_file_put(e.c, f);
+	close(fd);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	write_and_crash(&e, "dirty", dirty);
+	if (kind == PR_LEGACY || kind == PR_UNRECORDED) {
+		for (i = 0; i < 2; i++)
+			hdr(&e, i)->probe = 0;
+		hdr_seal(&e);
+	}
+	if (kind == PR_UNRECORDED) {
+		CHECK_EQ(fgetxattr(e.backing_fd, "trusted.nvcachefs.store",
+				   store, sizeof(store)),
+			 16);
+		CHECK_EQ(fremovexattr(e.backing_fd, "trusted.nvcachefs.store"),
+			 0);
+	}
+	if (kind == PR_TAKEN) {
+		snprintf(name, sizeof(name), ".nvcachefs-probe.%d", getpid());
+		CHECK_EQ(mkdirat(e.backing_fd, name, 0755), 0);
+	} else if (immutable(e.backing_fd, 1)) {
+		fprintf(stderr, "no immutable flag here: case not run\n");
+		env_fini(&e);
+		free(dirty);
+		free(clean);
+		return;
+	}
+	ret = env_try_open(&e);
+	if (kind == PR_UNRECORDED) {
+		CHECK_EQ(ret, -EPERM);
+		CHECK(strstr(e.err, "the identity probe failed") != NULL);
+		CHECK_EQ(immutable(e.backing_fd, 0), 0);
+		/* the store is the same: its stamp back */
+		CHECK_EQ(fsetxattr(e.backing_fd, "trusted.nvcachefs.store",
+				   store, 16, 0),
+			 0);
+		ret = env_try_open(&e);
+	}
+	CHECK_EQ(ret, 0);
+	if (ret) {
+		fprintf(stderr, "%s\n", e.err);
+		exit(1);
+	}
+	CHECK_EQ(cache_counter(e.c, STAT_C_lost_found_files), 0);
+	/* the clean data is still valid: served from the cache */
+	fd = openat(e.backing_fd, "clean", O_RDWR);
+	CHECK_EQ(cache_file_get(e.c, fd, &f), 0);
+	hits = cache_counter(e.c, STAT_C_read_hit_bytes);
+	CHECK(same(&e, f, clean, DATA, 0));
+	CHECK_EQ(cache_counter(e.c, STAT_C_read_hit_bytes) - hits, DATA);
+	cache_file_put(e.c, f);
+	close(fd);
+	if (kind != PR_TAKEN && kind != PR_UNRECORDED)
+		CHECK_EQ(immutable(e.backing_fd, 0), 0);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	CHECK(file_holds(&e, "dirty", dirty, DATA));
+	CHECK_EQ(lost_found(&e, NULL, 0, &holds), 0);
+	env_fini(&e);
+	free(dirty);
+	free(clean);
 }
 
 int main(void)
@@ -434,6 +618,10 @@ int main(void)
 		test_renamed_while_idle(modes[i]);
 		test_replaced_unsaved(modes[i]);
 	}
+	for (i = 0; i < IMP_KINDS; i++)
+		test_lost_found_impostor(IDENT_AUTO, i);
+	for (i = 0; i < PR_KINDS; i++)
+		test_probe_fails(i);
 	test_foreign_store();
 	return CHECK_DONE();
 }

@@ -155,6 +155,23 @@ static void ndevs_differs(struct meta_hdr *h, size_t len)
 	h->stripe_devs = 4; /* all four in the stripe: a valid layout */
 }
 
+/* the identity probe's result (ident.c): a namespace past META_NS_NONE,
+ * flags without a namespace, an unknown flag */
+static void probe_ns_unknown(struct meta_hdr *h, size_t len)
+{
+	h->probe = META_NS_NONE + 1;
+}
+
+static void probe_flags_alone(struct meta_hdr *h, size_t len)
+{
+	h->probe = META_PROBE_HANDLES;
+}
+
+static void probe_flag_unknown(struct meta_hdr *h, size_t len)
+{
+	h->probe = META_NS_USER | 0x400;
+}
+
 static void test_hdr_fields(void)
 {
 	static const struct spoil cases[] = {
@@ -162,6 +179,9 @@ static void test_hdr_fields(void)
 		{ slots_off_past_end, "slots_off" },
 		{ files_off_overlaps, "files_off" },
 		{ ndevs_differs, "ndevs" },
+		{ probe_ns_unknown, "probe" },
+		{ probe_flags_alone, "probe" },
+		{ probe_flag_unknown, "probe" },
 	};
 
 	spoil_each(cases, sizeof(cases) / sizeof(cases[0]));
