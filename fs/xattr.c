@@ -170,11 +170,21 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
-	ret = xattr_ours(name) ? EPERM : -fs_cred_enter(req);
-	if (!ret) {
+	if (xattr_ours(name)) {
+		ret = EPERM;
+	} else if (!strcmp(name, "security.capability")) {
+		/* the kernel's own removal when a file is written by a caller
+		 * without CAP_FSETID (file_remove_privs): the caller could not
+		 * remove it (CAP_SETFCAP), and the kernel refuses a caller's
+		 * own removal before it reaches the daemon */
 		ret = removexattr(path, name) ? errno : 0;
-		fs_cred_leave();
-		fs_cred_daemon();
+	} else {
+		ret = -fs_cred_enter(req);
+		if (!ret) {
+			ret = removexattr(path, name) ? errno : 0;
+			fs_cred_leave();
+			fs_cred_daemon();
+		}
 	}
 	if (!ret)
 		cache_file_meta_changed(fs_of(req)->cache, fd, 0);

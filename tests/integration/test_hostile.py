@@ -363,3 +363,22 @@ def test_a_user_cannot_fill_the_blocks_kept_for_root(make_cache, tmp_path):
             assert st.f_bfree * st.f_frsize >= reserved - 4 * MiB, (st.f_bfree * st.f_frsize, reserved)
         finally:
             c.cleanup()
+
+
+def test_a_user_cannot_remove_a_file_capability_but_a_write_kills_it(public_cache):
+    """The daemon removes security.capability as itself when the kernel asks (a write by a caller without
+    CAP_FSETID: file_remove_privs); a user's own removal is refused (CAP_SETFCAP), as on the store."""
+    import struct
+    c = public_cache
+    pub = pub_dir(c)
+    p = os.path.join(pub, "f")
+    with open(p, "wb") as f:
+        f.write(b"x" * 4096)
+    os.chown(p, NOBODY, NOBODY)
+    os.chmod(p, 0o755)
+    os.setxattr(p, "security.capability", struct.pack("<IIIII", 0x02000001, 1 << 10, 0, 0, 0))
+    assert errno_of("os.removexattr(sys.argv[1], 'security.capability')", c.path("pub", "f")) == "EPERM"
+    assert os.getxattr(p, "security.capability")
+    assert errno_of("fd = os.open(sys.argv[1], os.O_WRONLY)\nos.write(fd, b'y')", c.path("pub", "f")) == "ok"
+    with pytest.raises(OSError):
+        os.getxattr(p, "security.capability")
