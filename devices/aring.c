@@ -26,9 +26,18 @@
  * a caller that queued successfully never completes by itself.  A queue call
  * that fails has queued nothing.  The ring is freed only when nothing is in
  * flight, so the kernel never writes into memory that is gone.
+ *
+ * Credentials.  io_uring runs a request, and hands it to its async workers,
+ * with the credentials of the thread that submits it, at the moment it does:
+ * a FUSE worker may by then have taken a caller's credentials for a request
+ * that came after the one that queued the I/O (fs/cred.c), and a cache
+ * device that is a regular file would see that user allocate its blocks.
+ * So the ring registers its creator's credentials (the daemon's) as a
+ * personality, and every device I/O carries it.
  */
 struct dev_aring {
 	struct io_uring ring;
+	unsigned short personality; /* the creator's credentials, or 0 */
 	unsigned inflight; /* taken by the kernel, not yet completed */
 	unsigned nio; /* device I/O queued or in flight */
 	pthread_t owner;
@@ -46,6 +55,13 @@ int dev_aring_new(unsigned depth, struct dev_aring **out)
 		free(r);
 		return ret;
 	}
+	ret = io_uring_register_personality(&r->ring);
+	if (ret < 0) {
+		io_uring_queue_exit(&r->ring);
+		free(r);
+		return ret;
+	}
+	r->personality = ret;
 	r->owner = pthread_self();
 	*out = r;
 	return 0;
@@ -114,6 +130,7 @@ int dev_aring_io(struct dev_aring *r, struct dev_io *io, struct dev_acb *cb)
 	} else {
 		io_uring_prep_fsync(sqe, io->dev->fd, IORING_FSYNC_DATASYNC);
 	}
+	sqe->personality = r->personality;
 	io_uring_sqe_set_data(sqe, cb);
 	r->nio++;
 	return 0;

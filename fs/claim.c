@@ -4,6 +4,8 @@
 #include "claim.h"
 #include "cred.h"
 
+#include <linux/capability.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -29,9 +31,16 @@
  * next writes claim again; a claim of space the file has already costs the
  * store a lookup and nothing else.
  *
- * Not claimed: root's writes (root passes quotas and reserves anyway), and
- * on a store without fallocate (EOPNOTSUPP: some FUSE stores), where the
- * store's limits apply at destage only; that is logged once.
+ * A drop counts in a generation: a claim made while a truncate freed
+ * blocks (the fallocate before it, the list's update after it) is not
+ * remembered, and the next write claims again.
+ *
+ * Not claimed: a caller with CAP_SYS_RESOURCE (it passes quotas and
+ * reserves anyway), and a file the store has no fallocate for (EOPNOTSUPP:
+ * some FUSE stores, an ext4 file without extents), where the store's
+ * limits apply at destage only; that is logged once.  The kernel's
+ * writeback of a shared mapping's pages comes without a caller: it claims
+ * as the handle's opener (fs.c).
  */
 
 #define CLAIM_PAGE 4096ull
@@ -45,9 +54,11 @@ struct fs_claims {
 	pthread_mutex_t lock;
 	int n, cap;
 	struct claim_ext *x;
+	uint64_t gen; /* of the drops: a claim made across one is not kept */
+	int unsupported; /* the store has no fallocate for this file */
 };
 
-static int claims_unsupported;
+static int claims_unsupported; /* said once in the log */
 
 /* The first extent whose end is at or past lo. */
 static int ext_find(const struct fs_claims *cl, uint64_t lo)
@@ -65,23 +76,31 @@ static int ext_find(const struct fs_claims *cl, uint64_t lo)
 	return a;
 }
 
-static int claimed(struct fs_claims *cl, uint64_t lo, uint64_t hi)
+/* Whether [lo, hi) needs no claim; *gen: the drops so far. */
+static int claimed(struct fs_claims *cl, uint64_t lo, uint64_t hi,
+		   uint64_t *gen)
 {
 	int i, yes;
 
 	pthread_mutex_lock(&cl->lock);
 	i = ext_find(cl, lo);
-	yes = i < cl->n && cl->x[i].lo <= lo && cl->x[i].hi >= hi;
+	yes = cl->unsupported ||
+	      (i < cl->n && cl->x[i].lo <= lo && cl->x[i].hi >= hi);
+	*gen = cl->gen;
 	pthread_mutex_unlock(&cl->lock);
 	return yes;
 }
 
-/* Add [lo, hi), merging what it touches. */
-static void claims_add(struct fs_claims *cl, uint64_t lo, uint64_t hi)
+/* Add [lo, hi), merging what it touches, unless the list was dropped since
+ * gen (a truncate may have freed what the claim took). */
+static void claims_add(struct fs_claims *cl, uint64_t lo, uint64_t hi,
+		       uint64_t gen)
 {
 	int i, j;
 
 	pthread_mutex_lock(&cl->lock);
+	if (cl->gen != gen)
+		goto unlock;
 	i = ext_find(cl, lo);
 	for (j = i; j < cl->n && cl->x[j].lo <= hi; j++) {
 		if (cl->x[j].lo < lo)
@@ -166,21 +185,21 @@ static int claim_fd(struct fs *fs, struct fs_inode *in, int *wfd)
 	return fd;
 }
 
-int fs_claim(fuse_req_t req, struct fs *fs, struct fs_inode *in,
+int fs_claim(struct fs *fs, const struct fs_caller *who, struct fs_inode *in,
 	     struct cfile *cf, int *wfd, uint64_t off, uint64_t len)
 {
 	uint64_t lo = off & ~(CLAIM_PAGE - 1),
-		 hi = (off + len + CLAIM_PAGE - 1) & ~(CLAIM_PAGE - 1);
+		 hi = (off + len + CLAIM_PAGE - 1) & ~(CLAIM_PAGE - 1), gen;
 	struct fs_claims *cl;
 	int fd, ret, end;
 
-	if (!len || !fuse_req_ctx(req)->uid ||
-	    __atomic_load_n(&claims_unsupported, __ATOMIC_RELAXED))
+	/* past quotas and reserves anyway */
+	if (!len || fs_cred_has(who, CAP_SYS_RESOURCE))
 		return 0;
 	cl = claims_of(in);
 	if (!cl)
 		return -ENOMEM;
-	if (claimed(cl, lo, hi))
+	if (claimed(cl, lo, hi, &gen))
 		return 0;
 	fd = claim_fd(fs, in, wfd);
 	if (fd < 0)
@@ -188,7 +207,7 @@ int fs_claim(fuse_req_t req, struct fs *fs, struct fs_inode *in,
 	/* the claim moves the file's mtime and ctime: a change of this node's
 	 * own, not another's */
 	cache_file_bk_change_begin(fs->cache, cf);
-	ret = fs_cred_enter(req);
+	ret = fs_cred_take(who);
 	if (!ret) {
 		ret = fallocate(fd, FALLOC_FL_KEEP_SIZE, lo, hi - lo) ? -errno
 								     : 0;
@@ -202,14 +221,17 @@ int fs_claim(fuse_req_t req, struct fs *fs, struct fs_inode *in,
 		if (!__atomic_exchange_n(&claims_unsupported, 1,
 					 __ATOMIC_RELAXED))
 			log_msg(LOG_WARNING,
-				"the backing store has no fallocate: its "
-				"quotas apply when data is destaged, not when "
-				"it is written");
+				"the backing store has no fallocate (inode "
+				"%llu): the quotas of a file without it apply "
+				"when its data is destaged, not when it is "
+				"written",
+				(unsigned long long)in->ino);
+		__atomic_store_n(&cl->unsupported, 1, __ATOMIC_RELAXED);
 		return 0;
 	}
 	if (ret)
 		return ret;
-	claims_add(cl, lo, hi);
+	claims_add(cl, lo, hi, gen);
 	return 0;
 }
 
@@ -221,6 +243,7 @@ void fs_claims_drop(struct fs_inode *in)
 		return;
 	pthread_mutex_lock(&cl->lock);
 	cl->n = 0;
+	cl->gen++;
 	pthread_mutex_unlock(&cl->lock);
 }
 

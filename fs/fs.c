@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/capability.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,11 @@ struct fs_fh {
 	int flags;
 	int kfd; /* for the kill checks of its writes (killpriv.c), or -1 */
 	int wfd; /* for its writes' claims of store space (claim.c), or -1 */
+	struct fs_caller opener; /* who opened it for writing (claims of the
+				  * kernel's writeback), if ogroups or
+				  * opener_known */
+	gid_t *ogroups;
+	int opener_known;
 };
 
 struct fs_dir {
@@ -532,10 +538,35 @@ static int open_revalidate(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 
 /* The open of ino, whose cache object is cf (referenced; the handle takes
  * it) and whose backing file looked like *st; created: by this request. */
-static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
+/* Who opened fh for writing, kept for the claims of the kernel's writeback
+ * of its shared mappings, which come without a caller. */
+static int fh_keep_opener(fuse_req_t req, struct fs_fh *fh)
+{
+	gid_t *heap;
+	int ret = fs_cred_caller(req, &fh->opener, &heap);
+
+	if (ret)
+		return ret;
+	if (fh->opener.ngroups) {
+		fh->ogroups = heap ? heap
+				   : malloc(fh->opener.ngroups * sizeof(gid_t));
+		if (!fh->ogroups)
+			return -ENOMEM;
+		if (!heap)
+			memcpy(fh->ogroups, fh->opener.groups,
+			       fh->opener.ngroups * sizeof(gid_t));
+		fh->opener.groups = fh->ogroups;
+	}
+	fh->opener.umask = 0;
+	fh->opener_known = 1;
+	return 0;
+}
+
+static int open_fh_cf(fuse_req_t req, fuse_ino_t ino, struct cfile *cf,
 		      const struct stat *st, struct fuse_file_info *fi,
 		      int created)
 {
+	struct fs *fs = fs_of(req);
 	struct fs_fh *fh = calloc(1, sizeof(*fh));
 	int ret;
 
@@ -568,6 +599,17 @@ static int open_fh_cf(struct fs *fs, fuse_ino_t ino, struct cfile *cf,
 			free(fh);
 			return ret;
 		}
+		/* after the truncate: claims made before it are gone */
+		fs_claims_drop(fs_inode_of(fs, ino));
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+		ret = fh_keep_opener(req, fh);
+		if (ret) {
+			cache_file_put(fs->cache, fh->cf);
+			free(fh->ogroups);
+			free(fh);
+			return ret;
+		}
 	}
 	fh->flags = fi->flags;
 	fi->fh = (uintptr_t)fh;
@@ -585,24 +627,25 @@ static int open_access(int flags)
 }
 
 /*
- * The open of an existing file.  The store says whether the caller may: the
- * kernel's own check (default_permissions) is not made for an O_CREAT open
- * of a name it did not know, which the daemon found made already (on the
- * store, by another node), and may have seen attributes another node has
- * changed since.
+ * The open of an existing file.  The kernel checked the open already
+ * (default_permissions, with the caller's capabilities), but for an O_CREAT
+ * open of a name it did not know, which the daemon found made meanwhile (on
+ * the store, by another node): then (check) the store says whether the
+ * caller may, as the caller.
  */
 static int open_fh(fuse_req_t req, struct fs_inode *in, fuse_ino_t ino,
-		   struct fuse_file_info *fi)
+		   struct fuse_file_info *fi, int check)
 {
 	struct fs *fs = fs_of(req);
 	struct cfile *cf;
 	struct stat st;
-	int fd, ret;
+	int fd, ret = 0;
 
 	fd = fs_inode_fd(fs, in);
 	if (fd < 0)
 		return fd;
-	ret = fs_access_as(req, fd, open_access(fi->flags));
+	if (check)
+		ret = fs_access_as(req, fd, open_access(fi->flags));
 	/* an existing file opened with O_TRUNC by a caller without
 	 * CAP_FSETID (a file create_entry made is not truncated) */
 	if (!ret && (fi->flags & O_TRUNC) && proto_open_kill())
@@ -610,15 +653,13 @@ static int open_fh(fuse_req_t req, struct fs_inode *in, fuse_ino_t ino,
 	if (!ret)
 		ret = cache_file_get_st(fs->cache, fd, &cf, &st);
 	fs_inode_fd_put(in, fd);
-	if (!ret && (fi->flags & O_TRUNC))
-		fs_claims_drop(in);
-	return ret ? ret : open_fh_cf(fs, ino, cf, &st, fi, 0);
+	return ret ? ret : open_fh_cf(req, ino, cf, &st, fi, 0);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
-	int ret = open_fh(req, fs_inode_of(fs, ino), ino, fi);
+	int ret = open_fh(req, fs_inode_of(fs, ino), ino, fi, 0);
 
 	if (ret)
 		fuse_reply_err(req, -ret);
@@ -716,13 +757,13 @@ err_close:
  * which the inode table has just traded for the file's handle, is not opened
  * again by handle for it.
  */
-static int open_fh_new(struct fs *fs, fuse_ino_t ino, int rwfd,
+static int open_fh_new(fuse_req_t req, fuse_ino_t ino, int rwfd,
 		       const struct stat *st, struct fuse_file_info *fi)
 {
 	struct cfile *cf;
-	int ret = cache_file_get_new(fs->cache, -1, rwfd, st, &cf);
+	int ret = cache_file_get_new(fs_of(req)->cache, -1, rwfd, st, &cf);
 
-	return ret ? ret : open_fh_cf(fs, ino, cf, st, fi, 1);
+	return ret ? ret : open_fh_cf(req, ino, cf, st, fi, 1);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -746,8 +787,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_err(req, S_ISDIR(e.attr.st_mode) ? EISDIR : EINVAL);
 		return;
 	}
-	ret = rwfd < 0 ? open_fh(req, fs_inode_of(fs, e.ino), e.ino, fi)
-		       : open_fh_new(fs, e.ino, rwfd, &st, fi);
+	ret = rwfd < 0 ? open_fh(req, fs_inode_of(fs, e.ino), e.ino, fi, 1)
+		       : open_fh_new(req, e.ino, rwfd, &st, fi);
 	if (ret) {
 		fs_inode_forget(fs, fs_inode_of(fs, e.ino), 1);
 		fuse_reply_err(req, -ret);
@@ -841,6 +882,30 @@ static void write_sync(fuse_req_t req, void *fhp, const char *buf,
 	fs_done(fs->cache, FS_WRITE, t0);
 }
 
+/* A write's claim of store space, as its caller, or as the handle's opener
+ * for the kernel's writeback of a shared mapping (no caller). */
+static int write_claim(fuse_req_t req, struct fs_fh *fh,
+		       struct fuse_file_info *fi, fuse_ino_t ino, size_t size,
+		       off_t off)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_caller who;
+	gid_t *heap;
+	int ret;
+
+	if (fi->writepage)
+		return fh->opener_known
+			       ? fs_claim(fs, &fh->opener, fs_inode_of(fs, ino),
+					  fh->cf, &fh->wfd, off, size)
+			       : 0;
+	ret = fs_cred_caller(req, &who, &heap);
+	if (!ret)
+		ret = fs_claim(fs, &who, fs_inode_of(fs, ino), fh->cf,
+			       &fh->wfd, off, size);
+	free(heap);
+	return ret;
+}
+
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		     size_t size, off_t off, struct fuse_file_info *fi)
 {
@@ -863,8 +928,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	}
 	/* the store's space for it, as the caller: refused now (EDQUOT,
 	 * ENOSPC) as the store would, never at destage */
-	ret = fs_claim(req, fs, fs_inode_of(fs, ino), fh->cf, &fh->wfd, off,
-		       size);
+	ret = write_claim(req, fh, fi, ino, size, off);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		fs_done(c, FS_WRITE, t0);
@@ -911,6 +975,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 		close(fh->kfd);
 	if (fh->wfd >= 0)
 		close(fh->wfd);
+	free(fh->ogroups);
 	free(fh);
 	fuse_reply_err(req, 0);
 }
@@ -926,10 +991,11 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 
 /*
  * fallocate: the kernel leaves the set-ID bits to the daemon
- * (FUSE_HANDLE_KILLPRIV_V2) and says nothing of the caller's CAP_FSETID:
- * a caller other than root loses them, as with a write.  Space it
- * allocates is claimed as the caller first (quotas); a hole punched is
- * written as zeros through the cache.
+ * (FUSE_HANDLE_KILLPRIV_V2) and says nothing of the caller's CAP_FSETID,
+ * which the daemon reads (cred.c): a caller without it loses them, as with
+ * a write.  Space it allocates is claimed as the caller first (quotas); so
+ * is a hole punched inside the file, which is written as zeros through the
+ * cache.
  */
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 			 off_t len, struct fuse_file_info *fi)
@@ -937,16 +1003,22 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 	struct fs *fs = fs_of(req);
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 	struct fs_inode *in = fs_inode_of(fs, ino);
-	int ret = 0;
+	uint64_t size, end = off + len;
+	struct fs_caller who;
+	gid_t *heap;
+	int ret = fs_cred_caller(req, &who, &heap);
 
-	if (fuse_req_ctx(req)->uid)
+	if (!ret && !fs_cred_has(&who, CAP_FSETID))
 		ret = fs_kill_privs_fh(fs, ino, in, &fh->kfd);
-	if (!ret && !(mode & FALLOC_FL_PUNCH_HOLE))
-		ret = fs_claim(req, fs, in, fh->cf, &fh->wfd, off, len);
+	/* a punched hole is written as zeros, inside the file: claimed too */
+	if (!ret && (mode & FALLOC_FL_PUNCH_HOLE) &&
+	    !cache_file_attr(fs->cache, in->dev, in->ino, &size, NULL))
+		end = end < size ? end : size;
+	if (!ret && end > (uint64_t)off)
+		ret = fs_claim(fs, &who, in, fh->cf, &fh->wfd, off, end - off);
+	free(heap);
 	if (!ret)
 		ret = cache_fallocate(fs->cache, fh->cf, mode, off, len);
-	if (!ret && (mode & FALLOC_FL_PUNCH_HOLE))
-		fs_claims_drop(in);
 	fuse_reply_err(req, -ret);
 }
 
@@ -954,17 +1026,19 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
 	struct fs_dir *d = calloc(1, sizeof(*d));
+	char path[64];
 	int fd;
 
 	if (!d) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	/* as the caller: may it read the directory? */
+	/* as the caller: may it read the directory?  Through the inode's
+	 * descriptor (a lookup of "." would need search permission too) */
+	fs_proc_path(fs_inode_of(fs_of(req), ino)->fd, path, sizeof(path));
 	fd = fs_cred_enter(req);
 	if (!fd) {
-		fd = openat(fs_inode_of(fs_of(req), ino)->fd, ".",
-			    O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		fs_cred_leave();
 	} else {
 		errno = -fd;

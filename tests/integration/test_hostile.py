@@ -382,3 +382,137 @@ def test_a_user_cannot_remove_a_file_capability_but_a_write_kills_it(public_cach
     assert errno_of("fd = os.open(sys.argv[1], os.O_WRONLY)\nos.write(fd, b'y')", c.path("pub", "f")) == "ok"
     with pytest.raises(OSError):
         os.getxattr(p, "security.capability")
+
+
+# ---- found by an outside review of acting as the caller ----
+
+def fill_as_nobody(c, name="fill"):
+    """Write through the mount as nobody until the store refuses (ENOSPC); the bytes it took."""
+    done, err = nobody(WRITE_UNTIL_REFUSED, c.path(name), str(256 * MiB)).split()
+    assert err == "ENOSPC", (done, err)
+    return int(done)
+
+
+PUNCH = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)
+os.truncate(sys.argv[1], 8 << 20)
+# 3: FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, over the whole (sparse) file
+if libc.fallocate(fd, 3, ctypes.c_long(0), ctypes.c_long(8 << 20)):
+    import errno
+    print(errno.errorcode[ctypes.get_errno()])
+else:
+    print("ok")
+"""
+
+MMAP_WRITE = """
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o644)
+os.truncate(sys.argv[1], 8 << 20)
+m = mmap.mmap(fd, 8 << 20)
+m[:] = b"x" * (8 << 20)
+try:
+    m.flush()
+    os.fsync(fd)
+    print("ok")
+except OSError as e:
+    import errno
+    print(errno.errorcode[e.errno])
+"""
+
+
+@pytest.mark.parametrize("how", ["punch", "mmap"])
+def test_no_write_path_reaches_the_blocks_kept_for_root(make_cache, tmp_path, how):
+    """A hole punched in a sparse file (written as zeros through the cache) and a shared mapping's pages (the
+    kernel's writeback comes with no caller) are claimed as the writer too: with the user's share of the store
+    full, they are refused, or fit; root's reserve stays free, and flush destages everything (no destage fails
+    for want of space)."""
+    with ext4_store(str(tmp_path), 128, "-m", "40") as data:
+        st = os.statvfs(data)
+        reserved = (st.f_bfree - st.f_bavail) * st.f_frsize
+        c = store_cache(make_cache, data)
+        try:
+            fill_as_nobody(c)
+            out = nobody(PUNCH if how == "punch" else MMAP_WRITE, c.path(how))
+            assert out in ("ok", "ENOSPC", "EIO"), out
+            r = c.ctl("flush", c.mnt, check=False)
+            assert r.returncode == 0, r.stderr + c.log_text()[-2000:]
+            st = os.statvfs(data)
+            assert st.f_bfree * st.f_frsize >= reserved - 4 * MiB, (st.f_bfree * st.f_frsize, reserved, out)
+        finally:
+            c.unmount()
+            c.cleanup()
+
+
+def test_an_execute_only_program_runs_and_a_read_only_directory_lists(public_cache):
+    """A program with mode 0711 runs through the mount, as on the store (the kernel opens it for exec, not
+    for reading), and a directory nobody may read but not search (r--) lists its names."""
+    c = public_cache
+    pub = pub_dir(c, mode=0o755)
+    prog = os.path.join(pub, "prog")
+    sh("cp", "/bin/true", prog)
+    os.chmod(prog, 0o711)
+    r = subprocess.run([*AS_NOBODY, c.path("pub", "prog")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = os.path.join(pub, "rdir")
+    os.mkdir(d)
+    for n in ("a", "b"):
+        open(os.path.join(d, n), "w").close()
+    os.chmod(d, 0o744)
+    assert nobody("import os, sys\nprint(sorted(os.listdir(sys.argv[1])))", c.path("pub", "rdir")) == "['a', 'b']"
+    assert errno_of("os.stat(os.path.join(sys.argv[1], 'a'))", c.path("pub", "rdir")) == "EACCES"
+
+
+def test_a_callers_capabilities_count_not_its_uid(neg_cache):
+    """The store sees the caller's capabilities: nobody given CAP_DAC_READ_SEARCH (a backup service) reads a
+    root 0600 file through the mount as on the store, and uid 0 without capabilities (a container's root) may
+    not open another user's 0600 file with O_CREAT on the path the kernel does not check (finding 1)."""
+    c = neg_cache
+    pub = pub_dir(c, mode=0o755)
+    secret = os.path.join(pub, "secret")
+    with open(secret, "w") as f:
+        f.write("root's")
+    os.chmod(secret, 0o600)
+    capable = [*AS_NOBODY, "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
+    for p in (secret, c.path("pub", "secret")):
+        r = subprocess.run([*capable, "cat", p], capture_output=True, text=True)
+        assert (r.returncode, r.stdout) == (0, "root's"), (p, r.stderr)
+    capless = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    code = ("import errno, os, sys\ntry:\n    os.write(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY | os.O_APPEND,"
+            " 0o644), b'pwned')\n    print('ok')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\n")
+    r = subprocess.run([*capless, "/usr/bin/python3", "-c", "import os, sys\ntry:\n    os.stat(sys.argv[1])\n"
+                        "except FileNotFoundError:\n    pass", c.path("pub", "u1000")], check=True)
+    u1000 = os.path.join(pub, "u1000")
+    with open(u1000, "w") as f:
+        f.write("1000's")
+    os.chown(u1000, 1000, 1000)
+    os.chmod(u1000, 0o600)
+    r = subprocess.run([*capless, "/usr/bin/python3", "-c", code, c.path("pub", "u1000")], capture_output=True,
+                       text=True, check=True)
+    assert r.stdout.strip() == "EACCES", r.stdout
+    with open(u1000) as f:
+        assert f.read() == "1000's"
+
+
+def test_the_daemon_takes_its_own_groups_back(public_cache):
+    """After serving a caller with supplementary groups, no daemon thread keeps them once it has gone idle
+    (the idle hook is the daemon's own work): on a store where root is not privileged, the daemon's work
+    would otherwise run with a user's groups."""
+    c = public_cache
+    pub = pub_dir(c)
+    code = "import os, sys\nfor i in range(50):\n    open(os.path.join(sys.argv[1], 'g%d' % i), 'w').close()"
+    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--groups=4242,4243",
+                    "/usr/bin/python3", "-c", code, c.path("pub")], check=True)
+    assert os.stat(os.path.join(pub, "g0")).st_uid == NOBODY
+    time.sleep(3)                                   # past the workers' idle time (1 s)
+    seen = []
+    for t in os.listdir(f"/proc/{c.proc.pid}/task"):
+        try:
+            with open(f"/proc/{c.proc.pid}/task/{t}/status") as f:
+                groups = [ln for ln in f if ln.startswith("Groups:")][0].split()[1:]
+        except (FileNotFoundError, IndexError):
+            continue
+        if "4242" in groups:
+            seen.append(t)
+    assert not seen, f"threads {seen} keep a caller's groups"

@@ -28,8 +28,9 @@ static double ns_since(const struct timespec *t0)
 int main(int argc, char **argv)
 {
 	long n = argc > 1 ? atol(argv[1]) : 200000, i;
-	struct fs_caller who = { 65534, 65534, 0 };
 	gid_t g1[1] = { 65534 }, g2[1] = { 100 };
+	struct fs_caller who = { .uid = 65534, .gid = 65534, .ngroups = 1,
+				 .groups = g1 };
 	struct timespec t0;
 	struct stat st;
 
@@ -39,14 +40,14 @@ int main(int argc, char **argv)
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (i = 0; i < n; i++) {
-		if (fs_cred_take(&who, g1, 1))
+		if (fs_cred_take(&who))
 			return 1;
 		fs_cred_leave();
 	}
 	printf("a section, same caller again:      %6.0f ns\n", ns_since(&t0) / n);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (i = 0; i < n; i++) {
-		if (fs_cred_take(&who, g1, 1))
+		if (fs_cred_take(&who))
 			return 1;
 		fs_cred_leave();
 		fs_cred_daemon();
@@ -55,16 +56,18 @@ int main(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (i = 0; i < n; i++) {
 		who.uid = i & 1 ? 65534 : 1000;
-		if (fs_cred_take(&who, i & 1 ? g1 : g2, 1))
+		who.groups = i & 1 ? g1 : g2;
+		if (fs_cred_take(&who))
 			return 1;
 		fs_cred_leave();
 	}
 	printf("a section, two callers in turn:    %6.0f ns\n", ns_since(&t0) / n);
 	who.uid = 65534;
+	who.groups = g1;
 	who.umask = 022;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (i = 0; i < n; i++) {
-		if (fs_cred_take(&who, g1, 1))
+		if (fs_cred_take(&who))
 			return 1;
 		fs_cred_leave();
 	}
