@@ -267,11 +267,13 @@ def test_change_seen_only_in_ctime(make_cache):
 @pytest.fixture
 def small_store(tmp_path):
     """A 24 MiB ext4 file system as the shared store, to run out of space (set up before the caches, so that it
-    is torn down after them)."""
+    is torn down after them). Without extents: it has no fallocate, so a write is not refused when it is
+    accepted for want of space (a claim, fs/claim.c) and destage is what finds the store full, as on a store
+    without fallocate, or for a writer with CAP_SYS_RESOURCE (test_hostile.py has the claims)."""
     img = tmp_path / "store.img"
     with open(img, "wb") as f:
         f.truncate(24 << 20)
-    sh("mkfs.ext4", "-q", "-F", str(img))
+    sh("mkfs.ext4", "-q", "-F", "-O", "^extent,^64bit", str(img))
     mnt = tmp_path / "store"
     mnt.mkdir()
     sh("mount", "-o", "loop", str(img), str(mnt))
