@@ -516,3 +516,21 @@ def test_the_daemon_takes_its_own_groups_back(public_cache):
         if "4242" in groups:
             seen.append(t)
     assert not seen, f"threads {seen} keep a caller's groups"
+
+
+def test_search_permission_holds_for_names_the_kernel_has_cached(public_cache):
+    """Why default_permissions stays: root has looked a name up (the kernel caches its dentry), inside a
+    directory nobody may not search (0700); nobody may neither stat nor read it, though the file itself is
+    0644. Without the kernel's check, a path walk over cached dentries reaches it without asking the daemon."""
+    c = public_cache
+    pub = pub_dir(c, mode=0o755)
+    priv = os.path.join(pub, "private")
+    os.mkdir(priv)
+    with open(os.path.join(priv, "file"), "w") as f:
+        f.write("root's")
+    os.chmod(os.path.join(priv, "file"), 0o644)
+    os.chmod(priv, 0o700)
+    with open(c.path("pub", "private", "file")) as f:         # root: cached now
+        assert f.read() == "root's"
+    assert errno_of("os.stat(sys.argv[1])", c.path("pub", "private", "file")) == "EACCES"
+    assert errno_of("open(sys.argv[1]).read()", c.path("pub", "private", "file")) == "EACCES"
