@@ -92,11 +92,13 @@ def test_both_mirrors_lost_is_refused(make_cache):
 
 @pytest.fixture
 def small_backing(tmp_path):
-    """A 24 MiB ext4 file system as the backing store, to run out of space."""
+    """A 24 MiB ext4 file system as the backing store, to run out of space. Without extents, so without
+    fallocate: destage is what finds it full (a store with fallocate refuses a writer without
+    CAP_SYS_RESOURCE when the write is accepted, fs/claim.c; test_hostile.py)."""
     img = tmp_path / "backing.img"
     with open(img, "wb") as f:
         f.truncate(24 * MiB)
-    sh("mkfs.ext4", "-q", "-F", str(img))
+    sh("mkfs.ext4", "-q", "-F", "-O", "^extent,^64bit", str(img))
     mnt = tmp_path / "small"
     mnt.mkdir()
     sh("mount", "-o", "loop", str(img), str(mnt))
