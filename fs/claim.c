@@ -26,10 +26,11 @@
  * Once.  Each inode remembers the ranges claimed, as a sorted list of
  * disjoint extents (a sequential writer makes one), so that a rewrite asks
  * the store nothing.  The list is a memo, never a promise: it is dropped
- * whole when the file loses space (a truncate, O_TRUNC, a punched hole, a
- * change seen on the store) or grows past CLAIMS_MAX extents, and then the
- * next writes claim again; a claim of space the file has already costs the
- * store a lookup and nothing else.
+ * whole when the file may have lost space (a truncate, O_TRUNC, a change
+ * seen on the store) or grows past CLAIMS_MAX extents, and then the next
+ * writes claim again; a claim of space the file has already costs the store
+ * a lookup, and moves the file's times (noted as this node's own change).
+ * A punched hole loses none: the cache writes its zeros there (claimed).
  *
  * A drop counts in a generation: a claim made while a truncate freed
  * blocks (the fallocate before it, the list's update after it) is not
