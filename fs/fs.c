@@ -864,22 +864,37 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		read_sync(req, fh, NULL, size, off, t0);
 }
 
-static void write_sync(fuse_req_t req, void *fhp, const char *buf,
-		       size_t size, off_t off, uint64_t t0)
+/* A write on the calling thread; durable before its reply when synced. */
+static void write_now(fuse_req_t req, struct fs_fh *fh, const char *buf,
+		      size_t size, off_t off, uint64_t t0, int synced)
 {
 	struct fs *fs = fs_of(req);
-	struct fs_fh *fh = fhp;
 	int ret;
 
 	assert(!fs_cred_as_caller());
 	ret = cache_write(fs->cache, fh->cf, buf, size, off);
-	if (!ret && (fh->flags & (O_SYNC | O_DSYNC)))
+	if (!ret && synced)
 		ret = cache_fsync(fs->cache, fh->cf);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_write(req, size);
 	fs_done(fs->cache, FS_WRITE, t0);
+}
+
+static void write_sync(fuse_req_t req, void *fhp, const char *buf,
+		       size_t size, off_t off, uint64_t t0)
+{
+	struct fs_fh *fh = fhp;
+
+	write_now(req, fh, buf, size, off, t0, !!(fh->flags & (O_SYNC | O_DSYNC)));
+}
+
+/* A write whose own flags ask for O_DSYNC or O_SYNC (below). */
+static void write_synced(fuse_req_t req, void *fhp, const char *buf,
+			 size_t size, off_t off, uint64_t t0)
+{
+	write_now(req, fhp, buf, size, off, t0, 1);
 }
 
 /* A write's claim of store space, as its caller, or as the handle's opener
@@ -934,9 +949,20 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		fs_done(c, FS_WRITE, t0);
 		return;
 	}
-	/* an O_SYNC write waits for a flush: synchronous */
-	if (fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0, write_sync,
-		      !(fh->flags & (O_SYNC | O_DSYNC))))
+	/*
+	 * An O_SYNC write waits for a flush: synchronous.  Its flags are the
+	 * write's own (fi->flags): for a direct-I/O file the kernel sends no
+	 * FSYNC after a write with RWF_DSYNC or RWF_SYNC, or any write on a
+	 * sync mount, and says so there; the open's flags (fh->flags) say it
+	 * for the page cache's writes.
+	 */
+	if ((fh->flags | fi->flags) & (O_SYNC | O_DSYNC)) {
+		if (fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0,
+			      write_synced, 0))
+			write_synced(req, fh, buf, size, off, t0);
+		return;
+	}
+	if (fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0, write_sync, 1))
 		write_sync(req, fh, buf, size, off, t0);
 }
 
