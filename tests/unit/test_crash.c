@@ -27,7 +27,9 @@
  * A crash at point k keeps events [0, k).  Ops that ended before a point g
  * are "guaranteed": after a power loss g is the start of the latest fsync of
  * the file that returned before k (an fsync covers the writes that returned
- * before it started); after a kill -9 g = k (every acknowledged write).  Word
+ * before it started; a write with its own sync flag is followed by one, as
+ * fs.c does for RWF_DSYNC, and is covered by it); after a kill -9 g = k
+ * (every acknowledged write).  Word
  * w may then hold the value put there by any write or truncate X that started
  * before k, unless a guaranteed op that also covers w started after X ended;
  * or its initial zero, if no guaranteed op covers it.  Truncates and unlinks
@@ -77,6 +79,10 @@ struct op {
 	int kind, inc, res;
 	uint64_t off, len;
 	size_t start, end; /* event indices of its marks */
+	/* a write with its own sync flag (RWF_DSYNC, O_DSYNC, a sync mount:
+	 * fs.c write_now) is followed by an fsync, from sstart to send */
+	int sync;
+	size_t sstart, send;
 	char *rdata; /* a read's bytes */
 	size_t rn;
 };
@@ -375,6 +381,7 @@ static void do_op(unsigned *rs, int nth, char *buf, char *rb)
 		for (w = 0; w < o->len / 8; w++)
 			((uint64_t *)buf)[w] =
 				token(i, idx + 1, o->off / 8 + w);
+		o->sync = rnd_r(rs) % 8 == 0;
 	}
 	o->start = rec_log_add(L, REC_MARK, idx, 0, NULL, 0, 0);
 	switch (kind) {
@@ -404,6 +411,12 @@ static void do_op(unsigned *rs, int nth, char *buf, char *rb)
 		break;
 	}
 	o->end = rec_log_add(L, REC_MARK, idx, 1, NULL, 0, 0);
+	if (kind == OP_WRITE && o->sync && !o->res) {
+		/* what fs.c's write_now does for a write's own sync flag */
+		o->sstart = rec_log_add(L, REC_MARK, idx, 2, NULL, 0, 0);
+		o->res = cache_fsync(C, I->cf);
+		o->send = rec_log_add(L, REC_MARK, idx, 3, NULL, 0, 0);
+	}
 	if (kind == OP_UNLINK) {
 		int n = inc_create(slot, I->gen + 1);
 
@@ -482,7 +495,8 @@ static void model_build(void)
 				continue;
 			if (ops[j].kind == OP_WRITE || ops[j].kind == OP_TRUNC)
 				I->ops[I->nops++] = j;
-			if (ops[j].kind == OP_FSYNC && !ops[j].res)
+			if ((ops[j].kind == OP_FSYNC || ops[j].sync) &&
+			    !ops[j].res)
 				I->syncs[I->nsyncs++] = j;
 		}
 		qsort(I->ops, I->nops, sizeof(int), op_cmp_start);
@@ -515,9 +529,11 @@ static size_t guarantee(const struct inc *I, size_t k)
 
 	for (j = 0; j < I->nsyncs; j++) {
 		const struct op *f = &ops[I->syncs[j]];
+		size_t start = f->sync ? f->sstart : f->start;
+		size_t end = f->sync ? f->send : f->end;
 
-		if (f->end < k && f->start > g)
-			g = f->start;
+		if (end < k && start > g)
+			g = start;
 	}
 	return g;
 }
@@ -1769,7 +1785,7 @@ static int run_seed(unsigned s)
 			points[npoints++] = j;
 			points[npoints++] = j + 1;
 		} else if (e->kind == REC_MARK && e->target >= 0 &&
-			   e->off == 1) {
+			   (e->off == 1 || e->off == 3)) {
 			points[npoints++] = j + 1;
 		}
 	}
@@ -1815,7 +1831,7 @@ static int run_seed(unsigned s)
 		nstates++;
 		/* the kill -9 state: after every op, and now and then */
 		if (((prev->kind == REC_MARK && prev->target >= 0 &&
-		      prev->off == 1) ||
+		      (prev->off == 1 || prev->off == 3)) ||
 		     rnd() % 4 == 0 || getenv("NVC_CRASH_AT")) &&
 		    env_int("NVC_CRASH_KILL", 1)) {
 			cr.kill = 1;
