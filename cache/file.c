@@ -247,6 +247,7 @@ void file_put_locked(struct cache *c, struct cfile *f)
 	/* a pinned file keeps its object and record, even with no slot */
 	if (f->nslots || f->pinned)
 		return;
+	assert(!f->dirty_pages); /* counted in its slots, which are gone */
 	if (f->rec) {
 		struct meta_file r;
 

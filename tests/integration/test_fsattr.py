@@ -1,6 +1,7 @@
 """Issue 25, findings 9-12 (found by xfstests generic/451, 615, 423, 467), through the real mount: what a
 buffered read sees after an asynchronous O_DIRECT write, st_blocks of data only in the cache, ctime of a
 write, and a second open of an unlinked file with dirty data."""
+import ctypes
 import os
 import shutil
 import subprocess
@@ -22,8 +23,76 @@ def aio_dio_cycle(tmp_path_factory):
     return exe
 
 
+@pytest.fixture
+def fresh_attrs(make_cache):
+    """A mounted cache whose kernel caches no attributes: every stat asks the daemon."""
+    c = make_cache(extra={"fuse.attr_timeout": "0"})
+    c.format()
+    c.mount()
+    yield c
+    if c.proc:
+        c.unmount()
+
+
 def test_buffered_read_sees_a_completed_async_direct_write(cache, aio_dio_cycle):
     """generic/451: buffered readers fill the page cache while a libaio O_DIRECT write rewrites the file;
     once the write has completed, a buffered read must return its bytes, not the page cache's old ones."""
     r = subprocess.run([aio_dio_cycle, cache.path("f"), "3"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, f"stale data after an async direct write: {r.stdout} {r.stderr}"
+
+
+def test_st_blocks_count_data_only_in_the_cache(fresh_attrs, tmp_path):
+    """generic/615: a file whose data is only in the cache must not show st_blocks 0 (tar --sparse, cp
+    --sparse=auto and backup tools take that for a hole and copy zeros); st_blocks * 512 covers the data
+    before destage and after it."""
+    cache = fresh_attrs
+    data = os.urandom(MiB)
+    p = cache.path("f")
+    with open(p, "wb") as f:
+        f.write(data)
+    st = os.stat(p)
+    assert st.st_blocks >= MiB // 512, f"st_blocks {st.st_blocks} for 1 MiB in the cache"
+    assert st.st_blocks <= MiB // 512 + 64, f"st_blocks {st.st_blocks}: more than the file's size"
+    # tar --sparse archives a file of 0 blocks as one hole
+    arch, out = str(tmp_path / "a.tar"), tmp_path / "x"
+    out.mkdir()
+    subprocess.run(["tar", "--sparse", "-C", cache.mnt, "-cf", arch, "f"], check=True)
+    subprocess.run(["tar", "-C", str(out), "-xf", arch], check=True)
+    with open(out / "f", "rb") as f:
+        assert f.read() == data, "tar --sparse copied the cached data as a hole"
+    subprocess.run(["cp", "--sparse=auto", p, str(tmp_path / "c")], check=True)
+    with open(tmp_path / "c", "rb") as f:
+        assert f.read() == data
+    cache.flush()
+    assert os.stat(os.path.join(cache.backing, "f")).st_blocks >= MiB // 512
+    assert os.stat(p).st_blocks >= MiB // 512, "st_blocks after destage"
+
+
+def test_a_write_moves_ctime_and_destage_does_not(fresh_attrs):
+    """generic/423: a write changes mtime and ctime together (POSIX), and destage, long after, with no user
+    operation, must not make ctime jump."""
+    cache = fresh_attrs
+    import time
+    p = cache.path("f")
+    with open(p, "wb") as f:
+        f.write(b"a" * 4096)
+    cache.flush()
+    before = os.stat(p)
+    time.sleep(0.05)
+    with open(p, "r+b") as f:
+        f.write(b"b" * 4096)
+    st = os.stat(p)
+    assert st.st_mtime_ns > before.st_mtime_ns
+    assert st.st_ctime_ns >= st.st_mtime_ns, f"ctime {st.st_ctime_ns} before mtime {st.st_mtime_ns} after a write"
+    time.sleep(0.05)
+    cache.flush()
+    assert os.stat(os.path.join(cache.backing, "f")).st_ctime_ns > st.st_ctime_ns, \
+        "the store's ctime did not move at destage: the test cannot tell"
+    after = os.stat(p)
+    assert (after.st_mtime_ns, after.st_ctime_ns) == (st.st_mtime_ns, st.st_ctime_ns), \
+        "destage moved the times the mount shows"
+    # a change of metadata through the mount still moves ctime, past the write's
+    time.sleep(0.05)
+    os.chmod(p, 0o600)
+    assert os.stat(p).st_ctime_ns > st.st_ctime_ns, "chmod after destage did not move ctime"
+
