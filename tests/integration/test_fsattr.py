@@ -96,3 +96,41 @@ def test_a_write_moves_ctime_and_destage_does_not(fresh_attrs):
     os.chmod(p, 0o600)
     assert os.stat(p).st_ctime_ns > st.st_ctime_ns, "chmod after destage did not move ctime"
 
+
+class FileHandle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                ("f_handle", ctypes.c_ubyte * 128)]
+
+
+def test_a_second_open_of_an_unlinked_open_file_sees_its_dirty_data(fresh_attrs):
+    """generic/467: a file with dirty data, still open, loses its last name; opened again by handle
+    (name_to_handle_at before the unlink, open_by_handle_at on the mount) or through /proc/self/fd/N, it must
+    show the size and the data the open descriptor sees, not the store's empty file."""
+    cache = fresh_attrs
+    libc = ctypes.CDLL(None, use_errno=True)
+    data = os.urandom(256 * 1024)
+    p = cache.path("f")
+    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    mfd = os.open(cache.mnt, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert os.write(fd, data) == len(data)
+        fh, mnt_id = FileHandle(), ctypes.c_int()
+        fh.handle_bytes = 128
+        assert libc.name_to_handle_at(-100, p.encode(), ctypes.byref(fh), ctypes.byref(mnt_id), 0) == 0, \
+            os.strerror(ctypes.get_errno())
+        assert os.stat(os.path.join(cache.backing, "f")).st_size == 0, "destaged already: the test cannot tell"
+        os.unlink(p)
+        again = [os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)]
+        h = libc.open_by_handle_at(mfd, ctypes.byref(fh), os.O_RDONLY)
+        assert h >= 0, "open_by_handle_at: " + os.strerror(ctypes.get_errno())
+        again.append(h)
+        for how, g in zip(("/proc/self/fd", "by handle"), again):
+            try:
+                assert os.fstat(g).st_size == len(data), f"an open {how} of the unlinked file: size"
+                assert os.pread(g, len(data) + 1, 0) == data, f"an open {how} of the unlinked file: data"
+            finally:
+                os.close(g)
+        assert os.pread(fd, len(data) + 1, 0) == data
+    finally:
+        os.close(mfd)
+        os.close(fd)
