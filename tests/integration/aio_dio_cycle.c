@@ -1,8 +1,8 @@
-/* An asynchronous O_DIRECT rewrite (libaio) while buffered readers fill the page cache, then a buffered read
- * that must see it: the check of xfstests generic/451 (aio-dio-cycle-write). */
+/* An asynchronous O_DIRECT rewrite (io_uring) while buffered readers fill the page cache, then a buffered
+ * read that must see it: the check of xfstests generic/451 (aio-dio-cycle-write, which uses libaio). */
 #define _GNU_SOURCE
 #include <fcntl.h>
-#include <libaio.h>
+#include <liburing.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +31,10 @@ static void *reader(void *arg)
 
 int main(int argc, char **argv)
 {
-	io_context_t ctx = 0;
-	struct iocb cb, *cbs[1] = { &cb };
-	struct io_event ev;
-	pthread_t th[2];
+	struct io_uring ring;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	pthread_t th[4];
 	char *buf[2], *cmp = malloc(SIZE);
 	double secs = argc > 2 ? atof(argv[2]) : 3;
 	struct timespec t0, t;
@@ -50,9 +50,9 @@ int main(int argc, char **argv)
 	if (fd < 0 || pwrite(fd, buf[0], SIZE, 0) != SIZE)
 		return perror("init"), 2;
 	close(fd);
-	if (io_setup(1, &ctx))
-		return perror("io_setup"), 2;
-	for (i = 0; i < 2; i++)
+	if (io_uring_queue_init(4, &ring, 0))
+		return perror("io_uring_queue_init"), 2;
+	for (i = 0; i < 4; i++)
 		pthread_create(&th[i], NULL, reader, NULL);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
@@ -61,10 +61,11 @@ int main(int argc, char **argv)
 			break;
 		i = ++n % 2;
 		fd = open(path, O_RDWR | O_DIRECT);
-		io_prep_pwrite(&cb, fd, buf[i], SIZE, 0);
-		if (io_submit(ctx, 1, cbs) != 1 || io_getevents(ctx, 1, 1, &ev, NULL) != 1 ||
-		    ev.res != SIZE)
-			return fprintf(stderr, "aio write failed\n"), 2;
+		sqe = io_uring_get_sqe(&ring);
+		io_uring_prep_write(sqe, fd, buf[i], SIZE, 0);
+		if (io_uring_submit(&ring) != 1 || io_uring_wait_cqe(&ring, &cqe) || cqe->res != SIZE)
+			return fprintf(stderr, "async write failed\n"), 2;
+		io_uring_cqe_seen(&ring, cqe);
 		close(fd);
 		fd = open(path, O_RDONLY);
 		if (pread(fd, cmp, SIZE, 0) != SIZE)
@@ -76,7 +77,7 @@ int main(int argc, char **argv)
 		}
 	}
 	stop = 1;
-	for (i = 0; i < 2; i++)
+	for (i = 0; i < 4; i++)
 		pthread_join(th[i], NULL);
 	printf("%d cycles, %d stale\n", n, bad);
 	return bad ? 1 : 0;
