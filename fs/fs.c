@@ -40,6 +40,7 @@ struct fs_fh {
 	int flags;
 	fuse_ino_t ino;
 	int kdio; /* the kernel opened it FOPEN_DIRECT_IO (kinval.c) */
+	uint64_t kdrop; /* without it: what its open took for seen */
 	int kfd; /* for the kill checks of its writes (killpriv.c), or -1 */
 	int wfd; /* for its writes' claims of store space (claim.c), or -1 */
 	struct fs_caller opener; /* who opened it for writing (claims of the
@@ -620,10 +621,10 @@ static int open_fh_cf(fuse_req_t req, fuse_ino_t ino, struct cfile *cf,
 	proto_open(fi);
 	fh->kdio = fi->direct_io;
 	/* before the reply: a direct write that misses it is in the cache
-	 * before this handle reads (kinval.c) */
-	if (!fi->direct_io)
-		__atomic_store_n(&fs_inode_of(fs, ino)->cached_open, 1,
-				 __ATOMIC_SEQ_CST);
+	 * before this handle reads, and one before it is dropped (kinval.c) */
+	if (!fi->direct_io &&
+	    kinval_open(&fs_inode_of(fs, ino)->kinval, &fh->kdrop))
+		fi->keep_cache = 0;
 	return 0;
 }
 
@@ -897,19 +898,17 @@ static void write_now(fuse_req_t req, struct fs_fh *fh, const char *buf,
 
 /*
  * A write is in the cache: its answer.  A write through a direct-I/O handle
- * (FS_RW_KINVAL) on an inode that buffered handles may have brought into
- * the kernel's page cache is answered once the kernel has dropped the
- * range (kinval.c).
+ * (FS_RW_KINVAL) while buffered handles of the inode are open is answered
+ * once the kernel has dropped the range from its page cache (kinval.c).
  */
 void fs_reply_write(fuse_req_t req, void *fhp, off_t off, size_t n, int flags)
 {
 	struct fs_fh *fh = fhp;
 	struct fs *fs = fs_of(req);
 
-	if ((flags & FS_RW_KINVAL) && fs->se &&
-	    __atomic_load_n(&fs_inode_of(fs, fh->ino)->cached_open,
-			    __ATOMIC_SEQ_CST))
-		kinval_reply_write(req, fh->ino, off, n);
+	if ((flags & FS_RW_KINVAL) && fs->se)
+		kinval_reply_write(&fs_inode_of(fs, fh->ino)->kinval, req,
+				   fh->ino, off, n);
 	else
 		fuse_reply_write(req, n);
 }
@@ -1033,6 +1032,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 
 	fs_cred_daemon();
+	if (!fh->kdio)
+		kinval_release(&fs_inode_of(fs_of(req), fh->ino)->kinval,
+			       fh->kdrop);
 	cache_file_put(fs_of(req)->cache, fh->cf);
 	if (fh->kfd >= 0)
 		close(fh->kfd);

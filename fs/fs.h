@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "../cache/cache.h"
+#include "kinval.h"
 
 #define FS_HANDLE_MAX 48
 
@@ -27,8 +28,8 @@ struct fs_inode {
 	dev_t dev;
 	ino_t ino;
 	uint64_t nlookup;
-	int cached_open; /* a handle without FOPEN_DIRECT_IO was opened
-			  * (atomic; never cleared: kinval.c) */
+	struct kinval_ino kinval; /* its handles, for the kernel's page
+				   * cache (kinval.c) */
 	struct fs_inode *next;
 	int htype;
 	uint8_t hbytes;

@@ -32,13 +32,21 @@
  * writes the kernel never sends from the page cache but for a shared
  * mapping's writeback, which is not sent here either: fi->writepage.)
  *
- * When.  Only for an inode some handle opened without FOPEN_DIRECT_IO
- * (fs_inode.cached_open, set before that open's reply and never cleared):
- * the kernel can hold pages of an inode only once one has.  A file only
- * ever opened O_DIRECT (a database, a VM image) pays nothing.  The store of
- * the flag and its load after the write's data is in the cache are both
- * sequentially consistent: a buffered open whose flag the write's check
- * misses was answered after the check, and its reads find the new bytes.
+ * When.  Only while a handle without FOPEN_DIRECT_IO is open on the inode
+ * (kopen): no page of the inode is read into the kernel's page cache but
+ * through one (a shared mapping keeps its handle open until unmapped).  A
+ * direct write answered with none open leaves what a handle closed
+ * meanwhile read during it; so every direct write counts (dio_seq), and a
+ * buffered open that finds a count it has not seen dropped does not keep
+ * the page cache (keep_cache = 0: the kernel drops it before that open
+ * returns).  A count is taken for seen only once the handle that dropped
+ * it is released, long after its drop: every buffered open until then
+ * drops too, and none keeps what another's drop has not yet removed.  The
+ * write counts then looks at kopen; the open counts in kopen then looks at
+ * dio_seq, all sequentially consistent: either the write sees the open and
+ * drops the range, or the open sees the write and drops everything.  A
+ * file only ever opened O_DIRECT (a database, a VM image), or opened
+ * buffered only between its direct writes, pays no invalidation.
  */
 
 struct kinval_job {
@@ -115,13 +123,18 @@ void kinval_stop(void)
 	K.running = 0;
 }
 
-void kinval_reply_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t n)
+void kinval_reply_write(struct kinval_ino *k, fuse_req_t req, fuse_ino_t ino,
+			off_t off, size_t n)
 {
-	struct kinval_job *j = K.running ? malloc(sizeof(*j)) : NULL;
+	struct kinval_job *j;
 
+	__atomic_add_fetch(&k->dio_seq, 1, __ATOMIC_SEQ_CST);
+	j = K.running && __atomic_load_n(&k->kopen, __ATOMIC_SEQ_CST)
+		    ? malloc(sizeof(*j))
+		    : NULL;
 	if (!j) {
-		/* no thread (or no memory): answered without the drop, as
-		 * before; the kernel's own drop before the write stays */
+		/* no buffered handle open (no thread, or no memory: the
+		 * kernel's own drop before the write stays) */
 		fuse_reply_write(req, n);
 		return;
 	}
@@ -135,4 +148,28 @@ void kinval_reply_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t n)
 	K.tail = &j->next;
 	pthread_cond_signal(&K.cond);
 	pthread_mutex_unlock(&K.lock);
+}
+
+int kinval_open(struct kinval_ino *k, uint64_t *drop)
+{
+	uint64_t seq;
+
+	__atomic_add_fetch(&k->kopen, 1, __ATOMIC_SEQ_CST);
+	seq = __atomic_load_n(&k->dio_seq, __ATOMIC_SEQ_CST);
+	*drop = seq;
+	return seq != __atomic_load_n(&k->dio_seen, __ATOMIC_SEQ_CST);
+}
+
+void kinval_release(struct kinval_ino *k, uint64_t drop)
+{
+	uint64_t seen = __atomic_load_n(&k->dio_seen, __ATOMIC_SEQ_CST);
+
+	/* the largest count dropped and released (counts only grow) */
+	while (drop > seen &&
+	       !__atomic_compare_exchange_n(&k->dio_seen, &seen, drop, 0,
+					    __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST))
+		;
+	assert(__atomic_load_n(&k->kopen, __ATOMIC_SEQ_CST) > 0);
+	__atomic_sub_fetch(&k->kopen, 1, __ATOMIC_SEQ_CST);
 }

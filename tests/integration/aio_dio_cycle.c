@@ -1,5 +1,7 @@
-/* An asynchronous O_DIRECT rewrite (io_uring) while buffered readers fill the page cache, then a buffered
- * read that must see it: the check of xfstests generic/451 (aio-dio-cycle-write, which uses libaio). */
+/* An asynchronous O_DIRECT rewrite (io_uring) while buffered readers fill the page cache, then buffered
+ * reads that must see it, through a new descriptor (the check of xfstests generic/451, aio-dio-cycle-write,
+ * which uses libaio) and through one open all along (but with a third argument "closed": then no
+ * buffered descriptor stays open between the readers' opens).  Exit 1: stale data. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <liburing.h>
@@ -38,7 +40,7 @@ int main(int argc, char **argv)
 	char *buf[2], *cmp = malloc(SIZE);
 	double secs = argc > 2 ? atof(argv[2]) : 3;
 	struct timespec t0, t;
-	int fd, i, n = 0, bad = 0;
+	int fd, kept, i, n = 0, bad = 0;
 
 	path = argv[1];
 	for (i = 0; i < 2; i++) {
@@ -50,6 +52,7 @@ int main(int argc, char **argv)
 	if (fd < 0 || pwrite(fd, buf[0], SIZE, 0) != SIZE)
 		return perror("init"), 2;
 	close(fd);
+	kept = argc > 3 && !strcmp(argv[3], "closed") ? -1 : open(path, O_RDONLY);
 	if (io_uring_queue_init(4, &ring, 0))
 		return perror("io_uring_queue_init"), 2;
 	for (i = 0; i < 4; i++)
@@ -67,6 +70,14 @@ int main(int argc, char **argv)
 			return fprintf(stderr, "async write failed\n"), 2;
 		io_uring_cqe_seen(&ring, cqe);
 		close(fd);
+		/* first: a new open may drop the page cache */
+		if (kept >= 0 && pread(kept, cmp, SIZE, 0) != SIZE)
+			return perror("pread"), 2;
+		if (kept >= 0 && memcmp(cmp, buf[i], SIZE)) {
+			fprintf(stderr, "stale through the descriptor open all along\n");
+			bad++;
+			break;
+		}
 		fd = open(path, O_RDONLY);
 		if (pread(fd, cmp, SIZE, 0) != SIZE)
 			return perror("pread"), 2;
