@@ -193,8 +193,7 @@ int cache_file_attr_st(struct cache *c, struct stat *st)
 	if (f->mtime_set)
 		st->st_mtim = f->mtime;
 	own = f->coh.inflight || ts_ns(&st->st_ctim) == f->bk_ctime_ns;
-	if (f->ctime_set &&
-	    (own || ts_ns(&f->ctime) > ts_ns(&st->st_ctim)))
+	if (f->ctime_set && (own || ts_ns(&f->ctime) > ts_ns(&st->st_ctim)))
 		st->st_ctim = f->ctime;
 	if (ts_ns(&st->st_mtim) > ts_ns(&st->st_ctim))
 		st->st_ctim = st->st_mtim;

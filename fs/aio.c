@@ -176,8 +176,7 @@ static void rw_sync_job(const struct rw_args *r, const char *wbuf,
 {
 	if (!fsloop_must_defer()) {
 		fsloop_sync_begin();
-		r->sync(r->req, r->fh, wbuf, r->size, r->off, r->t0,
-			r->flags);
+		r->sync(r->req, r->fh, wbuf, r->size, r->off, r->t0, r->flags);
 		fsloop_sync_end();
 		free(job);
 		return;
@@ -215,8 +214,7 @@ static void aop_finish(struct aop *op)
 	if (ret)
 		fuse_reply_err(op->r.req, -ret);
 	else if (op->r.write)
-		fs_reply_write(op->r.req, op->r.fh, op->r.off, n,
-			       op->r.flags);
+		fs_reply_write(op->r.req, op->r.fh, op->r.off, n, op->r.flags);
 	else
 		fuse_reply_buf(op->r.req, data, n);
 	cache_note_latency(op->r.c, op->r.write ? STAT_L_write : STAT_L_read,

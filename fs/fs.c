@@ -913,8 +913,8 @@ void fs_reply_write(fuse_req_t req, void *fhp, off_t off, size_t n, int flags)
 		fuse_reply_write(req, n);
 }
 
-static void write_sync(fuse_req_t req, void *fhp, const char *buf,
-		       size_t size, off_t off, uint64_t t0, int flags)
+static void write_sync(fuse_req_t req, void *fhp, const char *buf, size_t size,
+		       off_t off, uint64_t t0, int flags)
 {
 	struct fs_fh *fh = fhp;
 

@@ -64,8 +64,7 @@ static struct {
 	struct fuse_session *se;
 	struct kinval_job *head, **tail;
 	int running, stop;
-} K = { .lock = PTHREAD_MUTEX_INITIALIZER,
-	.cond = PTHREAD_COND_INITIALIZER };
+} K = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 static void kinval_run(struct fuse_session *se, struct kinval_job *j)
 {
@@ -167,8 +166,7 @@ void kinval_release(struct kinval_ino *k, uint64_t drop)
 	/* the largest count dropped and released (counts only grow) */
 	while (drop > seen &&
 	       !__atomic_compare_exchange_n(&k->dio_seen, &seen, drop, 0,
-					    __ATOMIC_SEQ_CST,
-					    __ATOMIC_SEQ_CST))
+					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
 		;
 	assert(__atomic_load_n(&k->kopen, __ATOMIC_SEQ_CST) > 0);
 	__atomic_sub_fetch(&k->kopen, 1, __ATOMIC_SEQ_CST);

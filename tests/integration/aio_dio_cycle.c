@@ -52,7 +52,8 @@ int main(int argc, char **argv)
 	if (fd < 0 || pwrite(fd, buf[0], SIZE, 0) != SIZE)
 		return perror("init"), 2;
 	close(fd);
-	kept = argc > 3 && !strcmp(argv[3], "closed") ? -1 : open(path, O_RDONLY);
+	kept = argc > 3 && !strcmp(argv[3], "closed") ? -1
+						      : open(path, O_RDONLY);
 	if (io_uring_queue_init(4, &ring, 0))
 		return perror("io_uring_queue_init"), 2;
 	for (i = 0; i < 4; i++)
@@ -60,13 +61,15 @@ int main(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec + (t.tv_nsec - t0.tv_nsec) / 1e9 > secs)
+		if (t.tv_sec - t0.tv_sec + (t.tv_nsec - t0.tv_nsec) / 1e9 >
+		    secs)
 			break;
 		i = ++n % 2;
 		fd = open(path, O_RDWR | O_DIRECT);
 		sqe = io_uring_get_sqe(&ring);
 		io_uring_prep_write(sqe, fd, buf[i], SIZE, 0);
-		if (io_uring_submit(&ring) != 1 || io_uring_wait_cqe(&ring, &cqe) || cqe->res != SIZE)
+		if (io_uring_submit(&ring) != 1 ||
+		    io_uring_wait_cqe(&ring, &cqe) || cqe->res != SIZE)
 			return fprintf(stderr, "async write failed\n"), 2;
 		io_uring_cqe_seen(&ring, cqe);
 		close(fd);
@@ -74,7 +77,8 @@ int main(int argc, char **argv)
 		if (kept >= 0 && pread(kept, cmp, SIZE, 0) != SIZE)
 			return perror("pread"), 2;
 		if (kept >= 0 && memcmp(cmp, buf[i], SIZE)) {
-			fprintf(stderr, "stale through the descriptor open all along\n");
+			fprintf(stderr, "stale through the descriptor open all "
+					"along\n");
 			bad++;
 			break;
 		}
