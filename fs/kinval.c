@@ -34,7 +34,9 @@
  *
  * When.  Only while a handle without FOPEN_DIRECT_IO is open on the inode
  * (kopen): no page of the inode is read into the kernel's page cache but
- * through one (a shared mapping keeps its handle open until unmapped).  A
+ * through one (a shared mapping keeps its handle open until unmapped), or
+ * through a mapping of, or readahead asked on, an O_DIRECT handle, which
+ * this does not cover (README, Limits).  A
  * direct write answered with none open leaves what a handle closed
  * meanwhile read during it; so every direct write counts (dio_seq), and a
  * buffered open that finds a count it has not seen dropped does not keep
