@@ -198,10 +198,11 @@ int cache_file_readonly(const struct cfile *f);
 /* Size and mtime as the mount must show them, if the cache tracks the file. */
 int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
 		    struct timespec *mtime);
-/* The same for the backing inode whose attributes are st, unless the file has
- * no dirty data and st shows a change made elsewhere (the store's then). */
-int cache_file_attr_st(struct cache *c, const struct stat *st, uint64_t *size,
-		       struct timespec *mtime);
+/* The attributes of the backing inode whose store attributes are *st, as the
+ * mount must show them (size, mtime, ctime, st_blocks rewritten), unless the
+ * cache does not track it, or it has no dirty data and st shows a change
+ * made elsewhere (-ENOENT: the store's are the file's). */
+int cache_file_attr_st(struct cache *c, struct stat *st);
 /* The backing file's times were set: stop showing a cached mtime. */
 void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino);
 /* A name is about to be removed through the mount (unlink, rename over it);

@@ -129,6 +129,9 @@ void cache_file_meta_changed(struct cache *c, int fd, int times_set)
 		return;
 	pthread_mutex_lock(&c->lock);
 	f = file_find(c, st.st_dev, st.st_ino, 1);
+	/* the change's ctime is shown, not an older write's */
+	if (f && f->ctime_set && ts_ns(&st.st_ctim) > ts_ns(&f->ctime))
+		f->ctime = st.st_ctim;
 	/* the data as this node left it: the new ctime (and times) are ours */
 	if (f && !f->coh.inflight && (uint64_t)st.st_size == f->bsize &&
 	    (times_set || ts_ns(&st.st_mtim) == f->bk_mtime_ns)) {
@@ -152,11 +155,29 @@ void cache_file_meta_changed(struct cache *c, int fd, int times_set)
 	pthread_mutex_unlock(&c->lock);
 }
 
-int cache_file_attr_st(struct cache *c, const struct stat *st, uint64_t *size,
-		       struct timespec *mtime)
+/*
+ * The attributes the mount shows (st: the store's, rewritten).  Size and
+ * mtime: the cache's.  ctime: a write, truncate or fallocate through the
+ * cache moves it with the mtime (POSIX), to the time the cache took the
+ * change (f->ctime), and destage, which changes the store's ctime again
+ * long after with no user operation, must not make it jump: while the
+ * store's ctime is the look this node noted after its own last change (or
+ * one of its changes is under way), the cache's is shown; a change made
+ * since, elsewhere or through the mount (cache_file_meta_changed), shows
+ * the later of the two.  Never before the mtime shown.  Once the object is
+ * gone (closed and evicted, or after a remount) the store's ctime is shown,
+ * destage's time: the README's Limits say so.
+ *
+ * st_blocks: the store's, plus the dirty pages it does not hold yet (data
+ * only in the cache, which tar --sparse and backup tools would take for a
+ * hole), but not past the size: a rewrite of blocks the store has counts
+ * twice otherwise.  After destage the dirty pages are the store's own.
+ */
+int cache_file_attr_st(struct cache *c, struct stat *st)
 {
+	uint64_t blocks, cap, bk;
 	struct cfile *f;
-	int ret = -ENOENT;
+	int own;
 
 	pthread_mutex_lock(&c->lock);
 	f = file_find(c, st->st_dev, st->st_ino, 0);
@@ -164,16 +185,32 @@ int cache_file_attr_st(struct cache *c, const struct stat *st, uint64_t *size,
 	 * file's (its next open takes them) */
 	if (f && !f->ndirty && !f->coh.inflight && look_differs_locked(f, st))
 		f = NULL;
-	if (f) {
-		*size = f->size;
-		if (f->mtime_set)
-			*mtime = f->mtime;
-		else
-			mtime->tv_nsec = UTIME_OMIT;
-		ret = 0;
+	if (!f) {
+		pthread_mutex_unlock(&c->lock);
+		return -ENOENT;
 	}
+	st->st_size = f->size;
+	if (f->mtime_set)
+		st->st_mtim = f->mtime;
+	own = f->coh.inflight || ts_ns(&st->st_ctim) == f->bk_ctime_ns;
+	if (f->ctime_set && (own || ts_ns(&f->ctime) > ts_ns(&st->st_ctim)))
+		st->st_ctim = f->ctime;
+	if (ts_ns(&st->st_mtim) > ts_ns(&st->st_ctim))
+		st->st_ctim = st->st_mtim;
+	bk = st->st_blocks;
+	blocks = bk + f->dirty_pages * (NVC_PAGE / 512);
+	cap = (f->size + 511) / 512;
+	if (blocks > cap)
+		blocks = cap > bk ? cap : bk;
+	st->st_blocks = blocks;
 	pthread_mutex_unlock(&c->lock);
-	return ret;
+	return 0;
+}
+
+void coh_ctime_now_locked(struct cfile *f, const struct timespec *now)
+{
+	f->ctime = *now;
+	f->ctime_set = 1;
 }
 
 /* ------------------------------------------------------------ changes */

@@ -237,8 +237,16 @@ struct cfile {
 	uint64_t bsize;
 	struct timespec mtime;
 	int mtime_set;
+	/* the ctime the mount shows (c->lock): a write's or truncate's time,
+	 * as its mtime, kept over the store's own (destage's) while the
+	 * store's is this node's last noted look (cache_file_attr_st) */
+	struct timespec ctime;
+	int ctime_set;
 	uint32_t refs;
 	uint64_t nslots, ndirty;
+	/* its dirty pages, twins not counted: what st_blocks adds to the
+	 * store's (c->lock; pages_dirty keeps it) */
+	int64_t dirty_pages;
 	uint64_t wgen;
 	uint64_t dirty_since;
 	int destaging;
@@ -442,8 +450,13 @@ static inline void pages_valid(struct cache *c, struct cslot *s, int64_t n)
 
 static inline void pages_dirty(struct cache *c, struct cslot *s, int64_t n)
 {
+	struct cfile *f = c->recs[s->file - 1];
+
+	assert(s->file && f);
 	c->dirty_pages += n;
 	c->dev_dirty_pages[slot_member(c, s - c->slots)] += n;
+	f->dirty_pages += n;
+	assert(f->dirty_pages >= 0);
 }
 
 /*
@@ -835,6 +848,9 @@ void coh_bk_begin(struct cache *c, struct cfile *f);
 void coh_bk_done(struct cache *c, struct cfile *f);
 /* Take the backing file's look as this node's own, unless another own change
  * is under way or noted after this one (whose note then takes it). */
+/* A change through the cache (write, truncate, fallocate) moved f's ctime,
+ * at now (c->lock held; cache_file_attr_st). */
+void coh_ctime_now_locked(struct cfile *f, const struct timespec *now);
 int coh_note_look(struct cache *c, struct cfile *f);
 /* coh_bk_done, then coh_note_look. */
 int coh_bk_end(struct cache *c, struct cfile *f);

@@ -247,6 +247,7 @@ void file_put_locked(struct cache *c, struct cfile *f)
 	/* a pinned file keeps its object and record, even with no slot */
 	if (f->nslots || f->pinned)
 		return;
+	assert(!f->dirty_pages); /* counted in its slots, which are gone */
 	if (f->rec) {
 		struct meta_file r;
 
@@ -297,6 +298,31 @@ void file_late_check(struct cache *c, struct cfile *f)
 }
 
 /*
+ * A second open of a file whose last name is gone, while it is still open
+ * (by handle, open_by_handle_at through the mount, or /proc/self/fd/N;
+ * xfstests generic/467): the object that holds it, with its dirty data and
+ * size, not a new one that would see the store's empty file.  It is the
+ * same inode for sure: the object's descriptor keeps the inode alive, so
+ * its number cannot belong to another file, and with handles the handle
+ * (its generation) must match too.  A new file never has nlink 0 (st: the
+ * inode being opened, nlink 0).  c->lock held.
+ */
+static struct cfile *file_find_open_unlinked(struct cache *c,
+					     const struct stat *st,
+					     const struct handle *h)
+{
+	struct cfile *f;
+
+	for (f = c->fhash[file_key(st->st_dev, st->st_ino) & c->fmask]; f;
+	     f = f->hnext)
+		if (f->dev == st->st_dev && f->ino == st->st_ino &&
+		    f->unlinked && !f->lost && f->fd >= 0 &&
+		    (c->by_path || same_handle(f, h)))
+			return f;
+	return NULL;
+}
+
+/*
  * The known object of (dev, ino), if it is the same file (the handle carries
  * the inode's generation), referenced.  Another file with a recycled inode
  * number means the old one is gone behind the cache's back: that object is
@@ -308,6 +334,9 @@ static struct cfile *file_lookup_locked(struct cache *c, const struct stat *st,
 					const struct handle *h, int *stale)
 {
 	struct cfile *f = file_find(c, st->st_dev, st->st_ino, 1);
+
+	if (!f && st->st_nlink == 0)
+		f = file_find_open_unlinked(c, st, h);
 
 	*stale = f && !c->by_path && !same_handle(f, h);
 	if (f)
@@ -724,6 +753,16 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 		f->unlinked = 1;
 		f->refs++;
 		pthread_mutex_unlock(&c->lock);
+		/* the unlink moved its ctime: this node's own change, not one
+		 * made elsewhere, for an open of it by handle after */
+		if (!fstat(f->fd, &st)) {
+			pthread_mutex_lock(&c->lock);
+			if (!f->coh.inflight &&
+			    (uint64_t)st.st_size == f->bsize &&
+			    ts_ns(&st.st_mtim) == f->bk_mtime_ns)
+				f->bk_ctime_ns = ts_ns(&st.st_ctim);
+			pthread_mutex_unlock(&c->lock);
+		}
 		file_note_unlinked(c, f); /* its record says so too */
 		pthread_mutex_lock(&c->lock);
 		file_put_locked(c, f);

@@ -533,6 +533,7 @@ int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err)
 		size_changed = 1; /* the backing file's look, for recovery */
 	clock_gettime(CLOCK_REALTIME, &f->mtime);
 	f->mtime_set = w->mode == MODE_WRITEBACK;
+	coh_ctime_now_locked(f, &f->mtime);
 	pthread_mutex_unlock(&c->lock);
 
 	for (i = 0; i < nsp && !sp[i].s->twin; i++)
@@ -915,6 +916,7 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 	f->wgen++;
 	clock_gettime(CLOCK_REALTIME, &f->mtime);
 	f->mtime_set = 0;
+	coh_ctime_now_locked(f, &f->mtime);
 	pthread_mutex_unlock(&c->lock);
 	if (f->rec) {
 		pthread_mutex_lock(&f->rec_lock);
@@ -971,10 +973,14 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 	}
 	pthread_rwlock_wrlock(&f->rw);
 	ret = fallocate(f->fd, mode, off, len) ? -errno : 0;
-	if (!ret && !(mode & FALLOC_FL_KEEP_SIZE)) {
+	if (!ret) {
+		struct timespec now;
+
+		clock_gettime(CLOCK_REALTIME, &now);
 		pthread_mutex_lock(&c->lock);
-		if (off + len > f->size)
+		if (!(mode & FALLOC_FL_KEEP_SIZE) && off + len > f->size)
 			f->size = off + len;
+		coh_ctime_now_locked(f, &now);
 		pthread_mutex_unlock(&c->lock);
 	}
 	if (!ret) {

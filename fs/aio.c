@@ -50,6 +50,7 @@ struct rw_args {
 	off_t off;
 	uint64_t t0;
 	int write;
+	int flags; /* FS_RW_* */
 };
 
 struct aop {
@@ -147,7 +148,7 @@ static void rw_job_run(struct fsloop_job *j)
 
 	fs_cred_daemon(); /* a parked request, on a worker that may linger */
 	r->sync(r->req, r->fh, r->write ? job->data : NULL, r->size, r->off,
-		r->t0);
+		r->t0, r->flags);
 	free(job);
 }
 
@@ -175,7 +176,7 @@ static void rw_sync_job(const struct rw_args *r, const char *wbuf,
 {
 	if (!fsloop_must_defer()) {
 		fsloop_sync_begin();
-		r->sync(r->req, r->fh, wbuf, r->size, r->off, r->t0);
+		r->sync(r->req, r->fh, wbuf, r->size, r->off, r->t0, r->flags);
 		fsloop_sync_end();
 		free(job);
 		return;
@@ -213,7 +214,7 @@ static void aop_finish(struct aop *op)
 	if (ret)
 		fuse_reply_err(op->r.req, -ret);
 	else if (op->r.write)
-		fuse_reply_write(op->r.req, n);
+		fs_reply_write(op->r.req, op->r.fh, op->r.off, n, op->r.flags);
 	else
 		fuse_reply_buf(op->r.req, data, n);
 	cache_note_latency(op->r.c, op->r.write ? STAT_L_write : STAT_L_read,
@@ -334,7 +335,7 @@ static void park_retry(void)
 
 int fs_aio_rw(fuse_req_t req, struct cache *c, struct cfile *cf, void *fh,
 	      const char *wbuf, size_t size, off_t off, uint64_t t0,
-	      fs_rw_sync_fn sync, int may_async)
+	      fs_rw_sync_fn sync, int flags)
 {
 	struct rw_args r = { .req = req,
 			     .c = c,
@@ -344,14 +345,15 @@ int fs_aio_rw(fuse_req_t req, struct cache *c, struct cfile *cf, void *fh,
 			     .size = size,
 			     .off = off,
 			     .t0 = t0,
-			     .write = wbuf != NULL };
+			     .write = wbuf != NULL,
+			     .flags = flags };
 	struct dev_aring *ring = fsloop_ring();
 	struct rw_job *job;
 	int ret;
 
 	if (!ring)
 		return -EAGAIN; /* not a worker: the caller runs it */
-	ret = may_async ? rw_begin(&r, wbuf, ring) : -EAGAIN;
+	ret = flags & FS_RW_ASYNC ? rw_begin(&r, wbuf, ring) : -EAGAIN;
 	if (!ret)
 		return 0;
 	if (ret == -EBUSY && cache_aio_held() && nparked < PARK_MAX &&

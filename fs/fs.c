@@ -6,6 +6,7 @@
 #include "claim.h"
 #include "cred.h"
 #include "killpriv.h"
+#include "kinval.h"
 #include "proto.h"
 
 #include <assert.h>
@@ -37,6 +38,9 @@
 struct fs_fh {
 	struct cfile *cf;
 	int flags;
+	fuse_ino_t ino;
+	int kdio; /* the kernel opened it FOPEN_DIRECT_IO (kinval.c) */
+	uint64_t kdrop; /* without it: what its open took for seen */
 	int kfd; /* for the kill checks of its writes (killpriv.c), or -1 */
 	int wfd; /* for its writes' claims of store space (claim.c), or -1 */
 	struct fs_caller opener; /* who opened it for writing (claims of the
@@ -612,8 +616,15 @@ static int open_fh_cf(fuse_req_t req, fuse_ino_t ino, struct cfile *cf,
 		}
 	}
 	fh->flags = fi->flags;
+	fh->ino = ino;
 	fi->fh = (uintptr_t)fh;
 	proto_open(fi);
+	fh->kdio = fi->direct_io;
+	/* before the reply: a direct write that misses it is in the cache
+	 * before this handle reads, and one before it is dropped (kinval.c) */
+	if (!fi->direct_io &&
+	    kinval_open(&fs_inode_of(fs, ino)->kinval, &fh->kdrop))
+		fi->keep_cache = 0;
 	return 0;
 }
 
@@ -823,7 +834,7 @@ static void fs_done(struct cache *c, enum fs_kind kind, uint64_t t0);
 
 /* A read on the calling thread, waiting for its I/O. */
 static void read_sync(fuse_req_t req, void *fhp, const char *unused,
-		      size_t size, off_t off, uint64_t t0)
+		      size_t size, off_t off, uint64_t t0, int flags)
 {
 	struct fs_fh *fh = fhp;
 	struct cache *c = fs_of(req)->cache;
@@ -832,6 +843,7 @@ static void read_sync(fuse_req_t req, void *fhp, const char *unused,
 	int ret;
 
 	(void)unused;
+	(void)flags;
 	assert(!fs_cred_as_caller());
 	if (!read_buf)
 		read_buf = dev_alloc_buf(READ_BUF);
@@ -860,13 +872,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint64_t t0 = cache_clock(c);
 
 	fs_cred_daemon();
-	if (fs_aio_rw(req, c, fh->cf, fh, NULL, size, off, t0, read_sync, 1))
-		read_sync(req, fh, NULL, size, off, t0);
+	if (fs_aio_rw(req, c, fh->cf, fh, NULL, size, off, t0, read_sync,
+		      FS_RW_ASYNC))
+		read_sync(req, fh, NULL, size, off, t0, 0);
 }
 
 /* A write on the calling thread; durable before its reply when synced. */
 static void write_now(fuse_req_t req, struct fs_fh *fh, const char *buf,
-		      size_t size, off_t off, uint64_t t0, int synced)
+		      size_t size, off_t off, uint64_t t0, int synced,
+		      int flags)
 {
 	struct fs *fs = fs_of(req);
 	int ret;
@@ -878,23 +892,41 @@ static void write_now(fuse_req_t req, struct fs_fh *fh, const char *buf,
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
-		fuse_reply_write(req, size);
+		fs_reply_write(req, fh, off, size, flags);
 	fs_done(fs->cache, FS_WRITE, t0);
 }
 
-static void write_sync(fuse_req_t req, void *fhp, const char *buf,
-		       size_t size, off_t off, uint64_t t0)
+/*
+ * A write is in the cache: its answer.  A write through a direct-I/O handle
+ * (FS_RW_KINVAL) while buffered handles of the inode are open is answered
+ * once the kernel has dropped the range from its page cache (kinval.c).
+ */
+void fs_reply_write(fuse_req_t req, void *fhp, off_t off, size_t n, int flags)
+{
+	struct fs_fh *fh = fhp;
+	struct fs *fs = fs_of(req);
+
+	if ((flags & FS_RW_KINVAL) && fs->se)
+		kinval_reply_write(&fs_inode_of(fs, fh->ino)->kinval, req,
+				   fh->ino, off, n);
+	else
+		fuse_reply_write(req, n);
+}
+
+static void write_sync(fuse_req_t req, void *fhp, const char *buf, size_t size,
+		       off_t off, uint64_t t0, int flags)
 {
 	struct fs_fh *fh = fhp;
 
-	write_now(req, fh, buf, size, off, t0, !!(fh->flags & (O_SYNC | O_DSYNC)));
+	write_now(req, fh, buf, size, off, t0,
+		  !!(fh->flags & (O_SYNC | O_DSYNC)), flags);
 }
 
 /* A write whose own flags ask for O_DSYNC or O_SYNC (below). */
 static void write_synced(fuse_req_t req, void *fhp, const char *buf,
-			 size_t size, off_t off, uint64_t t0)
+			 size_t size, off_t off, uint64_t t0, int flags)
 {
-	write_now(req, fhp, buf, size, off, t0, 1);
+	write_now(req, fhp, buf, size, off, t0, 1, flags);
 }
 
 /* A write's claim of store space, as its caller, or as the handle's opener
@@ -928,6 +960,9 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 	struct cache *c = fs->cache;
 	uint64_t t0 = cache_clock(c);
+	/* not the kernel's writeback of a shared mapping: it holds the pages
+	 * under writeback until answered (kinval.c) */
+	int kinval = fh->kdio && !fi->writepage ? FS_RW_KINVAL : 0;
 	int ret;
 
 	fs_cred_daemon();
@@ -958,12 +993,13 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	 */
 	if ((fh->flags | fi->flags) & (O_SYNC | O_DSYNC)) {
 		if (fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0,
-			      write_synced, 0))
-			write_synced(req, fh, buf, size, off, t0);
+			      write_synced, kinval))
+			write_synced(req, fh, buf, size, off, t0, kinval);
 		return;
 	}
-	if (fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0, write_sync, 1))
-		write_sync(req, fh, buf, size, off, t0);
+	if (fs_aio_rw(req, c, fh->cf, fh, buf, size, off, t0, write_sync,
+		      FS_RW_ASYNC | kinval))
+		write_sync(req, fh, buf, size, off, t0, kinval);
 }
 
 /*
@@ -996,6 +1032,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 
 	fs_cred_daemon();
+	if (!fh->kdio)
+		kinval_release(&fs_inode_of(fs_of(req), fh->ino)->kinval,
+			       fh->kdrop);
 	cache_file_put(fs_of(req)->cache, fh->cf);
 	if (fh->kfd >= 0)
 		close(fh->kfd);

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "../cache/cache.h"
+#include "kinval.h"
 
 #define FS_HANDLE_MAX 48
 
@@ -27,6 +28,8 @@ struct fs_inode {
 	dev_t dev;
 	ino_t ino;
 	uint64_t nlookup;
+	struct kinval_ino kinval; /* its handles, for the kernel's page
+				   * cache (kinval.c) */
 	struct fs_inode *next;
 	int htype;
 	uint8_t hbytes;
@@ -83,6 +86,9 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 /* ctl.c: the control socket */
 int fs_ctl_start(struct fs *fs, const char *mountpoint);
 void fs_ctl_stop(void);
+/* A write of n bytes at off through the handle fh is in the cache: answer
+ * it (fs.c; from fs/aio.c's completions too; flags: FS_RW_*). */
+void fs_reply_write(fuse_req_t req, void *fh, off_t off, size_t n, int flags);
 /* The calling worker or pool thread is idle: its buffers back (fs/loop.c). */
 void fs_thread_idle(void);
 

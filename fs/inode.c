@@ -210,7 +210,8 @@ void fs_inode_forget(struct fs *fs, struct fs_inode *in, uint64_t n)
 	pthread_mutex_unlock(&fs->ilock);
 }
 
-/* Attributes as the mount must show them: cached size and mtime win. */
+/* Attributes as the mount must show them: the cache's size, times and
+ * blocks win (cache_file_attr_st). */
 int fs_stat(struct fs *fs, int fd, struct stat *st)
 {
 	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
@@ -222,15 +223,8 @@ int fs_stat(struct fs *fs, int fd, struct stat *st)
 /* The backing file's attributes st as the mount must show them. */
 void fs_stat_cached(struct fs *fs, struct stat *st)
 {
-	uint64_t size;
-	struct timespec mt;
-
-	if (S_ISREG(st->st_mode) &&
-	    !cache_file_attr_st(fs->cache, st, &size, &mt)) {
-		st->st_size = size;
-		if (mt.tv_nsec != UTIME_OMIT)
-			st->st_mtim = mt;
-	}
+	if (S_ISREG(st->st_mode))
+		cache_file_attr_st(fs->cache, st);
 }
 
 /* The entry for a node the daemon holds as fd (which the inode then owns). */

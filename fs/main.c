@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "cred.h"
 #include "fs.h"
+#include "kinval.h"
 #include "loop.h"
 #include "notify.h"
 #include "proto.h"
@@ -374,6 +375,10 @@ int main(int argc, char **argv)
 		die("bad FUSE options (see --help)");
 	}
 	fs.se = se; /* for invalidations of the kernel's caches */
+	if (kinval_start(se)) {
+		cache_close(fs.cache, 0);
+		die("cannot start the invalidation thread");
+	}
 	if (fuse_set_signal_handlers(se)) {
 		cache_close(fs.cache, 0);
 		die("cannot set signal handlers");
@@ -417,6 +422,7 @@ int main(int argc, char **argv)
 	flush = cfg.on_unmount == UNMOUNT_FLUSH;
 	notify_stopping(flush);
 	fuse_session_unmount(se);
+	kinval_stop(); /* after the unmount: nothing waits for a READ now */
 	proto_stats(stats, sizeof(stats));
 	log_msg(LOG_INFO, "%s", stats);
 	log_msg(LOG_NOTICE, "unmounted %s; %s", mnt,

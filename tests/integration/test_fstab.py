@@ -85,3 +85,36 @@ def test_fstab_entry_generates_a_mount_unit_that_mounts(make_cache):
     finally:
         for pid in daemons_of(c.conf):
             os.kill(pid, 9)
+
+
+def test_fstab_entry_names_a_daemon_outside_the_path(make_cache):
+    """mount.fuse3 runs the type of `fuse.nvcachefs` as a command found in mount(8)'s PATH only (systemd's:
+    /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin): a daemon installed elsewhere (meson install with
+    another prefix) is "not found". The type `fuse` with the source `DAEMON#CONFIG`, as README says, names the
+    daemon by its path."""
+    c = make_cache(ndevs=1)
+    c.format()
+    env = dict(os.environ, PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    if shutil.which("nvcachefs", path=env["PATH"]):
+        pytest.skip("nvcachefs is installed in the standard PATH")
+    data = os.urandom(MiB + 5)
+    src = os.path.join(c.tmp, "data")
+    with open(src, "wb") as f:
+        f.write(data)
+    script = (f"! mount {c.conf} {c.mnt} -t fuse.nvcachefs -o allow_other 2>{c.tmp}/err && "
+              f"grep -q 'not found' {c.tmp}/err && "
+              f"mount '{DAEMON}#{c.conf}' {c.mnt} -t fuse -o allow_other && "
+              f"grep -q ' {c.mnt} fuse.nvcachefs ' /proc/mounts && cp {src} {c.mnt}/f && umount {c.mnt}")
+    try:
+        r = sh("unshare", "-m", "--propagation", "private", "sh", "-ec", script, check=False, timeout=60,
+               env=env)
+        assert r.returncode == 0, r.stdout + r.stderr + open(os.path.join(c.tmp, "err")).read()
+        deadline = time.time() + 60
+        while daemons_of(c.conf) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not daemons_of(c.conf)
+        with open(os.path.join(c.backing, "f"), "rb") as f:
+            assert f.read() == data
+    finally:
+        for pid in daemons_of(c.conf):
+            os.kill(pid, 9)
