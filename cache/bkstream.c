@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /*
@@ -110,15 +111,37 @@ void bks_changed(struct cfile *f)
 	__atomic_add_fetch(&f->bks_gen, 1, __ATOMIC_RELEASE);
 }
 
-/* Read [off, off+len) of dfd into buf; zeros past the end; the bytes the
- * file had in *got. */
-static int direct_pread(int dfd, char *buf, size_t len, uint64_t off,
-			size_t *got)
+/*
+ * Read [off, off+len) of dfd into buf; zeros past the end; the bytes the
+ * file had in *got.  A short read is not the end of the file: a network or
+ * FUSE store returns one wherever it likes (issue 25: taken for the end, the
+ * rest of the request was served as zeros).  The end is a read that returns
+ * 0, or a short read that stops where fstat says the file ends; after any
+ * other short read the rest is asked again, from the page the read stopped
+ * in (O_DIRECT takes only aligned offsets: that page is read again).  A
+ * store that keeps returning short without moving on fails the read (EIO)
+ * after BKS_SHORT_TRIES tries.
+ */
+#define BKS_SHORT_TRIES 16
+
+static ssize_t bk_pread(struct cache *c, int fd, void *buf, size_t len,
+			uint64_t off)
+{
+	if (c->test_pread)
+		return c->test_pread(fd, buf, len, off);
+	return pread(fd, buf, len, off);
+}
+
+static int direct_pread(struct cache *c, int dfd, char *buf, size_t len,
+			uint64_t off, size_t *got)
 {
 	size_t done = 0;
+	int stuck = 0;
 
 	while (done < len) {
-		ssize_t n = pread(dfd, buf + done, len - done, off + done);
+		size_t from = done & ~(size_t)(NVC_PAGE - 1);
+		ssize_t n = bk_pread(c, dfd, buf + from, len - from, off + from);
+		struct stat st;
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -127,9 +150,18 @@ static int direct_pread(int dfd, char *buf, size_t len, uint64_t off,
 		}
 		if (n == 0)
 			break;
-		done += n;
-		/* a short read that is not the end: the rest must stay aligned */
-		if (done % NVC_PAGE && done < len)
+		if (from + n > done) {
+			done = from + n;
+			stuck = 0;
+		} else if (++stuck >= BKS_SHORT_TRIES) {
+			return -EIO;
+		}
+		if (done == len || !(done % NVC_PAGE))
+			continue; /* aligned and short: the rest is asked */
+		/* inside a page: the end, or only a short read? */
+		if (fstat(dfd, &st))
+			return -errno;
+		if ((uint64_t)st.st_size <= off + done)
 			break;
 	}
 	if (got)
@@ -162,7 +194,7 @@ static void *bks_thread(void *arg)
 		assert(s->state == SEG_LOADING);
 		pthread_mutex_unlock(&p->lock);
 		t0 = stat_clock(&c->stats);
-		res = direct_pread(s->owner->dfd, s->buf, BKS_SEG, s->off,
+		res = direct_pread(c, s->owner->dfd, s->buf, BKS_SEG, s->off,
 				   &got);
 		if (!res) {
 			CNT_ADD(c, backing_read_bytes, got);
@@ -412,7 +444,7 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 			e = end;
 		pthread_mutex_unlock(&p->lock);
 		t0 = stat_clock(&c->stats);
-		ret = direct_pread(b->dfd, buf + (cur - off), e - cur, cur,
+		ret = direct_pread(c, b->dfd, buf + (cur - off), e - cur, cur,
 				   NULL);
 		if (!ret) {
 			CNT_ADD(c, backing_read_bytes, e - cur);

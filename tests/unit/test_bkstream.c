@@ -198,6 +198,65 @@ static void test_destage_and_evict_after_read_ahead(void)
 	free(w);
 }
 
+/* A store that returns short reads (a network or FUSE store does): the
+ * read is made as asked (O_DIRECT takes aligned lengths only), then cut to
+ * 300 KiB + 100 bytes at most, so that it stops inside a page, and every
+ * third one to a byte; the bytes past the cut are garbage. */
+static ssize_t short_pread(int fd, void *buf, size_t len, uint64_t off)
+{
+	static unsigned calls;
+	ssize_t n = pread(fd, buf, len, off), cut = 300 * KiB + 100;
+
+	if (++calls % 3 == 0)
+		cut = 1;
+	if (n > cut) {
+		memset((char *)buf + cut, 0xee, n - cut);
+		n = cut;
+	}
+	return n;
+}
+
+/* Short direct reads in the middle of the file are not its end (issue 25):
+ * the stream returns the file's bytes, not zeros, and a short file's end
+ * inside a page still ends in zeros. */
+static void test_short_reads_are_not_the_end(void)
+{
+	struct env e;
+	struct cfile *f;
+	char *ref;
+	int fd, wfd;
+	uint64_t off;
+	char *data;
+	size_t n, tail = 5 * MiB + 1234;
+
+	env_init(&e, 512, 64 * KiB);
+	e.c->test_pread = short_pread;
+	f = make_file(&e, "short", &ref, &fd);
+	stream_to(&e, f, ref, 0, SIZE);
+	cache_snapshot(e.c, &snap);
+	CHECK(STAT_CTR(&snap, read_bypass_bytes) > 0);
+	cache_file_put(e.c, f);
+	close(fd);
+	/* a file that ends inside a page, read past the cutoff to its end */
+	wfd = openat(e.backing_fd, "tail", O_RDWR | O_CREAT, 0644);
+	CHECK_EQ(pwrite(wfd, ref, tail, 0), (ssize_t)tail);
+	close(wfd);
+	f = file_open(&e, "tail", &fd);
+	for (off = 0; off < tail; off += MiB) {
+		size_t want = tail - off < MiB ? tail - off : MiB;
+
+		CHECK_EQ(cache_read_defer(e.c, f, rbuf, MiB, off, &data, &n, 1),
+			 0);
+		CHECK_EQ(n, want);
+		CHECK(!memcmp(data, ref + off, want));
+		cache_read_finish(e.c);
+	}
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -208,6 +267,7 @@ int main(void)
 	RUN(test_truncate_after_read_ahead);
 	RUN(test_change_behind_then_open);
 	RUN(test_destage_and_evict_after_read_ahead);
+	RUN(test_short_reads_are_not_the_end);
 	free(rbuf);
 	return CHECK_DONE();
 }
