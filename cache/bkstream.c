@@ -2,6 +2,7 @@
  * bypass the cache, with asynchronous readahead. */
 #define _GNU_SOURCE
 #include "bkstream.h"
+#include "admit.h"
 #include "engine.h"
 
 #include <assert.h>
@@ -27,9 +28,10 @@
  * bypassing stream reads the backing file with O_DIRECT into buffers the
  * daemon keeps (one CPU copy: the FUSE reply's), and reads ahead of itself
  * so that the store works while FUSE copies: each read starts the reads of
- * the next backing.direct_read_ahead bytes (segments of BKS_SEG), which
- * BKS_THREADS threads run, and a later read of the stream takes its bytes
- * from those segments, waiting for one still being read.
+ * the next bytes of its stream, up to backing.direct_read_ahead of them
+ * (segments of BKS_SEG; how many, seg_readahead), which BKS_THREADS threads
+ * run, and a later read of the stream takes its bytes from those segments,
+ * waiting for one still being read.
  *
  * Coherence (PRODUCT.md §4.3, §4.7).  This changes where a stream's misses
  * come from, never which bytes are misses: the read path (io.c read_chunk)
@@ -67,7 +69,7 @@
  * file (/proc/self/fd), so it names the same file.
  */
 
-#define BKS_MAXSEG 17 /* window / BKS_SEG + 1 at most */
+#define BKS_MAXSEG 18 /* window / BKS_SEG + 2 at most */
 #define BKS_THREADS 2
 #define BKS_MAXSTREAMS 8
 #define BKS_FREEBUFS BKS_MAXSEG
@@ -75,7 +77,10 @@
 enum { SEG_FREE, SEG_LOADING, SEG_READY };
 
 struct bks_seg {
-	uint64_t off; /* file offset, BKS_SEG aligned */
+	/* file offset, page aligned; the bytes asked for, to a BKS_SEG
+	 * boundary (less than BKS_SEG for a stream's first segment) */
+	uint64_t off;
+	uint32_t want;
 	uint32_t len; /* bytes the backing file had there (short: its end) */
 	int state;
 	int res; /* 0 or -errno of its read */
@@ -84,12 +89,17 @@ struct bks_seg {
 	char *buf;
 	struct bks *owner;
 	struct bks_seg *qnext;
+	uint64_t sid; /* the stream (admit.c) that queued or last used it */
+	uint64_t used; /* the owner's clock then */
 };
 
 struct bks {
 	int dfd;
-	int nseg; /* segments: the window's, and one a reply may pin */
+	int nseg; /* segments: the window's, one a late read may still want,
+		     and one a reply may pin */
 	int nwin; /* segments read ahead of the stream */
+	uint64_t clock; /* reads of the file through here */
+	uint64_t ra_queued, ra_used; /* bytes read ahead; of them, served */
 	struct bks_seg seg[BKS_MAXSEG];
 };
 
@@ -140,7 +150,8 @@ static int direct_pread(struct cache *c, int dfd, char *buf, size_t len,
 
 	while (done < len) {
 		size_t from = done & ~(size_t)(NVC_PAGE - 1);
-		ssize_t n = bk_pread(c, dfd, buf + from, len - from, off + from);
+		ssize_t n =
+			bk_pread(c, dfd, buf + from, len - from, off + from);
 		struct stat st;
 
 		if (n < 0) {
@@ -194,7 +205,7 @@ static void *bks_thread(void *arg)
 		assert(s->state == SEG_LOADING);
 		pthread_mutex_unlock(&p->lock);
 		t0 = stat_clock(&c->stats);
-		res = direct_pread(c, s->owner->dfd, s->buf, BKS_SEG, s->off,
+		res = direct_pread(c, s->owner->dfd, s->buf, s->want, s->off,
 				   &got);
 		if (!res) {
 			CNT_ADD(c, backing_read_bytes, got);
@@ -284,9 +295,9 @@ static struct bks *bks_get(struct cache *c, struct bks_pool *p, struct cfile *f,
 	b->nwin = window / BKS_SEG;
 	if (b->nwin < 1)
 		b->nwin = 1;
-	if (b->nwin > BKS_MAXSEG - 1)
-		b->nwin = BKS_MAXSEG - 1;
-	b->nseg = b->nwin + 1;
+	if (b->nwin > BKS_MAXSEG - 2)
+		b->nwin = BKS_MAXSEG - 2;
+	b->nseg = b->nwin + 2;
 	for (i = 0; i < b->nseg; i++)
 		b->seg[i].owner = b;
 	pthread_mutex_lock(&p->lock);
@@ -318,39 +329,98 @@ static struct bks_seg *seg_find(struct bks *b, uint64_t at)
 		struct bks_seg *s = &b->seg[i];
 
 		if (s->state != SEG_FREE && at >= s->off &&
-		    at < s->off + BKS_SEG)
+		    at < s->off + s->want)
+			return s;
+	}
+	return NULL;
+}
+
+/* A segment (not free) that holds a byte of [from, to), or NULL. */
+static struct bks_seg *seg_over(struct bks *b, uint64_t from, uint64_t to)
+{
+	int i;
+
+	for (i = 0; i < b->nseg; i++) {
+		struct bks_seg *s = &b->seg[i];
+
+		if (s->state != SEG_FREE && s->off < to &&
+		    from < s->off + s->want)
 			return s;
 	}
 	return NULL;
 }
 
 /*
- * Queue the reads of the segments in [from, from + nwin segments) below
- * size that b has not got, in segments no longer wanted (p->lock held):
- * those behind done (the stream has passed them), outside the window, or
- * noted in another generation.
+ * Queue the reads of the segments ahead of done that stream v is owed and b
+ * has not got, in segments no longer wanted (p->lock held).
+ *
+ * What is read ahead and never served is read for no one; three rules keep
+ * it bounded (issue 25: one window per segment shared by all the streams of
+ * a file was thrown away by each read of another stream, and interleaved
+ * streams read the backing store 46 times over).
+ *   - The window grows with the stream: half of what it has read
+ *     sequentially (v->seq), up to b->nwin segments; a stream shorter than
+ *     two segments gets none.  A stream that stops wastes at most half of
+ *     what it read (in practice one window of a long one).
+ *   - Nothing is read at or past where the next stream ahead began
+ *     (v->ahead): the bytes that stream has read or is reading.
+ *   - A budget: the bytes read ahead and not (yet) served never pass the
+ *     file's segments (b->nseg of them) and an eighth of what was served.
+ *     So in all, whatever the pattern, the file's readahead reads at most
+ *     1.125x what it served, plus b->nseg segments.
+ * A stream's first segment starts where the stream is, not at the segment
+ * boundary before it: the bytes before were read by the stream itself.
+ * Segments no longer wanted: this stream's BKS_LATE behind done (the
+ * kernel's readahead requests are answered out of order: a read behind the
+ * stream's front still wants the segment before; and a read behind it never
+ * drops segments ahead of its own window), any noted in another generation
+ * or failed, and another stream's unused for BKS_STALE reads of the file (a
+ * stream that stopped).
  */
-static void seg_readahead(struct bks_pool *p, struct bks *b, uint64_t done,
+#define BKS_STALE 64
+#define BKS_LATE (BKS_SEG / 2)
+
+static void seg_readahead(struct bks_pool *p, struct bks *b,
+			  const struct admit_verdict *v, uint64_t done,
 			  uint64_t size, uint64_t g, uint64_t w)
 {
-	uint64_t from = done / BKS_SEG * BKS_SEG,
-		 to = from + (uint64_t)b->nwin * BKS_SEG, at;
+	uint64_t win = v->seq / 2 / BKS_SEG, from = done / BKS_SEG * BKS_SEG,
+		 to, at, cap = size < v->ahead ? size : v->ahead;
 	int i, queued = 0;
 
+	if (win > (uint64_t)b->nwin)
+		win = b->nwin;
+	to = from + win * BKS_SEG;
 	for (i = 0; i < b->nseg; i++) {
 		struct bks_seg *s = &b->seg[i];
 
-		if (s->state == SEG_READY && !s->users &&
-		    (s->off + BKS_SEG <= done || s->off >= to ||
-		     s->off < from || s->gen != g || s->wgen != w || s->res))
+		if (s->state != SEG_READY || s->users)
+			continue;
+		if (s->gen != g || s->wgen != w || s->res ||
+		    (s->sid == v->sid && s->off + s->want + BKS_LATE <= done) ||
+		    (s->sid != v->sid && b->clock - s->used > BKS_STALE))
 			s->state = SEG_FREE;
 	}
-	for (at = from; at < to && at < size; at += BKS_SEG) {
-		struct bks_seg *s = seg_find(b, at);
+	for (at = from; at < to && at < cap; at += BKS_SEG) {
+		/* a stream's first segment starts where it is (the stream
+		 * has read what lies before) */
+		uint64_t start = at == from ? done / NVC_PAGE * NVC_PAGE : at,
+			 n = size - start < at + BKS_SEG - start
+				     ? size - start
+				     : at + BKS_SEG - start;
+		struct bks_seg *s = seg_over(b, start, at + BKS_SEG);
+
+		if (start >= size)
+			break;
 
 		if (s &&
 		    (s->state == SEG_LOADING || (s->gen == g && s->wgen == w)))
 			continue;
+		if (at + n > cap && cap < size)
+			break; /* into the next stream */
+		if (b->ra_queued + n >
+		    b->ra_used + (uint64_t)b->nseg * BKS_SEG + b->ra_used / 8)
+			break; /* the budget */
 		for (i = 0; i < b->nseg && b->seg[i].state != SEG_FREE; i++)
 			;
 		if (i == b->nseg)
@@ -362,14 +432,18 @@ static void seg_readahead(struct bks_pool *p, struct bks *b, uint64_t done,
 		if (!s->buf)
 			break;
 		s->state = SEG_LOADING;
-		s->off = at;
+		s->off = start;
+		s->want = at + BKS_SEG - start;
 		s->len = 0;
 		s->res = 0;
 		s->gen = g;
 		s->wgen = w;
+		s->sid = v->sid;
+		s->used = b->clock;
 		s->qnext = NULL;
 		*p->qtail = s;
 		p->qtail = &s->qnext;
+		b->ra_queued += n;
 		queued = 1;
 	}
 	if (queued)
@@ -388,7 +462,7 @@ static void bks_snap(struct cache *c, struct cfile *f, uint64_t *size,
 }
 
 int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
-	     uint64_t off, uint64_t window)
+	     uint64_t off, uint64_t window, const struct admit_verdict *v)
 {
 	uint64_t end = off + len, cur, g, w, size, t0;
 	struct bks_pool *p;
@@ -406,6 +480,7 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 	bks_snap(c, f, &size, &w, &g);
 
 	pthread_mutex_lock(&p->lock);
+	b->clock++;
 	for (cur = off; cur < end && !ret;) {
 		struct bks_seg *s = seg_find(b, cur);
 		uint64_t e, have;
@@ -421,9 +496,13 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 		}
 		if (s) {
 			/* read ahead: copied outside the lock, pinned */
-			e = end < s->off + BKS_SEG ? end : s->off + BKS_SEG;
+			e = end < s->off + s->want ? end : s->off + s->want;
 			have = s->off + s->len;
 			s->users++;
+			s->sid = v->sid;
+			s->used = b->clock;
+			if (cur < have)
+				b->ra_used += (e < have ? e : have) - cur;
 			pthread_mutex_unlock(&p->lock);
 			if (cur < have)
 				memcpy(buf + (cur - off),
@@ -454,7 +533,7 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 		cur = e;
 	}
 	if (!ret)
-		seg_readahead(p, b, end, size, g, w);
+		seg_readahead(p, b, v, end, size, g, w);
 	pthread_mutex_unlock(&p->lock);
 	if (ret == -EINVAL) {
 		/* the store takes no direct I/O here after all */
@@ -465,7 +544,8 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 }
 
 int bks_read_pinned(struct cache *c, struct cfile *f, size_t len, uint64_t off,
-		    uint64_t window, const char **data, void **pin)
+		    uint64_t window, const struct admit_verdict *v,
+		    const char **data, void **pin)
 {
 	struct bks_pool *p = __atomic_load_n(&c->bksp, __ATOMIC_ACQUIRE);
 	struct bks_seg *s = NULL;
@@ -485,9 +565,12 @@ int bks_read_pinned(struct cache *c, struct cfile *f, size_t len, uint64_t off,
 	if (s && s->gen == g && s->wgen == w && !s->res &&
 	    off + len <= s->off + s->len) {
 		s->users++;
+		s->sid = v->sid;
+		s->used = ++f->bks->clock;
+		f->bks->ra_used += len;
 		*data = s->buf + (off - s->off);
 		*pin = s;
-		seg_readahead(p, f->bks, off + len, size, g, w);
+		seg_readahead(p, f->bks, v, off + len, size, g, w);
 		ret = 0;
 	}
 	pthread_mutex_unlock(&p->lock);
