@@ -211,6 +211,19 @@ void admit_note(struct admit_state *a, uint64_t off, uint64_t len,
 	admit_unlock(a);
 }
 
+uint64_t admit_front(struct admit_state *a, uint64_t sid)
+{
+	uint64_t front = 0;
+	int i;
+
+	admit_lock(a);
+	for (i = 0; i < ADMIT_STREAMS; i++)
+		if (a->st[i].used && a->st[i].sid == sid)
+			front = a->st[i].end;
+	admit_unlock(a);
+	return front;
+}
+
 void admit_read(struct cache *c, struct cfile *f, uint64_t off, uint64_t len,
 		struct admit_verdict *v)
 {

@@ -50,6 +50,10 @@ void admit_note(struct admit_state *a, uint64_t off, uint64_t len,
 		uint64_t tol, uint64_t cutoff, uint64_t window,
 		struct admit_verdict *v);
 
+/* The furthest byte a read of stream sid has asked so far (reads in flight
+ * too), or 0 if a forgot it. */
+uint64_t admit_front(struct admit_state *a, uint64_t sid);
+
 struct cache;
 struct cfile;
 

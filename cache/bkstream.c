@@ -73,6 +73,7 @@
 #define BKS_THREADS 2
 #define BKS_MAXSTREAMS 8
 #define BKS_FREEBUFS BKS_MAXSEG
+#define BKS_ACT 8 /* streams whose last read a file remembers */
 
 enum { SEG_FREE, SEG_LOADING, SEG_READY };
 
@@ -90,7 +91,6 @@ struct bks_seg {
 	struct bks *owner;
 	struct bks_seg *qnext;
 	uint64_t sid; /* the stream (admit.c) that queued or last used it */
-	uint64_t used; /* the owner's clock then */
 };
 
 struct bks {
@@ -99,6 +99,9 @@ struct bks {
 		     and one a reply may pin */
 	int nwin; /* segments read ahead of the stream */
 	uint64_t clock; /* reads of the file through here */
+	struct {
+		uint64_t sid, clock; /* a stream, and its last read's clock */
+	} act[BKS_ACT];
 	uint64_t ra_queued, ra_used; /* bytes read ahead; of them, served */
 	struct bks_seg seg[BKS_MAXSEG];
 };
@@ -335,6 +338,35 @@ static struct bks_seg *seg_find(struct bks *b, uint64_t at)
 	return NULL;
 }
 
+/* Stream sid reads now (p->lock held): the file's clock moves on. */
+static void act_note(struct bks *b, uint64_t sid)
+{
+	int i, old = 0;
+
+	b->clock++;
+	for (i = 0; i < BKS_ACT; i++) {
+		if (b->act[i].sid == sid)
+			break;
+		if (b->act[i].clock < b->act[old].clock)
+			old = i;
+	}
+	if (i == BKS_ACT)
+		i = old;
+	b->act[i].sid = sid;
+	b->act[i].clock = b->clock;
+}
+
+/* The clock of stream sid's last read (0: forgotten). */
+static uint64_t act_last(struct bks *b, uint64_t sid)
+{
+	int i;
+
+	for (i = 0; i < BKS_ACT; i++)
+		if (b->act[i].sid == sid)
+			return b->act[i].clock;
+	return 0;
+}
+
 /* A segment (not free) that holds a byte of [from, to), or NULL. */
 static struct bks_seg *seg_over(struct bks *b, uint64_t from, uint64_t to)
 {
@@ -368,25 +400,33 @@ static struct bks_seg *seg_over(struct bks *b, uint64_t from, uint64_t to)
  *     file's segments (b->nseg of them) and an eighth of what was served.
  *     So in all, whatever the pattern, the file's readahead reads at most
  *     1.125x what it served, plus b->nseg segments.
- * A stream's first segment starts where the stream is, not at the segment
- * boundary before it: the bytes before were read by the stream itself.
+ * The window starts at the stream's front (admit_front, whose spin lock is
+ * taken under p->lock and takes no other: the kernel's readahead
+ * requests of a stream run on several threads at once, and a read behind the
+ * front must not read ahead what a request in flight is reading), its first
+ * segment where the front is, not at the segment boundary before it: the
+ * bytes before were asked by the stream itself.
  * Segments no longer wanted: this stream's BKS_LATE behind done (the
  * kernel's readahead requests are answered out of order: a read behind the
  * stream's front still wants the segment before; and a read behind it never
  * drops segments ahead of its own window), any noted in another generation
- * or failed, and another stream's unused for BKS_STALE reads of the file (a
- * stream that stopped).
+ * or failed, and another stream's once that stream has not read for
+ * BKS_STALE reads of the file (it stopped).
  */
 #define BKS_STALE 64
 #define BKS_LATE (BKS_SEG / 2)
 
 static void seg_readahead(struct bks_pool *p, struct bks *b,
-			  const struct admit_verdict *v, uint64_t done,
-			  uint64_t size, uint64_t g, uint64_t w)
+			  const struct admit_verdict *v, uint64_t front,
+			  uint64_t done, uint64_t size, uint64_t g, uint64_t w)
 {
-	uint64_t win = v->seq / 2 / BKS_SEG, from = done / BKS_SEG * BKS_SEG,
-		 to, at, cap = size < v->ahead ? size : v->ahead;
+	uint64_t win = v->seq / 2 / BKS_SEG, from, to, at,
+		 cap = size < v->ahead ? size : v->ahead;
 	int i, queued = 0;
+
+	if (front < done)
+		front = done;
+	from = front / BKS_SEG * BKS_SEG;
 
 	if (win > (uint64_t)b->nwin)
 		win = b->nwin;
@@ -398,13 +438,13 @@ static void seg_readahead(struct bks_pool *p, struct bks *b,
 			continue;
 		if (s->gen != g || s->wgen != w || s->res ||
 		    (s->sid == v->sid && s->off + s->want + BKS_LATE <= done) ||
-		    (s->sid != v->sid && b->clock - s->used > BKS_STALE))
+		    (s->sid != v->sid && b->clock - act_last(b, s->sid) > BKS_STALE))
 			s->state = SEG_FREE;
 	}
 	for (at = from; at < to && at < cap; at += BKS_SEG) {
 		/* a stream's first segment starts where it is (the stream
 		 * has read what lies before) */
-		uint64_t start = at == from ? done / NVC_PAGE * NVC_PAGE : at,
+		uint64_t start = at == from ? front / NVC_PAGE * NVC_PAGE : at,
 			 n = size - start < at + BKS_SEG - start
 				     ? size - start
 				     : at + BKS_SEG - start;
@@ -439,7 +479,6 @@ static void seg_readahead(struct bks_pool *p, struct bks *b,
 		s->gen = g;
 		s->wgen = w;
 		s->sid = v->sid;
-		s->used = b->clock;
 		s->qnext = NULL;
 		*p->qtail = s;
 		p->qtail = &s->qnext;
@@ -480,7 +519,7 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 	bks_snap(c, f, &size, &w, &g);
 
 	pthread_mutex_lock(&p->lock);
-	b->clock++;
+	act_note(b, v->sid);
 	for (cur = off; cur < end && !ret;) {
 		struct bks_seg *s = seg_find(b, cur);
 		uint64_t e, have;
@@ -500,7 +539,6 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 			have = s->off + s->len;
 			s->users++;
 			s->sid = v->sid;
-			s->used = b->clock;
 			if (cur < have)
 				b->ra_used += (e < have ? e : have) - cur;
 			pthread_mutex_unlock(&p->lock);
@@ -533,7 +571,8 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 		cur = e;
 	}
 	if (!ret)
-		seg_readahead(p, b, v, end, size, g, w);
+		seg_readahead(p, b, v, admit_front(&f->adm, v->sid), end, size,
+			      g, w);
 	pthread_mutex_unlock(&p->lock);
 	if (ret == -EINVAL) {
 		/* the store takes no direct I/O here after all */
@@ -565,12 +604,13 @@ int bks_read_pinned(struct cache *c, struct cfile *f, size_t len, uint64_t off,
 	if (s && s->gen == g && s->wgen == w && !s->res &&
 	    off + len <= s->off + s->len) {
 		s->users++;
+		act_note(f->bks, v->sid);
 		s->sid = v->sid;
-		s->used = ++f->bks->clock;
 		f->bks->ra_used += len;
 		*data = s->buf + (off - s->off);
 		*pin = s;
-		seg_readahead(p, f->bks, v, off + len, size, g, w);
+		seg_readahead(p, f->bks, v, admit_front(&f->adm, v->sid),
+			      off + len, size, g, w);
 		ret = 0;
 	}
 	pthread_mutex_unlock(&p->lock);
