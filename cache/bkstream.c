@@ -390,10 +390,11 @@ static struct bks_seg *seg_over(struct bks *b, uint64_t from, uint64_t to)
  * it bounded (issue 25: one window per segment shared by all the streams of
  * a file was thrown away by each read of another stream, and interleaved
  * streams read the backing store 46 times over).
- *   - The window grows with the stream: half of what it has read
- *     sequentially (v->seq), up to b->nwin segments; a stream shorter than
- *     two segments gets none.  A stream that stops wastes at most half of
- *     what it read (in practice one window of a long one).
+ *   - The window grows with the stream: the segment its front is in and
+ *     half of what it has read sequentially (v->seq) after it, up to b->nwin
+ *     segments in all; a stream shorter than two segments gets none.  A
+ *     stream that stops wastes at most half of what it read and a segment
+ *     (in practice one window of a long one).
  *   - Nothing is read at or past where the next stream ahead began
  *     (v->ahead): the bytes that stream has read or is reading.
  *   - A budget: the bytes read ahead and not (yet) served never pass the
@@ -428,6 +429,8 @@ static void seg_readahead(struct bks_pool *p, struct bks *b,
 		front = done;
 	from = front / BKS_SEG * BKS_SEG;
 
+	if (win)
+		win++; /* the segment the front is in, and those after */
 	if (win > (uint64_t)b->nwin)
 		win = b->nwin;
 	to = from + win * BKS_SEG;
