@@ -488,6 +488,9 @@ static void seg_readahead(struct bks_pool *p, struct bks *b,
 		b->ra_queued += n;
 		queued = 1;
 	}
+	/* the budget (above) holds */
+	assert(b->ra_queued <=
+	       b->ra_used + (uint64_t)b->nseg * BKS_SEG + b->ra_used / 8);
 	if (queued)
 		pthread_cond_broadcast(&p->work);
 }
