@@ -441,7 +441,8 @@ static void seg_readahead(struct bks_pool *p, struct bks *b,
 			continue;
 		if (s->gen != g || s->wgen != w || s->res ||
 		    (s->sid == v->sid && s->off + s->want + BKS_LATE <= done) ||
-		    (s->sid != v->sid && b->clock - act_last(b, s->sid) > BKS_STALE))
+		    (s->sid != v->sid &&
+		     b->clock - act_last(b, s->sid) > BKS_STALE))
 			s->state = SEG_FREE;
 	}
 	for (at = from; at < to && at < cap; at += BKS_SEG) {

@@ -756,8 +756,8 @@ int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 
 		if (e > off + len)
 			e = off + len;
-		ret = read_chunk(c, f, vbuf, pstart, e - cur, cur, wgen0,
-				 &v, &nmiss);
+		ret = read_chunk(c, f, vbuf, pstart, e - cur, cur, wgen0, &v,
+				 &nmiss);
 		cur = e;
 	}
 	tl_defer = 0;
