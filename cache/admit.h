@@ -11,6 +11,8 @@
 struct admit_stream {
 	uint64_t end; /* the furthest byte a read of the stream reached */
 	uint64_t seq; /* bytes the stream read, this read included */
+	uint64_t holes; /* bytes behind end it skipped and has not read yet */
+	uint64_t sid; /* the state's serial when the stream began */
 	uint64_t ra_end; /* the backing store was asked to read ahead to here */
 	uint64_t used; /* the state's clock when it last matched */
 };
@@ -20,6 +22,7 @@ struct admit_state {
 	int lock; /* a spin lock over the streams: a few compares */
 	int seq_hinted; /* the backing fd was told it is read sequentially */
 	uint64_t clock;
+	uint64_t serial; /* streams begun */
 	struct admit_stream st[ADMIT_STREAMS];
 };
 
@@ -27,20 +30,29 @@ struct admit_state {
 struct admit_verdict {
 	int bypass; /* serve misses from the backing store, keep nothing */
 	uint64_t seq; /* the stream's sequential bytes, this read included */
+	uint64_t sid; /* which stream of the file (its serial, never 0) */
+	/* where the nearest other stream ahead of this one began (UINT64_MAX:
+	 * none): direct readahead stops there (bkstream.c) */
+	uint64_t ahead;
 	int stream; /* long enough to be owed readahead (ADMIT_RA_AFTER) */
 	uint64_t ra_off, ra_len; /* backing readahead to start (ra_len 0: none) */
 };
 
 /*
  * The detector alone: note a read of [off, off+len) in a; a read that begins
- * within tol of where a stream ended continues it, any other starts a new one
- * (in the least recently used entry).  *v gets the stream's sequential bytes,
+ * within tol of where a stream ended continues it, unless the stream would
+ * then have skipped more than tol bytes it has not read; any other starts a
+ * new one (in the least recently used entry).  *v gets the stream's sequential bytes,
  * whether they pass cutoff (0: never), and the readahead that keeps window
  * bytes (0: none) ahead of the stream.
  */
 void admit_note(struct admit_state *a, uint64_t off, uint64_t len,
 		uint64_t tol, uint64_t cutoff, uint64_t window,
 		struct admit_verdict *v);
+
+/* The furthest byte a read of stream sid has asked so far (reads in flight
+ * too), or 0 if a forgot it. */
+uint64_t admit_front(struct admit_state *a, uint64_t sid);
 
 struct cache;
 struct cfile;

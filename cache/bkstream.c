@@ -2,6 +2,7 @@
  * bypass the cache, with asynchronous readahead. */
 #define _GNU_SOURCE
 #include "bkstream.h"
+#include "admit.h"
 #include "engine.h"
 
 #include <assert.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /*
@@ -26,9 +28,10 @@
  * bypassing stream reads the backing file with O_DIRECT into buffers the
  * daemon keeps (one CPU copy: the FUSE reply's), and reads ahead of itself
  * so that the store works while FUSE copies: each read starts the reads of
- * the next backing.direct_read_ahead bytes (segments of BKS_SEG), which
- * BKS_THREADS threads run, and a later read of the stream takes its bytes
- * from those segments, waiting for one still being read.
+ * the next bytes of its stream, up to backing.direct_read_ahead of them
+ * (segments of BKS_SEG; how many, seg_readahead), which BKS_THREADS threads
+ * run, and a later read of the stream takes its bytes from those segments,
+ * waiting for one still being read.
  *
  * Coherence (PRODUCT.md §4.3, §4.7).  This changes where a stream's misses
  * come from, never which bytes are misses: the read path (io.c read_chunk)
@@ -66,15 +69,19 @@
  * file (/proc/self/fd), so it names the same file.
  */
 
-#define BKS_MAXSEG 17 /* window / BKS_SEG + 1 at most */
+#define BKS_MAXSEG 18 /* window / BKS_SEG + 2 at most */
 #define BKS_THREADS 2
 #define BKS_MAXSTREAMS 8
 #define BKS_FREEBUFS BKS_MAXSEG
+#define BKS_ACT 8 /* streams whose last read a file remembers */
 
 enum { SEG_FREE, SEG_LOADING, SEG_READY };
 
 struct bks_seg {
-	uint64_t off; /* file offset, BKS_SEG aligned */
+	/* file offset, page aligned; the bytes asked for, to a BKS_SEG
+	 * boundary (less than BKS_SEG for a stream's first segment) */
+	uint64_t off;
+	uint32_t want;
 	uint32_t len; /* bytes the backing file had there (short: its end) */
 	int state;
 	int res; /* 0 or -errno of its read */
@@ -83,12 +90,19 @@ struct bks_seg {
 	char *buf;
 	struct bks *owner;
 	struct bks_seg *qnext;
+	uint64_t sid; /* the stream (admit.c) that queued or last used it */
 };
 
 struct bks {
 	int dfd;
-	int nseg; /* segments: the window's, and one a reply may pin */
+	int nseg; /* segments: the window's, one a late read may still want,
+		     and one a reply may pin */
 	int nwin; /* segments read ahead of the stream */
+	uint64_t clock; /* reads of the file through here */
+	struct {
+		uint64_t sid, clock; /* a stream, and its last read's clock */
+	} act[BKS_ACT];
+	uint64_t ra_queued, ra_used; /* bytes read ahead; of them, served */
 	struct bks_seg seg[BKS_MAXSEG];
 };
 
@@ -110,15 +124,38 @@ void bks_changed(struct cfile *f)
 	__atomic_add_fetch(&f->bks_gen, 1, __ATOMIC_RELEASE);
 }
 
-/* Read [off, off+len) of dfd into buf; zeros past the end; the bytes the
- * file had in *got. */
-static int direct_pread(int dfd, char *buf, size_t len, uint64_t off,
-			size_t *got)
+/*
+ * Read [off, off+len) of dfd into buf; zeros past the end; the bytes the
+ * file had in *got.  A short read is not the end of the file: a network or
+ * FUSE store returns one wherever it likes (issue 25: taken for the end, the
+ * rest of the request was served as zeros).  The end is a read that returns
+ * 0, or a short read that stops where fstat says the file ends; after any
+ * other short read the rest is asked again, from the page the read stopped
+ * in (O_DIRECT takes only aligned offsets: that page is read again).  A
+ * store that keeps returning short without moving on fails the read (EIO)
+ * after BKS_SHORT_TRIES tries.
+ */
+#define BKS_SHORT_TRIES 16
+
+static ssize_t bk_pread(struct cache *c, int fd, void *buf, size_t len,
+			uint64_t off)
+{
+	if (c->test_pread)
+		return c->test_pread(fd, buf, len, off);
+	return pread(fd, buf, len, off);
+}
+
+static int direct_pread(struct cache *c, int dfd, char *buf, size_t len,
+			uint64_t off, size_t *got)
 {
 	size_t done = 0;
+	int stuck = 0;
 
 	while (done < len) {
-		ssize_t n = pread(dfd, buf + done, len - done, off + done);
+		size_t from = done & ~(size_t)(NVC_PAGE - 1);
+		ssize_t n =
+			bk_pread(c, dfd, buf + from, len - from, off + from);
+		struct stat st;
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -127,9 +164,18 @@ static int direct_pread(int dfd, char *buf, size_t len, uint64_t off,
 		}
 		if (n == 0)
 			break;
-		done += n;
-		/* a short read that is not the end: the rest must stay aligned */
-		if (done % NVC_PAGE && done < len)
+		if (from + n > done) {
+			done = from + n;
+			stuck = 0;
+		} else if (++stuck >= BKS_SHORT_TRIES) {
+			return -EIO;
+		}
+		if (done == len || !(done % NVC_PAGE))
+			continue; /* aligned and short: the rest is asked */
+		/* inside a page: the end, or only a short read? */
+		if (fstat(dfd, &st))
+			return -errno;
+		if ((uint64_t)st.st_size <= off + done)
 			break;
 	}
 	if (got)
@@ -162,7 +208,7 @@ static void *bks_thread(void *arg)
 		assert(s->state == SEG_LOADING);
 		pthread_mutex_unlock(&p->lock);
 		t0 = stat_clock(&c->stats);
-		res = direct_pread(s->owner->dfd, s->buf, BKS_SEG, s->off,
+		res = direct_pread(c, s->owner->dfd, s->buf, s->want, s->off,
 				   &got);
 		if (!res) {
 			CNT_ADD(c, backing_read_bytes, got);
@@ -252,9 +298,9 @@ static struct bks *bks_get(struct cache *c, struct bks_pool *p, struct cfile *f,
 	b->nwin = window / BKS_SEG;
 	if (b->nwin < 1)
 		b->nwin = 1;
-	if (b->nwin > BKS_MAXSEG - 1)
-		b->nwin = BKS_MAXSEG - 1;
-	b->nseg = b->nwin + 1;
+	if (b->nwin > BKS_MAXSEG - 2)
+		b->nwin = BKS_MAXSEG - 2;
+	b->nseg = b->nwin + 2;
 	for (i = 0; i < b->nseg; i++)
 		b->seg[i].owner = b;
 	pthread_mutex_lock(&p->lock);
@@ -286,39 +332,139 @@ static struct bks_seg *seg_find(struct bks *b, uint64_t at)
 		struct bks_seg *s = &b->seg[i];
 
 		if (s->state != SEG_FREE && at >= s->off &&
-		    at < s->off + BKS_SEG)
+		    at < s->off + s->want)
+			return s;
+	}
+	return NULL;
+}
+
+/* Stream sid reads now (p->lock held): the file's clock moves on. */
+static void act_note(struct bks *b, uint64_t sid)
+{
+	int i, old = 0;
+
+	b->clock++;
+	for (i = 0; i < BKS_ACT; i++) {
+		if (b->act[i].sid == sid)
+			break;
+		if (b->act[i].clock < b->act[old].clock)
+			old = i;
+	}
+	if (i == BKS_ACT)
+		i = old;
+	b->act[i].sid = sid;
+	b->act[i].clock = b->clock;
+}
+
+/* The clock of stream sid's last read (0: forgotten). */
+static uint64_t act_last(struct bks *b, uint64_t sid)
+{
+	int i;
+
+	for (i = 0; i < BKS_ACT; i++)
+		if (b->act[i].sid == sid)
+			return b->act[i].clock;
+	return 0;
+}
+
+/* A segment (not free) that holds a byte of [from, to), or NULL. */
+static struct bks_seg *seg_over(struct bks *b, uint64_t from, uint64_t to)
+{
+	int i;
+
+	for (i = 0; i < b->nseg; i++) {
+		struct bks_seg *s = &b->seg[i];
+
+		if (s->state != SEG_FREE && s->off < to &&
+		    from < s->off + s->want)
 			return s;
 	}
 	return NULL;
 }
 
 /*
- * Queue the reads of the segments in [from, from + nwin segments) below
- * size that b has not got, in segments no longer wanted (p->lock held):
- * those behind done (the stream has passed them), outside the window, or
- * noted in another generation.
+ * Queue the reads of the segments ahead of done that stream v is owed and b
+ * has not got, in segments no longer wanted (p->lock held).
+ *
+ * What is read ahead and never served is read for no one; three rules keep
+ * it bounded (issue 25: one window per segment shared by all the streams of
+ * a file was thrown away by each read of another stream, and interleaved
+ * streams read the backing store 46 times over).
+ *   - The window grows with the stream: the segment its front is in and
+ *     half of what it has read sequentially (v->seq) after it, up to b->nwin
+ *     segments in all; a stream shorter than two segments gets none.  A
+ *     stream that stops wastes at most half of what it read and a segment
+ *     (in practice one window of a long one).
+ *   - Nothing is read at or past where the next stream ahead began
+ *     (v->ahead): the bytes that stream has read or is reading.
+ *   - A budget: the bytes read ahead and not (yet) served never pass the
+ *     file's segments (b->nseg of them) and an eighth of what was served.
+ *     So in all, whatever the pattern, the file's readahead reads at most
+ *     1.125x what it served, plus b->nseg segments.
+ * The window starts at the stream's front (admit_front, whose spin lock is
+ * taken under p->lock and takes no other: the kernel's readahead
+ * requests of a stream run on several threads at once, and a read behind the
+ * front must not read ahead what a request in flight is reading), its first
+ * segment where the front is, not at the segment boundary before it: the
+ * bytes before were asked by the stream itself.
+ * Segments no longer wanted: this stream's BKS_LATE behind done (the
+ * kernel's readahead requests are answered out of order: a read behind the
+ * stream's front still wants the segment before; and a read behind it never
+ * drops segments ahead of its own window), any noted in another generation
+ * or failed, and another stream's once that stream has not read for
+ * BKS_STALE reads of the file (it stopped).
  */
-static void seg_readahead(struct bks_pool *p, struct bks *b, uint64_t done,
-			  uint64_t size, uint64_t g, uint64_t w)
+#define BKS_STALE 64
+#define BKS_LATE (BKS_SEG / 2)
+
+static void seg_readahead(struct bks_pool *p, struct bks *b,
+			  const struct admit_verdict *v, uint64_t front,
+			  uint64_t done, uint64_t size, uint64_t g, uint64_t w)
 {
-	uint64_t from = done / BKS_SEG * BKS_SEG,
-		 to = from + (uint64_t)b->nwin * BKS_SEG, at;
+	uint64_t win = v->seq / 2 / BKS_SEG, from, to, at,
+		 cap = size < v->ahead ? size : v->ahead;
 	int i, queued = 0;
 
+	if (front < done)
+		front = done;
+	from = front / BKS_SEG * BKS_SEG;
+
+	if (win)
+		win++; /* the segment the front is in, and those after */
+	if (win > (uint64_t)b->nwin)
+		win = b->nwin;
+	to = from + win * BKS_SEG;
 	for (i = 0; i < b->nseg; i++) {
 		struct bks_seg *s = &b->seg[i];
 
-		if (s->state == SEG_READY && !s->users &&
-		    (s->off + BKS_SEG <= done || s->off >= to ||
-		     s->off < from || s->gen != g || s->wgen != w || s->res))
+		if (s->state != SEG_READY || s->users)
+			continue;
+		if (s->gen != g || s->wgen != w || s->res ||
+		    (s->sid == v->sid && s->off + s->want + BKS_LATE <= done) ||
+		    (s->sid != v->sid &&
+		     b->clock - act_last(b, s->sid) > BKS_STALE))
 			s->state = SEG_FREE;
 	}
-	for (at = from; at < to && at < size; at += BKS_SEG) {
-		struct bks_seg *s = seg_find(b, at);
+	for (at = from; at < to && at < cap; at += BKS_SEG) {
+		/* a stream's first segment starts where it is (the stream
+		 * has read what lies before) */
+		uint64_t start = at == from ? front / NVC_PAGE * NVC_PAGE : at,
+			 n = size - start < at + BKS_SEG - start
+				     ? size - start
+				     : at + BKS_SEG - start;
+		struct bks_seg *s = seg_over(b, start, at + BKS_SEG);
+
+		if (start >= size)
+			break;
 
 		if (s &&
 		    (s->state == SEG_LOADING || (s->gen == g && s->wgen == w)))
 			continue;
+		if (at + n > cap && cap < size)
+			break; /* into the next stream */
+		if (b->ra_queued + n >
+		    b->ra_used + (uint64_t)b->nseg * BKS_SEG + b->ra_used / 8)
+			break; /* the budget */
 		for (i = 0; i < b->nseg && b->seg[i].state != SEG_FREE; i++)
 			;
 		if (i == b->nseg)
@@ -330,16 +476,22 @@ static void seg_readahead(struct bks_pool *p, struct bks *b, uint64_t done,
 		if (!s->buf)
 			break;
 		s->state = SEG_LOADING;
-		s->off = at;
+		s->off = start;
+		s->want = at + BKS_SEG - start;
 		s->len = 0;
 		s->res = 0;
 		s->gen = g;
 		s->wgen = w;
+		s->sid = v->sid;
 		s->qnext = NULL;
 		*p->qtail = s;
 		p->qtail = &s->qnext;
+		b->ra_queued += n;
 		queued = 1;
 	}
+	/* the budget (above) holds */
+	assert(b->ra_queued <=
+	       b->ra_used + (uint64_t)b->nseg * BKS_SEG + b->ra_used / 8);
 	if (queued)
 		pthread_cond_broadcast(&p->work);
 }
@@ -356,7 +508,7 @@ static void bks_snap(struct cache *c, struct cfile *f, uint64_t *size,
 }
 
 int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
-	     uint64_t off, uint64_t window)
+	     uint64_t off, uint64_t window, const struct admit_verdict *v)
 {
 	uint64_t end = off + len, cur, g, w, size, t0;
 	struct bks_pool *p;
@@ -374,6 +526,7 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 	bks_snap(c, f, &size, &w, &g);
 
 	pthread_mutex_lock(&p->lock);
+	act_note(b, v->sid);
 	for (cur = off; cur < end && !ret;) {
 		struct bks_seg *s = seg_find(b, cur);
 		uint64_t e, have;
@@ -389,9 +542,12 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 		}
 		if (s) {
 			/* read ahead: copied outside the lock, pinned */
-			e = end < s->off + BKS_SEG ? end : s->off + BKS_SEG;
+			e = end < s->off + s->want ? end : s->off + s->want;
 			have = s->off + s->len;
 			s->users++;
+			s->sid = v->sid;
+			if (cur < have)
+				b->ra_used += (e < have ? e : have) - cur;
 			pthread_mutex_unlock(&p->lock);
 			if (cur < have)
 				memcpy(buf + (cur - off),
@@ -412,7 +568,7 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 			e = end;
 		pthread_mutex_unlock(&p->lock);
 		t0 = stat_clock(&c->stats);
-		ret = direct_pread(b->dfd, buf + (cur - off), e - cur, cur,
+		ret = direct_pread(c, b->dfd, buf + (cur - off), e - cur, cur,
 				   NULL);
 		if (!ret) {
 			CNT_ADD(c, backing_read_bytes, e - cur);
@@ -422,7 +578,8 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 		cur = e;
 	}
 	if (!ret)
-		seg_readahead(p, b, end, size, g, w);
+		seg_readahead(p, b, v, admit_front(&f->adm, v->sid), end, size,
+			      g, w);
 	pthread_mutex_unlock(&p->lock);
 	if (ret == -EINVAL) {
 		/* the store takes no direct I/O here after all */
@@ -433,7 +590,8 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 }
 
 int bks_read_pinned(struct cache *c, struct cfile *f, size_t len, uint64_t off,
-		    uint64_t window, const char **data, void **pin)
+		    uint64_t window, const struct admit_verdict *v,
+		    const char **data, void **pin)
 {
 	struct bks_pool *p = __atomic_load_n(&c->bksp, __ATOMIC_ACQUIRE);
 	struct bks_seg *s = NULL;
@@ -453,9 +611,13 @@ int bks_read_pinned(struct cache *c, struct cfile *f, size_t len, uint64_t off,
 	if (s && s->gen == g && s->wgen == w && !s->res &&
 	    off + len <= s->off + s->len) {
 		s->users++;
+		act_note(f->bks, v->sid);
+		s->sid = v->sid;
+		f->bks->ra_used += len;
 		*data = s->buf + (off - s->off);
 		*pin = s;
-		seg_readahead(p, f->bks, off + len, size, g, w);
+		seg_readahead(p, f->bks, v, admit_front(&f->adm, v->sid),
+			      off + len, size, g, w);
 		ret = 0;
 	}
 	pthread_mutex_unlock(&p->lock);

@@ -9,19 +9,22 @@
 struct cache;
 struct cfile;
 struct bks;
+struct admit_verdict;
 
 /* Readahead unit: one asynchronous backing read. */
 #define BKS_SEG (2u * 1024 * 1024)
 
 /*
  * Read [off, off+len) of f's backing file into buf, for a stream that
- * bypasses the cache, and start the readahead that keeps window bytes ahead
- * of it; zeros past the backing file's end.  off, len and buf are 4 KiB
- * aligned; f->rw is held for reading.  -EAGAIN: not this way (the file's
- * store cannot do direct I/O, window 0): read it with backing_read.
+ * bypasses the cache (v: admit.c's verdict for the read: its stream, how long
+ * it is, where the next stream ahead begins), and start the readahead that
+ * keeps up to window bytes ahead of it; zeros past the backing file's end.
+ * off, len and buf are 4 KiB aligned; f->rw is held for reading.  -EAGAIN:
+ * not this way (the file's store cannot do direct I/O, window 0): read it
+ * with backing_read.
  */
 int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
-	     uint64_t off, uint64_t window);
+	     uint64_t off, uint64_t window, const struct admit_verdict *v);
 
 /*
  * The same without a copy, when a segment read ahead holds all of [off,
@@ -30,7 +33,8 @@ int bks_read(struct cache *c, struct cfile *f, char *buf, size_t len,
  * The caller has checked that no page of the range is valid in the cache.
  */
 int bks_read_pinned(struct cache *c, struct cfile *f, size_t len, uint64_t off,
-		    uint64_t window, const char **data, void **pin);
+		    uint64_t window, const struct admit_verdict *v,
+		    const char **data, void **pin);
 void bks_unpin(struct cache *c, void *pin);
 
 /* The daemon changed f's backing file, or it was opened (and revalidated):

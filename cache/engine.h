@@ -393,6 +393,9 @@ struct cache {
 	 * s->rw held for writing, before it decides whether the slot's twin
 	 * goes (the window a writer can pin the slot in) */
 	void (*test_cleaned)(struct cache *c, struct cslot *s);
+	/* tests only: the pread of the direct backing reads (bkstream.c), to
+	 * play a store that returns short reads */
+	ssize_t (*test_pread)(int fd, void *buf, size_t len, uint64_t off);
 	uint8_t store_stamp[META_STAMP_LEN]; /* of the backing directory */
 	int store_foreign; /* not the one the headers name */
 	int coarse_times; /* the store keeps whole seconds (coherence.c) */

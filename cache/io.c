@@ -457,12 +457,13 @@ void cache_read_finish(struct cache *c)
 /* Read a miss run [off, off+len) from the backing file: directly, with
  * readahead, for a stream that bypasses the cache (bkstream.c). */
 static int miss_read(struct cache *c, struct cfile *f, char *buf, size_t len,
-		     uint64_t off, int bypass)
+		     uint64_t off, const struct admit_verdict *v)
 {
-	if (bypass) {
+	if (v->bypass) {
 		int ret = bks_read(c, f, buf, len, off,
 				   __atomic_load_n(&c->cfg->backing_direct_ra,
-						   __ATOMIC_RELAXED));
+						   __ATOMIC_RELAXED),
+				   v);
 
 		if (ret != -EAGAIN)
 			return ret;
@@ -473,7 +474,7 @@ static int miss_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 /* Read [off, off+len) into buf, where buf holds the page at pbase. */
 static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		      uint64_t pbase, size_t len, uint64_t off, uint64_t wgen0,
-		      int bypass, int *nmiss)
+		      const struct admit_verdict *v, int *nmiss)
 {
 	struct span sp[SEG_MAX_BLOCKS + 2];
 	struct dev_io ios[SEG_MAX_BLOCKS * 4];
@@ -615,14 +616,14 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 				if (m1 > m0)
 					ret = miss_read(c, f,
 							buf + (m0 - pstart),
-							m1 - m0, m0, bypass);
+							m1 - m0, m0, v);
 				miss += m1 - m0;
 				m0 = at;
 				m1 = at + NVC_PAGE;
 			}
 			if (!x && m1 > m0) {
 				ret = miss_read(c, f, buf + (m0 - pstart),
-						m1 - m0, m0, bypass);
+						m1 - m0, m0, v);
 				miss += m1 - m0;
 			}
 		}
@@ -634,7 +635,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 	CNT_ADD(c, read_hit_bytes, hit);
 	CNT_ADD(c, read_miss_bytes, len - hit);
 	*nmiss |= (hit ? 1 : 0) | (miss ? 2 : 0);
-	if (miss && bypass)
+	if (miss && v->bypass)
 		CNT_ADD(c, read_bypass_bytes, miss);
 	else if (miss && !f->unlinked &&
 		 !fill_defer(c, f, sp, nsp, buf, pstart, wgen0))
@@ -687,7 +688,7 @@ static int read_pinned(struct cache *c, struct cfile *f, size_t len,
 	    bks_read_pinned(c, f, len, off,
 			    __atomic_load_n(&c->cfg->backing_direct_ra,
 					    __ATOMIC_RELAXED),
-			    &p, &tl_pin))
+			    v, &p, &tl_pin))
 		return 0;
 	*data = (char *)p;
 	CNT_ADD(c, read_miss_bytes, len);
@@ -755,8 +756,8 @@ int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 
 		if (e > off + len)
 			e = off + len;
-		ret = read_chunk(c, f, vbuf, pstart, e - cur, cur, wgen0,
-				 v.bypass, &nmiss);
+		ret = read_chunk(c, f, vbuf, pstart, e - cur, cur, wgen0, &v,
+				 &nmiss);
 		cur = e;
 	}
 	tl_defer = 0;

@@ -132,3 +132,100 @@ def test_revalidation_drops_the_cached_head_of_a_stream(cache):
         for p0 in range(0, npages, 256):
             assert f.read(MiB) == b"".join(page(p, 1) for p in range(p0, p0 + 256)), f"at page {p0}"
     assert cache.stats()["revalidate_drops"] >= 1
+
+
+# ---------------------------------------------------------------- read amplification (issue 25, finding 7)
+
+AMP_FILE = 32 * MiB
+
+
+def amp_reads(pattern, npages, rnd):
+    """The (page, pages) reads of a pattern over a file of npages pages: random 4 KiB reads of a quarter of
+    it; 4 KiB every 64 KiB (strided); four sequential streams of 64 KiB reads taking turns (interleaved); or
+    the whole file in 1 MiB reads (sequential)."""
+    if pattern == "random":
+        return [(p, 1) for p in rnd.sample(range(npages), npages // 4)]
+    if pattern == "strided":
+        return [(p, 1) for p in range(0, npages, 16)]
+    if pattern == "interleaved":
+        q = npages // 4
+        return [(k * q + i, 16) for i in range(0, q, 16) for k in range(4)]
+    return [(p, 256) for p in range(0, npages, 256)]
+
+
+def amp_run(c, name, pattern, direct, rnd):
+    """Read a file written behind the cache in pattern, byte for byte; (bytes asked, backing bytes read)."""
+    npages = AMP_FILE // PAGE
+    make_file(os.path.join(c.backing, name), npages)
+    before = c.stats()["backing_read_bytes"]
+    fd = os.open(c.path(name), os.O_RDONLY | (os.O_DIRECT if direct else 0))
+    buf = mmap.mmap(-1, MiB)
+    asked = 0
+    try:
+        for p, n in amp_reads(pattern, npages, rnd):
+            view = memoryview(buf)[:n * PAGE]
+            assert os.preadv(fd, [view], p * PAGE) == n * PAGE
+            for i in range(n):
+                assert buf[i * PAGE:(i + 1) * PAGE] == page(p + i, 0), f"{pattern}: page {p + i}"
+            asked += n * PAGE
+    finally:
+        os.close(fd)
+    return asked, c.stats()["backing_read_bytes"] - before
+
+
+def test_read_amplification_is_bounded(make_cache):
+    """Reads in random, strided, interleaved and sequential orders, buffered and O_DIRECT, of uncached files
+    through the mount (default configuration): the data byte for byte, and the backing store read no more than
+    1.5x what was asked (1.2x sequentially) plus one readahead window of the kernel and one of the daemon."""
+    c = make_cache()
+    c.format()
+    c.mount()
+    rnd = random.Random(25)
+    slack = 2 * MiB + 2 * MiB  # fuse.read_ahead's window twice (its tolerance), one BKS_SEG
+    figures, bad = [], []
+    for direct in (True, False):
+        for pattern in ("random", "strided", "interleaved", "sequential"):
+            asked, got = amp_run(c, f"{pattern}-{int(direct)}", pattern, direct, rnd)
+            factor = 1.2 if pattern in ("interleaved", "sequential") else 1.5
+            figures.append(f"{pattern} {'direct' if direct else 'buffered'}: {got / asked:.2f}x")
+            if got > factor * asked + slack:
+                bad.append(f"{pattern} {'direct' if direct else 'buffered'}: {got} bytes read from the "
+                           f"backing store for {asked} asked ({got / asked:.2f}x)")
+    print("read amplification: " + ", ".join(figures))
+    assert not bad, bad
+    assert c.unmount() == 0
+
+
+def test_second_pass_of_random_reads_hits(make_cache):
+    """4 KiB buffered reads in random order over an uncached 16 MiB file, twice, the kernel's page cache of the
+    file dropped between: the first pass keeps what it read (the cache has room), the second one hits."""
+    c = make_cache()
+    c.format()
+    c.mount()
+    npages = 16 * MiB // PAGE
+    make_file(os.path.join(c.backing, "r"), npages)
+    rnd = random.Random(7)
+    order = list(range(npages))
+    st0 = c.stats()
+    for rnd_pass in range(2):
+        rnd.shuffle(order)
+        fd = os.open(c.path("r"), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            for p in order:
+                assert os.pread(fd, PAGE, p * PAGE) == page(p, 0), f"pass {rnd_pass}: page {p}"
+        finally:
+            os.close(fd)
+        st1 = c.stats()
+        if rnd_pass == 1:
+            hit = st1["read_hit_bytes"] - st0["read_hit_bytes"]
+            asked = st1["read_bytes"] - st0["read_bytes"]
+            bk = st1["backing_read_bytes"] - st0["backing_read_bytes"]
+            assert asked > 0
+            assert hit >= 0.95 * asked, f"second pass: {hit} of {asked} bytes hit"
+            assert bk <= MiB, f"second pass: {bk} bytes read from the backing store"
+        else:
+            bk = st1["backing_read_bytes"] - st0["backing_read_bytes"]
+            assert bk <= 1.5 * 16 * MiB + 4 * MiB, f"first pass: {bk} bytes read from the backing store"
+        st0 = st1
+    assert c.unmount() == 0

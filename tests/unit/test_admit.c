@@ -65,6 +65,48 @@ static void test_random_and_rereads_are_not_streams(void)
 	CHECK_EQ(bypassed, 0);
 }
 
+/* Issue 25: reads that land within tol of a stream without being
+ * sequential: random 4K reads in a small file (most land near some stream),
+ * strided reads; neither is a stream, however many there are. */
+static void test_dense_random_and_strided_are_not_streams(void)
+{
+	struct admit_state a;
+	struct admit_verdict v;
+	unsigned seed = 3, i, bypassed = 0, owed = 0;
+	uint64_t stride;
+
+	memset(&a, 0, sizeof(a));
+	/* 16 MiB of 4K reads at random in a 64 MiB file */
+	for (i = 0; i < 4096; i++) {
+		seed = seed * 1103515245 + 12345;
+		bypassed += note(&a, (uint64_t)(seed >> 8) % 16384 * 4096, 4096,
+				 8 * MiB, &v);
+		owed += v.stream;
+	}
+	CHECK_EQ(bypassed, 0);
+	CHECK_EQ(owed, 0);
+	/* 4K every 8K, 64K, 1M: 64 MiB each */
+	for (stride = 8 * KiB; stride <= MiB; stride *= 8) {
+		memset(&a, 0, sizeof(a));
+		for (i = 0; i < 64 * MiB / stride; i++)
+			bypassed += note(&a, i * stride, 4096, 0, &v);
+		CHECK_EQ(bypassed, 0);
+	}
+	/* 60K of every 64K is a stream (its readahead reads 1/16 more) */
+	memset(&a, 0, sizeof(a));
+	for (i = 0; i < 128; i++)
+		bypassed += note(&a, i * 64 * KiB, 60 * KiB, 0, &v);
+	CHECK(bypassed > 0);
+	/* a stream knows where the next one ahead of it began */
+	memset(&a, 0, sizeof(a));
+	note(&a, 8 * MiB, MiB, 0, &v);
+	note(&a, 0, MiB, 0, &v);
+	CHECK_EQ(v.ahead, 8 * MiB);
+	CHECK(v.sid != 0);
+	note(&a, 9 * MiB, MiB, 0, &v);
+	CHECK_EQ(v.ahead, UINT64_MAX);
+}
+
 static void test_streams_interleaved_and_out_of_order(void)
 {
 	struct admit_state a;
@@ -313,6 +355,7 @@ int main(void)
 	rbuf = dev_alloc_buf(2 * MiB + 8192);
 	RUN(test_sequential_stream_passes_cutoff);
 	RUN(test_random_and_rereads_are_not_streams);
+	RUN(test_dense_random_and_strided_are_not_streams);
 	RUN(test_streams_interleaved_and_out_of_order);
 	RUN(test_readahead_window);
 	RUN(test_read_path_bypasses_past_cutoff);

@@ -34,6 +34,14 @@ TARGETS = [("4K randread QD1 (cached)", "of ceiling", 0.8), ("4K randread QD32 (
            ("Iometer File Server", "vs backing", 1.0), ("Iometer Web Server", "vs backing", 1.0),
            ("metadata", "vs best FUSE peer", 3.0)]
 BANDS = ("<1ms", "1ms", "2-10ms", "11-50ms", "51-100ms", ">100ms")
+# read amplification of uncached data (issue 25): pattern -> (fio options, at most backing bytes / bytes asked)
+AMP_PATTERNS = (("random", lambda f: ["--rw=randread", "--bs=4k", f"--io_size={f // 4}"], 1.5),
+                ("strided", lambda f: ["--rw=read:60k", "--bs=4k", f"--io_size={f // 16}"], 1.5),
+                ("interleaved", lambda f: ["--rw=read", "--bs=64k", "--numjobs=4", f"--size={f // 4}",
+                                           f"--offset_increment={f // 4}"], 1.2),
+                ("sequential", lambda f: ["--rw=read", "--bs=1M"], 1.2))
+PHASES = ("workloads", "uncached_read", "read_amp", "btest", "checkpoint", "metadata", "bonnie", "destage",
+          "resources", "mem_per_gib")
 
 
 def sh(*a, check=True, **kw):
@@ -100,8 +108,9 @@ def bands(vals):
 
 
 class Bench:
-    def __init__(self, quick, out):
+    def __init__(self, quick, out, only=None):
         self.quick = quick
+        self.only = only or PHASES
         self.secs = 2 if quick else 8
         self.ws = (256 if quick else 1024) * MiB          # working set of the random and read workloads
         self.dimm = (512 if quick else 2048) * MiB        # each of the two emulated DIMMs
@@ -359,7 +368,7 @@ class Bench:
         qd1 = ["--ioengine=psync"]
         qd32 = ["--ioengine=libaio", "--iodepth=32"]
         ws = self.ws
-        for x in cached:
+        for x in cached if "workloads" in self.only else ():
             self.prepare(x, ws)
         jobs = [
             ("4K randread QD1 (cached)", cached, qd1 + ["--rw=randread", "--bs=4k"], True),
@@ -375,7 +384,7 @@ class Bench:
              ["--ioengine=libaio", "--iodepth=16", "--rw=randread",
               "--bssplit=512/22:1k/15:2k/8:4k/23:8k/15:16k/2:32k/6:64k/7:128k/1:512k/1"], False),
         ]
-        for name, targets, args, lat in jobs:
+        for name, targets, args, lat in jobs if "workloads" in self.only else ():
             for x in all_t:
                 if x not in targets:
                     self.results[(name, x)] = {"skip": "not this workload (the small cache is for writes)"}
@@ -386,8 +395,7 @@ class Bench:
                 self.results[(name, x)] = r
             print(f"  {name}: done", flush=True)
         # a phase that fails (a daemon killed, a tool missing) is named in the report; the others still run
-        for phase in (self.uncached_read, self.btest, self.checkpoint, self.metadata, self.bonnie, self.destage,
-                      self.resources, self.mem_per_gib):
+        for phase in (getattr(self, n) for n in PHASES[1:] if n in self.only):
             try:
                 phase()
             except Exception as e:
@@ -420,6 +428,68 @@ class Bench:
             self.drop_caches()
             self.results[(name, x)] = self.fio(x, name, ["--rw=read", "--bs=1M", "--direct=1"], size, file="cold")
         print("  uncached read: done", flush=True)
+
+    def nvc_counters(self):
+        j = json.loads(sh(CTL, "stats", self.targets["nvcachefs"], "--json").stdout)
+        return j["total"]["counters"]
+
+    def read_amp(self):
+        """Read amplification of uncached data (issue 25): bytes nvcachefs read from the backing store over the
+        bytes fio asked, for random, strided, interleaved and sequential reads, O_DIRECT and buffered, each of a
+        file written behind the cache; the same fio job on the backing store itself for the MB/s ratio."""
+        size = self.ws // 4
+        for pattern, opts, _ in AMP_PATTERNS:
+            for direct in (1, 0):
+                name = f"read amplification: {pattern} {'direct' if direct else 'buffered'}"
+                for x in ("nvcachefs", "backing"):
+                    where = self.targets.get(x)
+                    if where is None:
+                        self.results[(name, x)] = {"skip": "not mounted (see notes)"}
+                        continue
+                    store = self.store_of(x) if x == "nvcachefs" else where
+                    fname = f"amp-{pattern}-{direct}"
+                    with open(os.path.join(store, fname), "wb") as f:
+                        for _ in range(size // MiB):
+                            f.write(os.urandom(MiB))
+                    self.drop_caches()
+                    before = self.nvc_counters() if x == "nvcachefs" else None
+                    r = self.fio(x, name, ["--ioengine=psync", f"--direct={direct}"] + opts(size), size, file=fname)
+                    if x == "nvcachefs" and "skip" not in r:
+                        after = self.nvc_counters()
+                        r["backing_bytes"] = after["backing_read_bytes"] - before["backing_read_bytes"]
+                        r["fuse_bytes"] = after["read_bytes"] - before["read_bytes"]
+                        r["amplification"] = r["backing_bytes"] / r["bytes"] if r["bytes"] else None
+                    self.results[(name, x)] = r
+        print("  read amplification: done", flush=True)
+
+    def amp_md(self):
+        """The read amplification section: backing bytes over bytes asked, and MB/s against the backing store."""
+        md = ["## Read amplification of uncached data (issue 25)\n",
+              "Each cell reads a file of " f"{self.ws // 4 // MiB} MiB written behind the cache (the kernel's caches "
+              "dropped first): random 4 KiB reads of a quarter of it; 4 KiB of every 64 KiB (strided); four jobs, each "
+              "its own quarter in 64 KiB reads (interleaved); 1 MiB reads of all of it (sequential). Asked: the bytes "
+              "fio read; FUSE: the bytes the kernel asked nvcachefs for (`read_bytes`: buffered, its readahead "
+              "too); backing: nvcachefs's `backing_read_bytes` over the cell; amplification = backing / asked "
+              "(target: at most 1.5x random and strided, 1.2x interleaved and sequential). MB/s vs backing: the same "
+              "fio job on the backing store itself, in the same run.\n",
+              "| pattern | asked MiB | FUSE MiB | backing MiB | amplification | target | met | nvcachefs MB/s | "
+              "backing MB/s | vs backing |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for pattern, _, most in AMP_PATTERNS:
+            for direct in (1, 0):
+                name = f"read amplification: {pattern} {'direct' if direct else 'buffered'}"
+                r, b = self.results.get((name, "nvcachefs"), {}), self.results.get((name, "backing"), {})
+                label = f"{pattern}, {'O_DIRECT' if direct else 'buffered'}"
+                if "amplification" not in r or r["amplification"] is None:
+                    md.append(f"| {label} | {r.get('skip', '-')} | | | | | | | | |")
+                    continue
+                a = r["amplification"]
+                vs = f"{r['bw'] / b['bw']:.2f}x" if b.get("bw") else "-"
+                md.append(f"| {label} | {r['bytes'] / MiB:.1f} | {r['fuse_bytes'] / MiB:.1f} | "
+                          f"{r['backing_bytes'] / MiB:.1f} | {a:.2f}x | "
+                          f"≤ {most:.1f}x | {'yes' if a <= most else 'NO'} | {r['bw'] / 1e6:.1f} | "
+                          f"{b.get('bw', 0) / 1e6:.1f} | {vs} |")
+        md.append("")
+        return md
 
     def btest(self):
         """One thread per device, 4 KiB random reads and writes, every latency counted in btest's bands."""
@@ -696,6 +766,8 @@ class Bench:
             w(f"| destage (vs backing's own 1M write) | {d['bw'] / 1e6:.1f} | | | | {d['bw'] / b['bw']:.2f}x | | "
               f"{d['bw'] / b['bw']:.2f} |")
         w("")
+        md += self.amp_md()
+        workloads = [wl for wl in workloads if not wl.startswith("read amplification")]
         md += ceiling.ceiling_md(self.results, workloads)
         md += ceiling.targets_md(ratios, TARGETS, "Targets of issue 11 (this run)")
         for wl in workloads:
@@ -764,8 +836,24 @@ class Bench:
                 elif ceil:
                     w(f"\nCeiling: the backing store, {ceil['bw'] / 1e6:.1f} MB/s.")
             w("")
-        w("## The daemon\n")
         r = self.rss
+        if r:
+            md += self.daemon_md(r)
+        md += self.cpu_md(workloads)
+        md += memory.report(self.mem) if self.mem else []
+        w("Plots: `throughput.png` (throughput per workload and target), `latency_cdf.png` (4K random read "
+          "QD1 latency CDF per target).")
+        with open(os.path.join(self.out, "report.md"), "w") as f:
+            f.write("\n".join(md) + "\n")
+        with open(os.path.join(self.out, "results.json"), "w") as f:
+            json.dump(self.json(), f, indent=1)
+        if self.lat:
+            self.plots(workloads)
+
+    def daemon_md(self, r):
+        md = []
+        w = md.append
+        w("## The daemon\n")
         w("| figure | value |")
         w("|---|---|")
         w(f"| peak RSS (with the mirrors' mapped pages) | {r['peak_rss'] / MiB:.1f} MiB for {r['cache'] / GiB:.2f} "
@@ -778,15 +866,7 @@ class Bench:
         w(f"| recovery after kill -9 | {r['recovery_secs'] * 1000:.0f} ms to mount again, "
           f"{r['dirty_recovered'] / MiB:.0f} MiB dirty recovered |")
         w("")
-        md += self.cpu_md(workloads)
-        md += memory.report(self.mem)
-        w("Plots: `throughput.png` (throughput per workload and target), `latency_cdf.png` (4K random read "
-          "QD1 latency CDF per target).")
-        with open(os.path.join(self.out, "report.md"), "w") as f:
-            f.write("\n".join(md) + "\n")
-        with open(os.path.join(self.out, "results.json"), "w") as f:
-            json.dump(self.json(), f, indent=1)
-        self.plots(workloads)
+        return md
 
     def ratios(self):
         return ceiling.nvc_ratios(self.results, PEERS)
@@ -869,6 +949,8 @@ def main():
     ap.add_argument("--before", metavar="BUILD", help="with --dfs: also measure the creates of this build "
                     "directory's daemon")
     ap.add_argument("--no-mpi", action="store_true", help="with --dfs: the checkpoint by plain processes")
+    ap.add_argument("--only", metavar="PHASES", help="only these phases, comma-separated: " + ", ".join(PHASES)
+                    + " (workloads: the fio cells of cached data)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N", help="the whole measurement N times, each with "
                     "its own setup (OUT/runK/); OUT/report.md gives the median of each ratio and every run's")
     a = ap.parse_args()
@@ -886,7 +968,10 @@ def main():
             sys.exit("suite.py: --dfs takes gluster, moosefs or both")
         b = DfsBench(a.quick, out, kinds, before=a.before and os.path.abspath(a.before), mpi=not a.no_mpi)
     else:
-        b = Bench(a.quick, out)
+        only = a.only.split(",") if a.only else None
+        if only and any(p not in PHASES for p in only):
+            sys.exit("suite.py: --only takes " + ", ".join(PHASES))
+        b = Bench(a.quick, out, only)
     # a kill still tears down the mounts and loop devices
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("suite.py: terminated"))
     started = time.time()
