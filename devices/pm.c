@@ -276,7 +276,7 @@ int pm_map_err(const char *path, size_t len, int create, struct pm_region *out,
 	struct stat st;
 	size_t mapped;
 	void *addr;
-	int fd, ret;
+	int fd, ret, tries;
 
 	memset(out, 0, sizeof(*out));
 	out->lock_fd = -1;
@@ -293,15 +293,25 @@ int pm_map_err(const char *path, size_t len, int create, struct pm_region *out,
 		ret = -ENOSPC;
 		goto out_close;
 	}
-	/* one process at a time may use a mirror */
+	/*
+	 * One process at a time may use a mirror.  A daemon whose mount was
+	 * just taken away (umount returns before the daemon has seen it,
+	 * destaged and exited) still holds it: a mount right after an umount,
+	 * as xfstests' generic/366 does 64 times, found it busy.  As for the
+	 * devices (dev.c), "busy" is retried for up to 3 s before it is
+	 * believed.
+	 */
 	out->lock_fd = pm_reopen(fd, O_RDWR);
 	if (out->lock_fd < 0) {
 		ret = out->lock_fd;
 		goto out_close;
 	}
-	if (flock(out->lock_fd, LOCK_EX | LOCK_NB)) {
-		ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		goto err_lock;
+	for (tries = 0; flock(out->lock_fd, LOCK_EX | LOCK_NB); tries++) {
+		if (errno != EWOULDBLOCK || tries >= 60) {
+			ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+			goto err_lock;
+		}
+		usleep(50000);
 	}
 	/* libpmem maps the file through the descriptor, never by its name */
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", out->lock_fd);
