@@ -169,8 +169,9 @@ static void aring_complete(struct dev_aring *r, struct dev_acb *cb, int res)
 			return;
 		}
 		if (io->dev->kind == DEV_KIND_MEM)
-			res = res < 0 ? res : (int)io->len;
-		io->res = res < 0 ? res : dev_io_finish(io, res);
+			io->res = res < 0 ? res : 0; /* done when queued */
+		else
+			io->res = dev_io_complete(io, res);
 		dev_observe(io, cb->t0);
 		cb->res = io->res;
 	} else {

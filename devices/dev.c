@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -399,24 +400,72 @@ void dev_io_mem(struct dev_io *io)
 	io->res = 0;
 }
 
-/* Finish a short transfer synchronously; rare, but allowed by the kernel. */
+int dev_refusal(int res)
+{
+	return res == -EAGAIN || res == -EBUSY || res == -ENOMEM ||
+	       res == -EINTR || res == -ECANCELED;
+}
+
+/* A system call the kernel refused for want of something is tried again
+ * for about a second (1 ms apart; a signal at once). */
+#define SYNC_RETRIES 1000
+
+static int sync_retry(int err, unsigned *tries)
+{
+	if (!dev_refusal(err) || ++*tries > SYNC_RETRIES)
+		return 0;
+	if (err != -EINTR)
+		usleep(1000);
+	return 1;
+}
+
+/*
+ * The synchronous way of a request: the rest of a short transfer (rare, but
+ * allowed by the kernel), or a whole request a ring could not take or run.
+ * A fua write keeps its durability: its bytes go with RWF_DSYNC (a kernel
+ * without it: a plain write, then fdatasync), so that a fua write reported
+ * done is durable however much of it the ring did (issue 25, finding 2).
+ */
 int dev_io_finish(struct dev_io *io, uint32_t done)
 {
-	while (done < io->len) {
-		ssize_t n;
+	int fd = io->dev->fd, sync_after = 0;
+	int flags = io->op == DEV_WRITE && io->fua ? RWF_DSYNC : 0;
+	unsigned tries = 0;
 
-		if (io->op == DEV_READ)
-			n = pread(io->dev->fd, (char *)io->buf + done,
-				  io->len - done, io->off + done);
-		else
-			n = pwrite(io->dev->fd, (char *)io->buf + done,
-				   io->len - done, io->off + done);
+	if (io->dev->kind == DEV_KIND_MEM) {
+		assert(!done);
+		dev_io_mem(io);
+		return io->res;
+	}
+	if (io->op == DEV_FLUSH) {
+		while (fdatasync(fd))
+			if (!sync_retry(-errno, &tries))
+				return -errno;
+		return 0;
+	}
+	while (done < io->len) {
+		struct iovec v = { .iov_base = (char *)io->buf + done,
+				   .iov_len = io->len - done };
+		ssize_t n = io->op == DEV_READ
+				    ? preadv2(fd, &v, 1, io->off + done, 0)
+				    : pwritev2(fd, &v, 1, io->off + done, flags);
+
+		if (n < 0 && flags && errno == EOPNOTSUPP) {
+			flags = 0;
+			sync_after = 1;
+			continue;
+		}
+		if (n < 0 && sync_retry(-errno, &tries))
+			continue;
 		if (n < 0)
 			return -errno;
 		if (n == 0)
 			return -EIO;
 		done += n;
 	}
+	while (sync_after && fdatasync(fd))
+		if (!sync_retry(-errno, &tries))
+			return -errno;
 	return 0;
 }
 
@@ -457,6 +506,29 @@ void dev_set_ring_faults(const struct dev_ring_faults *f)
 	if (f)
 		ring_faults = *f;
 	ring_faults_on = f != NULL;
+}
+
+/* A short transfer the test hook makes of a whole one (done bytes). */
+static int fault_short(const struct dev_io *io, int done)
+{
+	uint32_t half = io->len / 2 / io->dev->sector * io->dev->sector;
+
+	if (!ring_faults.short_count || io->op == DEV_FLUSH ||
+	    (uint32_t)done != io->len || !half)
+		return done;
+	ring_faults.short_count--;
+	return half;
+}
+
+int dev_io_complete(struct dev_io *io, int res)
+{
+	if (__builtin_expect(ring_faults_on, 0) && res > 0)
+		res = fault_short(io, res);
+	if (res < 0)
+		return res;
+	if (io->op == DEV_FLUSH)
+		return 0;
+	return dev_io_finish(io, res);
 }
 
 /* The injected error for this call, or 0 (the test hook above). */
@@ -563,7 +635,7 @@ static void batch_complete(struct batch *b, struct io_uring_cqe *cqe)
 	b->inflight--;
 	if (!c)
 		return; /* a given-up request's NOP */
-	c->res = res < 0 ? res : dev_io_finish(c, res);
+	c->res = dev_io_complete(c, res);
 	dev_observe(c, b->t0);
 }
 

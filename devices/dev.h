@@ -26,6 +26,10 @@
  * the error that kept it from being submitted (then it never reaches the
  * device).  It returns the first error in array order.  A DEV_FLUSH element
  * flushes its device's write cache; it is not ordered with the batch's writes.
+ * A short transfer (the kernel may complete a request in part) is finished
+ * synchronously, with plain system calls, and with the request's own
+ * durability: a fua write that completes with res 0 is durable however it
+ * was done.
  */
 
 #define DEV_ALIGN 4096u
@@ -40,7 +44,8 @@ struct dev_io {
 	void *buf;
 	uint64_t off;
 	uint32_t len;
-	int fua; /* a write that is durable when it completes */
+	int fua; /* a write that is durable when it completes (res 0): kept
+		    by every way it may be done (dev_io_finish) */
 	int res; /* 0 or -errno, filled in by dev_io_run */
 };
 
@@ -116,14 +121,24 @@ int dev_shadow_errors(struct dev *d);
  * may (a signal, no memory, a full completion queue).  After skip calls
  * succeed, the next count calls return err instead of entering the kernel;
  * submissions and waits are counted separately.  NULL clears it.
+ *
+ * short_count: the next short_count reads and writes completed from this
+ * thread's rings (either kind) are taken as short, half done, as the kernel
+ * may complete them; the rest is then finished synchronously (dev_io_finish).
  */
 struct dev_ring_faults {
 	int submit_err;
 	unsigned submit_skip, submit_count;
 	int wait_err;
 	unsigned wait_skip, wait_count;
+	unsigned short_count;
 };
 void dev_set_ring_faults(const struct dev_ring_faults *f);
+
+/* The kernel could not take or run a request for want of something
+ * (-EAGAIN, -EBUSY, -ENOMEM, -EINTR, -ECANCELED): the synchronous way of a
+ * request tries again. */
+int dev_refusal(int res);
 
 /*
  * An observer sees every completed request to a device: its operation,
