@@ -400,6 +400,18 @@ void dev_io_mem(struct dev_io *io)
 	io->res = 0;
 }
 
+static uint64_t ring_refusals;
+
+uint64_t dev_ring_refusals(void)
+{
+	return __atomic_load_n(&ring_refusals, __ATOMIC_RELAXED);
+}
+
+void dev_note_refusal(void)
+{
+	__atomic_add_fetch(&ring_refusals, 1, __ATOMIC_RELAXED);
+}
+
 int dev_refusal(int res)
 {
 	return res == -EAGAIN || res == -EBUSY || res == -ENOMEM ||
@@ -524,6 +536,10 @@ int dev_io_complete(struct dev_io *io, int res)
 {
 	if (__builtin_expect(ring_faults_on, 0) && res > 0)
 		res = fault_short(io, res);
+	if (res < 0 && dev_refusal(res)) {
+		dev_note_refusal();
+		return dev_io_finish(io, 0);
+	}
 	if (res < 0)
 		return res;
 	if (io->op == DEV_FLUSH)
@@ -697,7 +713,13 @@ static int batch_submit(struct batch *b, unsigned left)
 	return 0;
 }
 
-/* The requests still in the submission queue fail with err, as NOPs. */
+/*
+ * The kernel will not take the requests still in the submission queue: each
+ * becomes a NOP that belongs to nobody (the queue is the kernel's to read),
+ * and is carried out synchronously here instead.  The rest of the batch too
+ * (b->err).  The batch's requests are not ordered with each other, so doing
+ * these while others are in flight changes nothing that was promised.
+ */
 static void batch_abandon(struct batch *b, int err)
 {
 	struct io_uring_sq *sq = &b->ring->sq;
@@ -712,7 +734,8 @@ static void batch_abandon(struct batch *b, int err)
 		io_uring_prep_nop(sqe);
 		io_uring_sqe_set_data(sqe, NULL);
 		if (io) {
-			io->res = err;
+			dev_note_refusal();
+			io->res = dev_io_finish(io, 0);
 			dev_observe(io, b->t0);
 		}
 	}
@@ -731,7 +754,8 @@ static int batch_make_room(struct batch *b)
 	return ret;
 }
 
-/* Prepare io's request; 0, or -errno if it cannot be queued. */
+/* Prepare io's request; 0, or -errno if it cannot be queued (the ring's
+ * error: io is then done synchronously). */
 static int batch_queue(struct batch *b, struct dev_io *io)
 {
 	struct io_uring_sqe *sqe;
@@ -795,7 +819,7 @@ static void batch_finish(struct batch *b)
  */
 static void dev_flush_now(struct dev_io *io)
 {
-	io->res = fdatasync(io->dev->fd) ? -errno : 0;
+	io->res = dev_io_finish(io, 0);
 }
 
 void dev_set_shadow(struct dev *d, struct dev *shadow)
@@ -873,8 +897,12 @@ static int dev_io_batch(struct dev_io *ios, unsigned n)
 			dev_io_mem(io);
 		else if (!io->res && io->op == DEV_FLUSH)
 			dev_flush_now(io);
-		else if (!io->res && !(io->res = batch_queue(&b, io)))
+		else if (!io->res && !batch_queue(&b, io))
 			continue; /* observed when it completes */
+		else if (!io->res) { /* the ring cannot take it: done here */
+			dev_note_refusal();
+			io->res = dev_io_finish(io, 0);
+		}
 		dev_observe(io, b.t0);
 	}
 	if (b.ring)
