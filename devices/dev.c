@@ -458,9 +458,10 @@ int dev_io_finish(struct dev_io *io, uint32_t done)
 	while (done < io->len) {
 		struct iovec v = { .iov_base = (char *)io->buf + done,
 				   .iov_len = io->len - done };
-		ssize_t n = io->op == DEV_READ
-				    ? preadv2(fd, &v, 1, io->off + done, 0)
-				    : pwritev2(fd, &v, 1, io->off + done, flags);
+		ssize_t n =
+			io->op == DEV_READ
+				? preadv2(fd, &v, 1, io->off + done, 0)
+				: pwritev2(fd, &v, 1, io->off + done, flags);
 
 		if (n < 0 && flags && errno == EOPNOTSUPP) {
 			flags = 0;

@@ -41,8 +41,7 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 	return syscall(SYS_pwrite64, fd, buf, n, off);
 }
 
-ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off,
-		 int flags)
+ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 {
 	__atomic_add_fetch(&sys_writes, 1, __ATOMIC_RELAXED);
 	if (flags & (RWF_DSYNC | RWF_SYNC))
