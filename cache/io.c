@@ -183,6 +183,29 @@ static const char *dev_op_name(enum dev_op op)
 	return op == DEV_READ ? "read" : op == DEV_WRITE ? "write" : "flush";
 }
 
+/*
+ * Which errors mark a cache device failed.  A device marked failed stays so
+ * for the rest of the mount: no new data goes to it, its clean data is read
+ * from the backing store, its dirty data cannot be served, and an fsync of
+ * a file with dirty data there fails with EIO (write.c, cache_fsync).  So only
+ * the device's own answer may mark it: an error that a request which
+ * reached the device brought back (an I/O error, a device gone: -EIO,
+ * -ENODEV, -ENOSPC, ...), or the fence of a device already taken for lost
+ * (dev_faults: a degraded mount, a removal).
+ *
+ * Never the ring's.  A ring (the calling thread's for dev_io_run, a worker's
+ * dev_aring) is the kernel's queue to the device, shared by every device:
+ * that it had no room, refused a submission or ran short of memory says
+ * nothing about the device, and marking the device for it took a healthy
+ * device out of the mount for good (issue 25, finding 16).  devices/ keeps
+ * those out of a request's result (dev.h, "The device's error, never the
+ * ring's"): it does the request again synchronously and gives the device's
+ * answer.  What the kernel still refuses after that, for a second on end
+ * (dev_refusal: -EAGAIN, -EBUSY, -ENOMEM, -EINTR, -ECANCELED), fails the
+ * request here like any error (its callers fall back as for a failed
+ * device: reads from the backing store or the second copy, writes around
+ * the cache) but is only logged, not charged to the device.
+ */
 void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 {
 	unsigned i;
@@ -193,7 +216,7 @@ void note_dev_error(struct cache *c, struct dev_io *ios, unsigned n)
 
 		if (!ios[i].res)
 			continue;
-		for (d = 0; d < c->ndevs; d++) {
+		for (d = 0; d < c->ndevs && !dev_refusal(ios[i].res); d++) {
 			if (c->devs[d] != ios[i].dev)
 				continue;
 			/* a cache device's failure is logged once, when it is

@@ -70,7 +70,10 @@
 	X(since_reset, "seconds", "seconds since the counters were reset")   \
 	X(resets, "", "times the counters were reset since mount")          \
 	X(detached, "",                                                      \
-	  "1 while detached: no cache, every request to the backing store")
+	  "1 while detached: no cache, every request to the backing store") \
+	X(ring_refusals, "",                                                 \
+	  "device requests an io_uring refused, done synchronously since "   \
+	  "start (not device errors)")
 
 /* Latencies as the application sees them, and of the store behind. */
 #define STAT_LATS(X)                                               \

@@ -324,6 +324,8 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
 		struct cslot *s = sp[i].s;
 		int was_dirty = pb_any(c, slot_dirty(c, s));
 
+		/* a fua write that succeeded is durable however devices/
+		 * did it (a short one finished with RWF_DSYNC, dev.h) */
 		if (!ios[i].fua)
 			cache_dev_written(c, slot_member(c, slot_idx(c, s)));
 		for (p = sp[i].p0; p < sp[i].p1; p++) {

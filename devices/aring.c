@@ -5,8 +5,10 @@
 #include <liburing.h>
 #include <pthread.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include "dev.h"
 #include "dev_int.h"
@@ -21,11 +23,22 @@
  * dev_aring_run(), and may queue more.
  *
  * Every queued request completes exactly once, through its callback, with 0
- * or -errno in res (a device I/O's res is also in its dev_io): a request the
- * kernel refused to take is completed with the error by dev_aring_run(), so
- * a caller that queued successfully never completes by itself.  A queue call
- * that fails has queued nothing.  The ring is freed only when nothing is in
- * flight, so the kernel never writes into memory that is gone.
+ * or -errno in res (a device I/O's res is also in its dev_io), run by
+ * dev_aring_run(): a caller that queued successfully never completes by
+ * itself.  A queue call that fails has queued nothing.  The ring is freed
+ * only when nothing is in flight, so the kernel never writes into memory
+ * that is gone.
+ *
+ * The ring's refusals are the ring's (dev.h, "The device's error, never the
+ * ring's").  A device I/O the ring has no room for, whose submission the
+ * kernel refuses, or whose completion says the kernel ran short, is done
+ * synchronously on the owning thread (dev_io_run, then plain system calls)
+ * and completes with that result: its callback still comes from the next
+ * dev_aring_run() (the list `later`).  A poll the kernel refused is armed
+ * again at the next run, never completed: "readable" is the only way it
+ * ends, so a thread that waits for a stop event (fs/loop.c) keeps waiting
+ * for it.  While polls wait to be armed again, a run waits at most a
+ * millisecond, so that they are not left unarmed behind a sleep.
  *
  * Credentials.  io_uring runs a request, and hands it to its async workers,
  * with the credentials of the thread that submits it, at the moment it does:
@@ -41,7 +54,39 @@ struct dev_aring {
 	unsigned inflight; /* taken by the kernel, not yet completed */
 	unsigned nio; /* device I/O queued or in flight */
 	pthread_t owner;
+	/* device I/O done without the kernel (callback due), polls to arm */
+	struct dev_acb *later, **later_tail;
+	/* the test hook (dev_aring_set_faults) */
+	int fault_err;
+	unsigned fault_every, fault_calls;
 };
+
+void dev_aring_set_faults(struct dev_aring *r, int err, unsigned every)
+{
+	r->fault_err = err;
+	r->fault_every = err ? every : 0;
+	r->fault_calls = 0;
+}
+
+/* NVC_TEST_RING_FAULTS="err,every[,first]" (tests only, dev.h) */
+static void aring_env_faults(struct dev_aring *r)
+{
+	const char *v = getenv("NVC_TEST_RING_FAULTS");
+	int err;
+	unsigned every, first = 0;
+
+	if (v && sscanf(v, "%d,%u,%u", &err, &every, &first) >= 2 && err < 0) {
+		dev_aring_set_faults(r, err, every);
+		r->fault_calls = every ? (every - first % every) % every : 0;
+	}
+}
+
+static void aring_later(struct dev_aring *r, struct dev_acb *cb)
+{
+	cb->next = NULL;
+	*r->later_tail = cb;
+	r->later_tail = &cb->next;
+}
 
 int dev_aring_new(unsigned depth, struct dev_aring **out)
 {
@@ -63,6 +108,8 @@ int dev_aring_new(unsigned depth, struct dev_aring **out)
 	}
 	r->personality = ret;
 	r->owner = pthread_self();
+	r->later_tail = &r->later;
+	aring_env_faults(r);
 	*out = r;
 	return 0;
 }
@@ -83,18 +130,26 @@ void dev_aring_free(struct dev_aring *r)
 	free(r);
 }
 
+static int aring_submit(struct dev_aring *r, unsigned wait);
+
 static struct io_uring_sqe *aring_sqe(struct dev_aring *r)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
-	int ret;
 
 	assert(pthread_equal(r->owner, pthread_self()));
 	if (sqe)
 		return sqe;
-	ret = io_uring_submit(&r->ring);
-	if (ret > 0)
-		r->inflight += ret;
+	(void)aring_submit(r, 0); /* refused: what is queued stays queued */
 	return io_uring_get_sqe(&r->ring);
+}
+
+/* io done here, on the owning thread: its callback at the next run. */
+static void aring_io_here(struct dev_aring *r, struct dev_io *io,
+			  struct dev_acb *cb)
+{
+	dev_io_run(io, 1); /* the device's answer, and a shadow's copy */
+	cb->ran = 1;
+	aring_later(r, cb);
 }
 
 int dev_aring_io(struct dev_aring *r, struct dev_io *io, struct dev_acb *cb)
@@ -104,19 +159,24 @@ int dev_aring_io(struct dev_aring *r, struct dev_io *io, struct dev_acb *cb)
 
 	if (ret)
 		return io->res = ret;
-	sqe = aring_sqe(r);
-	if (!sqe)
-		return io->res = -EBUSY;
 	cb->io = io;
 	cb->res = 0;
 	cb->t0 = io->dev->obs_timing ? dev_mono_ns() : 0;
 	cb->ran = 0;
+	r->nio++;
 	if (dev_shadow_of(io)) {
 		/* a rebuild's copy must land before the completion: rare */
-		dev_io_run(io, 1);
-		cb->ran = 1;
-		io_uring_prep_nop(sqe);
-	} else if (io->dev->kind == DEV_KIND_MEM) {
+		aring_io_here(r, io, cb);
+		return 0;
+	}
+	sqe = aring_sqe(r);
+	if (!sqe) {
+		/* no room in the ring, the kernel refusing it any: here */
+		dev_note_refusal();
+		aring_io_here(r, io, cb);
+		return 0;
+	}
+	if (io->dev->kind == DEV_KIND_MEM) {
 		/* done at once; the callback still comes from the ring */
 		dev_io_mem(io);
 		io_uring_prep_nop(sqe);
@@ -132,27 +192,39 @@ int dev_aring_io(struct dev_aring *r, struct dev_io *io, struct dev_acb *cb)
 	}
 	sqe->personality = r->personality;
 	io_uring_sqe_set_data(sqe, cb);
-	r->nio++;
+	return 0;
+}
+
+/* Arm cb's poll; -EBUSY: no room in the ring now. */
+static int aring_arm(struct dev_aring *r, struct dev_acb *cb)
+{
+	struct io_uring_sqe *sqe = aring_sqe(r);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_poll_add(sqe, cb->fd,
+			       POLLIN | (cb->exclusive ? EPOLLEXCLUSIVE : 0));
+	io_uring_sqe_set_data(sqe, cb);
 	return 0;
 }
 
 /*
  * Completes once fd is readable.  exclusive: waiters are woken one at a time
  * (EPOLLEXCLUSIVE), as threads blocked in read(2) of /dev/fuse are: one
- * request wakes one server thread, not all of them.
+ * request wakes one server thread, not all of them.  No room in the ring:
+ * armed at the next run.
  */
 int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb,
 		       int exclusive)
 {
-	struct io_uring_sqe *sqe = aring_sqe(r);
-
-	if (!sqe)
-		return -EBUSY;
 	cb->io = NULL;
 	cb->res = 0;
 	cb->t0 = 0;
-	io_uring_prep_poll_add(sqe, fd, POLLIN | (exclusive ? EPOLLEXCLUSIVE : 0));
-	io_uring_sqe_set_data(sqe, cb);
+	cb->ran = 0;
+	cb->fd = fd;
+	cb->exclusive = exclusive;
+	if (aring_arm(r, cb))
+		aring_later(r, cb);
 	return 0;
 }
 
@@ -169,21 +241,30 @@ static void aring_complete(struct dev_aring *r, struct dev_acb *cb, int res)
 			return;
 		}
 		if (io->dev->kind == DEV_KIND_MEM)
-			res = res < 0 ? res : (int)io->len;
-		io->res = res < 0 ? res : dev_io_finish(io, res);
+			io->res = res < 0 ? res : 0; /* done when queued */
+		else
+			io->res = dev_io_complete(io, res);
 		dev_observe(io, cb->t0);
 		cb->res = io->res;
+	} else if (dev_refusal(res)) {
+		aring_later(r, cb); /* not readable: armed again */
+		return;
 	} else {
 		cb->res = res < 0 ? res : 0;
 	}
 	cb->done(cb);
 }
 
-/* The kernel will not take what is queued: each fails with err. */
-static void aring_abandon(struct dev_aring *r, int err)
+/*
+ * The kernel will not take what is queued: each request becomes a NOP that
+ * belongs to nobody (the queue is the kernel's to read), a device I/O is
+ * done here and completes, a poll is armed again at the next run.  Returns
+ * how many completed.
+ */
+static unsigned aring_abandon(struct dev_aring *r)
 {
 	struct io_uring_sq *sq = &r->ring.sq;
-	unsigned i, tail = sq->sqe_tail; /* callbacks may queue more */
+	unsigned i, n = 0, tail = sq->sqe_tail; /* callbacks may queue more */
 
 	for (i = *sq->khead; i != tail; i++) {
 		struct io_uring_sqe *sqe = &sq->sqes[i & sq->ring_mask];
@@ -191,9 +272,52 @@ static void aring_abandon(struct dev_aring *r, int err)
 
 		io_uring_prep_nop(sqe);
 		io_uring_sqe_set_data(sqe, NULL);
-		if (cb)
-			aring_complete(r, cb, err);
+		if (!cb)
+			continue;
+		if (!cb->io) {
+			aring_later(r, cb);
+			continue;
+		}
+		if (!cb->ran && cb->io->dev->kind != DEV_KIND_MEM) {
+			dev_note_refusal();
+			dev_io_run(cb->io, 1);
+			cb->ran = 1;
+		}
+		aring_complete(r, cb, 0);
+		n++;
 	}
+	return n;
+}
+
+/* What waits for a run: polls armed (those with no room wait on), device
+ * I/O done here completed.  Returns how many completed. */
+static unsigned aring_run_later(struct dev_aring *r)
+{
+	struct dev_acb *cb = r->later, *next;
+	unsigned n = 0;
+
+	r->later = NULL;
+	r->later_tail = &r->later;
+	for (; cb; cb = next) {
+		next = cb->next;
+		if (!cb->io) {
+			if (aring_arm(r, cb))
+				aring_later(r, cb);
+			continue;
+		}
+		assert(cb->ran);
+		aring_complete(r, cb, 0);
+		n++;
+	}
+	return n;
+}
+
+/* The test hook's refusal of this submission, or 0. */
+static int aring_fault(struct dev_aring *r)
+{
+	if (!r->fault_every || !io_uring_sq_ready(&r->ring))
+		return 0;
+	return r->fault_calls++ % r->fault_every ? 0 : r->fault_err;
 }
 
 static int aring_submit(struct dev_aring *r, unsigned wait)
@@ -201,8 +325,10 @@ static int aring_submit(struct dev_aring *r, unsigned wait)
 	int ret;
 
 	for (;;) {
-		ret = wait ? io_uring_submit_and_wait(&r->ring, 1)
-			   : io_uring_submit(&r->ring);
+		ret = aring_fault(r);
+		if (!ret)
+			ret = wait ? io_uring_submit_and_wait(&r->ring, 1)
+				   : io_uring_submit(&r->ring);
 		if (ret >= 0) {
 			r->inflight += ret;
 			return 0;
@@ -236,17 +362,33 @@ static int aring_run(struct dev_aring *r, int wait, uint64_t spin_ns,
 {
 	struct io_uring_cqe *cqe;
 	unsigned n;
-	int ret;
+	int ret, refused = 0, brief = 0;
 
 	assert(pthread_equal(r->owner, pthread_self()));
+	n = aring_run_later(r);
 	ret = aring_submit(r, 0);
-	if (ret && ret != -EAGAIN && ret != -EBUSY) {
-		aring_abandon(r, ret);
+	if (ret == -EAGAIN || ret == -EBUSY) {
+		refused = 1; /* left queued: submitted at the next run */
+		ret = 0;
+	} else if (ret) {
+		refused = 1;
+		n += aring_abandon(r);
+	}
+	n += aring_reap(r);
+	if (n || !wait)
+		return n ? (int)n : ret;
+	if (!r->inflight || (refused && r->later)) {
+		/* nothing to wait for, or polls to arm again after a
+		 * refusal: neither a busy loop nor a sleep that leaves them
+		 * unarmed */
+		if (refused || r->later)
+			usleep(1000);
 		return ret;
 	}
-	n = aring_reap(r);
-	if (n || !wait || !r->inflight)
-		return n;
+	if (r->later && (!timeout_ns || timeout_ns > 1000000)) {
+		timeout_ns = 1000000; /* polls to arm again soon */
+		brief = 1;
+	}
 	if (spin_ns) {
 		uint64_t until = dev_mono_ns() + spin_ns;
 		unsigned spins = 0;
@@ -267,7 +409,7 @@ static int aring_run(struct dev_aring *r, int wait, uint64_t spin_ns,
 				 : io_uring_wait_cqe(&r->ring, &cqe);
 		if (ret == -ETIME) {
 			n = aring_reap(r);
-			return n ? (int)n : -ETIME;
+			return n ? (int)n : brief ? 0 : -ETIME;
 		}
 		if (ret && ret != -EINTR && ret != -EAGAIN)
 			return ret;
@@ -279,8 +421,9 @@ static int aring_run(struct dev_aring *r, int wait, uint64_t spin_ns,
  * Submit what is queued; then, if wait and nothing has completed, spin up
  * to spin_ns looking for a completion and sleep until one comes.  Runs the
  * callbacks of every completion there is.  Returns how many completed, or
- * -errno when the kernel refused the queued requests (they have completed
- * with the error).
+ * -errno when the kernel refused the queued requests and nothing completed
+ * (the device I/O among them was done here and has completed, the polls are
+ * armed again at the next run).
  */
 int dev_aring_run(struct dev_aring *r, int wait, uint64_t spin_ns)
 {

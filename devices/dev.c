@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -399,24 +400,85 @@ void dev_io_mem(struct dev_io *io)
 	io->res = 0;
 }
 
-/* Finish a short transfer synchronously; rare, but allowed by the kernel. */
+static uint64_t ring_refusals;
+
+uint64_t dev_ring_refusals(void)
+{
+	return __atomic_load_n(&ring_refusals, __ATOMIC_RELAXED);
+}
+
+void dev_note_refusal(void)
+{
+	__atomic_add_fetch(&ring_refusals, 1, __ATOMIC_RELAXED);
+}
+
+int dev_refusal(int res)
+{
+	return res == -EAGAIN || res == -EBUSY || res == -ENOMEM ||
+	       res == -EINTR || res == -ECANCELED;
+}
+
+/* A system call the kernel refused for want of something is tried again
+ * for about a second (1 ms apart; a signal at once). */
+#define SYNC_RETRIES 1000
+
+static int sync_retry(int err, unsigned *tries)
+{
+	if (!dev_refusal(err) || ++*tries > SYNC_RETRIES)
+		return 0;
+	if (err != -EINTR)
+		usleep(1000);
+	return 1;
+}
+
+/*
+ * The synchronous way of a request: the rest of a short transfer (rare, but
+ * allowed by the kernel), or a whole request a ring could not take or run.
+ * A fua write keeps its durability: its bytes go with RWF_DSYNC (a kernel
+ * without it: a plain write, then fdatasync), so that a fua write reported
+ * done is durable however much of it the ring did (issue 25, finding 2).
+ */
 int dev_io_finish(struct dev_io *io, uint32_t done)
 {
-	while (done < io->len) {
-		ssize_t n;
+	int fd = io->dev->fd, sync_after = 0;
+	int flags = io->op == DEV_WRITE && io->fua ? RWF_DSYNC : 0;
+	unsigned tries = 0;
 
-		if (io->op == DEV_READ)
-			n = pread(io->dev->fd, (char *)io->buf + done,
-				  io->len - done, io->off + done);
-		else
-			n = pwrite(io->dev->fd, (char *)io->buf + done,
-				   io->len - done, io->off + done);
+	if (io->dev->kind == DEV_KIND_MEM) {
+		assert(!done);
+		dev_io_mem(io);
+		return io->res;
+	}
+	if (io->op == DEV_FLUSH) {
+		while (fdatasync(fd))
+			if (!sync_retry(-errno, &tries))
+				return -errno;
+		return 0;
+	}
+	while (done < io->len) {
+		struct iovec v = { .iov_base = (char *)io->buf + done,
+				   .iov_len = io->len - done };
+		ssize_t n =
+			io->op == DEV_READ
+				? preadv2(fd, &v, 1, io->off + done, 0)
+				: pwritev2(fd, &v, 1, io->off + done, flags);
+
+		if (n < 0 && flags && errno == EOPNOTSUPP) {
+			flags = 0;
+			sync_after = 1;
+			continue;
+		}
+		if (n < 0 && sync_retry(-errno, &tries))
+			continue;
 		if (n < 0)
 			return -errno;
 		if (n == 0)
 			return -EIO;
 		done += n;
 	}
+	while (sync_after && fdatasync(fd))
+		if (!sync_retry(-errno, &tries))
+			return -errno;
 	return 0;
 }
 
@@ -457,6 +519,33 @@ void dev_set_ring_faults(const struct dev_ring_faults *f)
 	if (f)
 		ring_faults = *f;
 	ring_faults_on = f != NULL;
+}
+
+/* A short transfer the test hook makes of a whole one (done bytes). */
+static int fault_short(const struct dev_io *io, int done)
+{
+	uint32_t half = io->len / 2 / io->dev->sector * io->dev->sector;
+
+	if (!ring_faults.short_count || io->op == DEV_FLUSH ||
+	    (uint32_t)done != io->len || !half)
+		return done;
+	ring_faults.short_count--;
+	return half;
+}
+
+int dev_io_complete(struct dev_io *io, int res)
+{
+	if (__builtin_expect(ring_faults_on, 0) && res > 0)
+		res = fault_short(io, res);
+	if (res < 0 && dev_refusal(res)) {
+		dev_note_refusal();
+		return dev_io_finish(io, 0);
+	}
+	if (res < 0)
+		return res;
+	if (io->op == DEV_FLUSH)
+		return 0;
+	return dev_io_finish(io, res);
 }
 
 /* The injected error for this call, or 0 (the test hook above). */
@@ -563,7 +652,7 @@ static void batch_complete(struct batch *b, struct io_uring_cqe *cqe)
 	b->inflight--;
 	if (!c)
 		return; /* a given-up request's NOP */
-	c->res = res < 0 ? res : dev_io_finish(c, res);
+	c->res = dev_io_complete(c, res);
 	dev_observe(c, b->t0);
 }
 
@@ -625,7 +714,13 @@ static int batch_submit(struct batch *b, unsigned left)
 	return 0;
 }
 
-/* The requests still in the submission queue fail with err, as NOPs. */
+/*
+ * The kernel will not take the requests still in the submission queue: each
+ * becomes a NOP that belongs to nobody (the queue is the kernel's to read),
+ * and is carried out synchronously here instead.  The rest of the batch too
+ * (b->err).  The batch's requests are not ordered with each other, so doing
+ * these while others are in flight changes nothing that was promised.
+ */
 static void batch_abandon(struct batch *b, int err)
 {
 	struct io_uring_sq *sq = &b->ring->sq;
@@ -640,7 +735,8 @@ static void batch_abandon(struct batch *b, int err)
 		io_uring_prep_nop(sqe);
 		io_uring_sqe_set_data(sqe, NULL);
 		if (io) {
-			io->res = err;
+			dev_note_refusal();
+			io->res = dev_io_finish(io, 0);
 			dev_observe(io, b->t0);
 		}
 	}
@@ -659,7 +755,8 @@ static int batch_make_room(struct batch *b)
 	return ret;
 }
 
-/* Prepare io's request; 0, or -errno if it cannot be queued. */
+/* Prepare io's request; 0, or -errno if it cannot be queued (the ring's
+ * error: io is then done synchronously). */
 static int batch_queue(struct batch *b, struct dev_io *io)
 {
 	struct io_uring_sqe *sqe;
@@ -723,7 +820,7 @@ static void batch_finish(struct batch *b)
  */
 static void dev_flush_now(struct dev_io *io)
 {
-	io->res = fdatasync(io->dev->fd) ? -errno : 0;
+	io->res = dev_io_finish(io, 0);
 }
 
 void dev_set_shadow(struct dev *d, struct dev *shadow)
@@ -801,8 +898,12 @@ static int dev_io_batch(struct dev_io *ios, unsigned n)
 			dev_io_mem(io);
 		else if (!io->res && io->op == DEV_FLUSH)
 			dev_flush_now(io);
-		else if (!io->res && !(io->res = batch_queue(&b, io)))
+		else if (!io->res && !batch_queue(&b, io))
 			continue; /* observed when it completes */
+		else if (!io->res) { /* the ring cannot take it: done here */
+			dev_note_refusal();
+			io->res = dev_io_finish(io, 0);
+		}
 		dev_observe(io, b.t0);
 	}
 	if (b.ring)

@@ -22,10 +22,21 @@
  *
  * Whatever fails, dev_io_run() returns only when the kernel holds no request
  * of the batch any more (nothing can touch the array or the buffers
- * afterwards), and every element has its own res: 0, the device's error, or
- * the error that kept it from being submitted (then it never reaches the
- * device).  It returns the first error in array order.  A DEV_FLUSH element
- * flushes its device's write cache; it is not ordered with the batch's writes.
+ * afterwards), and every element has its own res: 0 or the device's error.
+ * It returns the first error in array order.  A DEV_FLUSH element flushes
+ * its device's write cache; it is not ordered with the batch's writes.
+ *
+ * The device's error, never the ring's.  A ring is the kernel's queue, not
+ * the device: when it cannot take or run a request (no ring to be had, no
+ * room in it, a submission refused, a completion that says the kernel ran
+ * short: -EAGAIN, -EBUSY, -ENOMEM, -EINTR, -ECANCELED, see dev_refusal), the
+ * request is carried out again synchronously on the calling thread, with
+ * plain system calls on the device's descriptor, and its result is what
+ * they return.  So a res other than 0 is the answer of the device (or of
+ * dev_io_check: a fenced device, an offset out of range): the cache may take
+ * it for the device's failure (cache/io.c, note_dev_error).  A short
+ * transfer is finished the same way, with the request's own durability: a
+ * fua write that completes with res 0 is durable however it was done.
  */
 
 #define DEV_ALIGN 4096u
@@ -40,7 +51,8 @@ struct dev_io {
 	void *buf;
 	uint64_t off;
 	uint32_t len;
-	int fua; /* a write that is durable when it completes */
+	int fua; /* a write that is durable when it completes (res 0): kept
+		    by every way it may be done (dev_io_finish) */
 	int res; /* 0 or -errno, filled in by dev_io_run */
 };
 
@@ -54,8 +66,11 @@ struct dev_acb {
 	void (*done)(struct dev_acb *cb);
 	struct dev_io *io; /* the device I/O, or NULL (dev_aring_readable) */
 	int res; /* 0 or -errno */
+	/* the ring's own, set when queued */
 	uint64_t t0;
-	int ran; /* done when queued (a shadowed write): res is final */
+	int ran; /* done when queued (a shadowed write, no room): res is final */
+	int fd, exclusive; /* a poll's (dev_aring_readable) */
+	struct dev_acb *next; /* on the ring's list of what waits for a run */
 };
 
 int dev_aring_new(unsigned depth, struct dev_aring **out);
@@ -63,12 +78,14 @@ int dev_aring_new(unsigned depth, struct dev_aring **out);
 void dev_aring_adopt(struct dev_aring *r);
 /* Only with no device I/O in flight (armed polls are cancelled). */
 void dev_aring_free(struct dev_aring *r);
-/* Queue a device I/O; -errno: nothing queued (io->res says why). */
+/* Queue a device I/O; -errno: nothing queued, io->res is the device's
+ * answer (dev_io_check: a fenced device, out of range), never the ring's. */
 int dev_aring_io(struct dev_aring *r, struct dev_io *io, struct dev_acb *cb);
-/* Queue a wait until fd is readable (exclusive: one waiter per event). */
+/* Queue a wait until fd is readable (exclusive: one waiter per event); 0. */
 int dev_aring_readable(struct dev_aring *r, int fd, struct dev_acb *cb,
 		       int exclusive);
-/* Submit, wait (if asked) and run the callbacks of what completed. */
+/* Submit, wait (if asked) and run the callbacks of what completed; -errno:
+ * the kernel refused the submission (what it held is done, see aring.c). */
 int dev_aring_run(struct dev_aring *r, int wait, uint64_t spin_ns);
 /* The same, waiting at most timeout_ns (> 0): -ETIME when nothing came. */
 int dev_aring_run_timeout(struct dev_aring *r, uint64_t spin_ns,
@@ -115,15 +132,43 @@ int dev_shadow_errors(struct dev *d);
  * Test hook: make the calling thread's io_uring calls fail, as the kernel
  * may (a signal, no memory, a full completion queue).  After skip calls
  * succeed, the next count calls return err instead of entering the kernel;
- * submissions and waits are counted separately.  NULL clears it.
+ * submissions and waits are counted separately.  NULL clears it.  It covers
+ * the thread's dev_io_run ring; a dev_aring has its own (below).
+ *
+ * short_count: the next short_count reads and writes completed from this
+ * thread's rings (either kind) are taken as short, half done, as the kernel
+ * may complete them; the rest is then finished synchronously (dev_io_finish).
  */
 struct dev_ring_faults {
 	int submit_err;
 	unsigned submit_skip, submit_count;
 	int wait_err;
 	unsigned wait_skip, wait_count;
+	unsigned short_count;
 };
 void dev_set_ring_faults(const struct dev_ring_faults *f);
+
+/*
+ * Test hook of one dev_aring: one in every `every` submissions with
+ * something to submit (the first, then every every-th) is refused with err
+ * instead of entering the kernel; every 0: none.  dev_aring_new takes it
+ * from NVC_TEST_RING_FAULTS="err,every[,first]" (err a negative errno; the
+ * first refusal at submission number first, 0 by default) if that is set:
+ * the integration tests' way into the daemon's workers.
+ */
+void dev_aring_set_faults(struct dev_aring *r, int err, unsigned every);
+
+/*
+ * A ring's refusal, not the device's answer: the kernel could not take or
+ * run the request (-EAGAIN, -EBUSY, -ENOMEM, -EINTR, -ECANCELED).  A request
+ * whose ring says so is done again synchronously (above); should the plain
+ * system calls too keep saying so for a second, the request fails with it,
+ * and the cache does not take that for the device's failure.
+ */
+int dev_refusal(int res);
+/* Device requests done synchronously because a ring refused them, in this
+ * process so far (the statistics' ring_refusals). */
+uint64_t dev_ring_refusals(void);
 
 /*
  * An observer sees every completed request to a device: its operation,

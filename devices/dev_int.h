@@ -27,8 +27,15 @@ struct dev {
 int dev_io_check(const struct dev_io *io);
 /* Carry out io on an in-memory device. */
 void dev_io_mem(struct dev_io *io);
-/* Finish a short transfer of done bytes synchronously; 0 or -errno. */
+/* Do io from its byte done on synchronously, with plain system calls, as
+ * durable as io asks (done 0: all of it; a flush: fdatasync); 0 or -errno,
+ * the device's answer. */
 int dev_io_finish(struct dev_io *io, uint32_t done);
+/* io's result once a ring completed it with res (bytes or -errno): a
+ * refusal or a short transfer finished synchronously (dev_io_finish). */
+int dev_io_complete(struct dev_io *io, int res);
+/* A ring refused a device request, which is done synchronously: counted. */
+void dev_note_refusal(void);
 uint64_t dev_mono_ns(void);
 /* Tell the device's observer that io completed (t0: when it was issued). */
 void dev_observe(const struct dev_io *io, uint64_t t0);

@@ -57,6 +57,7 @@
  */
 
 #define POOL_MAX 256
+#define LOOP_RING_ERRORS 1000 /* in a row, 1 ms apart: the ring is broken */
 #define LOOP_IDLE_NS 1000000000ull
 #define REQ_BUF (1024 * 1024 + 64 * 1024) /* max_write and headers */
 /* where a WRITE request's data begins: the cache writes whole aligned pages
@@ -337,6 +338,7 @@ static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct loop *L = w->L;
+	unsigned errors = 0; /* the ring's, one after the other */
 	sigset_t all;
 
 	sigfillset(&all);
@@ -364,9 +366,16 @@ static void *worker_main(void *arg)
 			ret = dev_aring_run(w->ring, 1,
 					    loop_held ? L->spin_ns : 0);
 		}
-		if (ret < 0 && ret != -EINTR && ret != -EAGAIN &&
-		    ret != -EBUSY && !loop_held)
+		/* a refusal by the ring is the kernel short of something for
+		 * a moment: the ring did the device I/O itself and arms its
+		 * polls again (devices/aring.c); only a ring that fails
+		 * otherwise, for a second on end, ends the loop */
+		if (ret >= 0 || ret == -ETIME || dev_refusal(ret))
+			errors = 0;
+		else if (++errors > LOOP_RING_ERRORS && !loop_held)
 			loop_stop(L);
+		else
+			usleep(1000);
 	}
 	cur_worker = NULL;
 	return NULL;
