@@ -335,6 +335,9 @@ struct cache {
 	 * (rebuild.c), 0: none; bytes of it to copy, and copied (atomic) */
 	int rebuild_member;
 	uint64_t rebuild_total, rebuild_done;
+	/* rebuilds begun, bumped once the shadow is set, and the member's
+	 * slot the scan is at (atomic; rebuild.c, "Fresh slots") */
+	uint64_t rebuild_seq, rebuild_pos;
 	/* a replace resumed at mount runs on it (replace.c) */
 	pthread_t resume_thread;
 	int resume_started;
@@ -385,6 +388,11 @@ struct cache {
 	 * s->rw held for writing, before it decides whether the slot's twin
 	 * goes (the window a writer can pin the slot in) */
 	void (*test_cleaned)(struct cache *c, struct cslot *s);
+	/* tests only: run by a write (wseg_end) and a read miss's fill
+	 * after a slot's device write completed and before its pages are
+	 * committed, s->rw held for writing (the window a rebuild's scan
+	 * can pass the slot in: rebuild.c) */
+	void (*test_committing)(struct cache *c, struct cslot *s);
 	uint8_t store_stamp[META_STAMP_LEN]; /* of the backing directory */
 	int store_foreign; /* not the one the headers name */
 	int coarse_times; /* the store keeps whole seconds (coherence.c) */
@@ -719,6 +727,7 @@ struct wseg {
 	unsigned nio;
 	int prep_err; /* the I/O could not be prepared: goes around */
 	int locked;
+	uint64_t rbseq; /* rebuild_seq() when the slots were locked */
 	int trim; /* partial pages written in sectors, not read first:
 		     WSEG_TRIM_HEAD, WSEG_TRIM_TAIL */
 };
@@ -800,6 +809,11 @@ int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
 void rebuild_end(struct cache *c, struct dev *old);
 /* No I/O begun before a device swap is still under way (step 4). */
 void rebuild_settle(struct cache *c);
+/* Rebuilds begun so far: sampled by whoever locks a slot to write it. */
+uint64_t rebuild_seq(struct cache *c);
+/* Debug builds: s, locked for writing when rebuild_seq() was seq0, may take
+ * its device write's pages as valid now (rebuild.c, "Fresh slots"). */
+void rebuild_check_commit(struct cache *c, struct cslot *s, uint64_t seq0);
 /* Every dirty block without a second copy gets one (step 5); how many
  * could not (no room: destage takes them). */
 uint64_t rebuild_twins(struct cache *c);

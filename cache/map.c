@@ -239,6 +239,9 @@ void slot_settle(struct cache *c, struct cslot *s)
 		if (!s->pins)
 			space_freed_locked(c);
 	} else {
+		/* mapped and empty: only while whoever fills it pins it
+		 * (rebuild.c, "Fresh slots") */
+		assert(s->pins || s->is_twin);
 		s->state = SLOT_FRESH;
 	}
 }

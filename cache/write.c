@@ -440,6 +440,7 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 		}
 	}
 	w->locked = 1;
+	w->rbseq = rebuild_seq(c);
 	wseg_assert_twins(c, w);
 	if (nowait && ((head && prefill_reads_backing(c, f, sp[0].s, sp[0].p0,
 						      w->s0)) ||
@@ -523,6 +524,11 @@ int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err)
 		goto out_unlock;
 	}
 
+	for (i = 0; i < nsp; i++) {
+		if (c->test_committing)
+			c->test_committing(c, sp[i].s);
+		rebuild_check_commit(c, sp[i].s, w->rbseq);
+	}
 	pthread_mutex_lock(&c->lock);
 	seg_commit_locked(c, f, sp, nsp, w->ios, w->mode);
 	if (w->hi > f->size) {
