@@ -755,6 +755,8 @@ void slot_hash_del(struct cache *c, struct cslot *s);
 void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p);
 struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f, uint64_t blk);
 struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s);
+/* A slot just allocated for f that got nothing goes back free. */
+void slot_unclaim_locked(struct cache *c, struct cfile *f, struct cslot *s);
 void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s);
 int working_devices(struct cache *c);
 void twin_free_locked(struct cache *c, struct cslot *s);

@@ -71,8 +71,11 @@
  * A thread that had the lock before the scan's turn has committed when the
  * copy is read, so the copy holds its pages; one that takes it after began
  * its device I/O after step 1, so the shadow holds them.  While the scan
- * waits, the slot stays the same block's: rb_lock pins it, and a FRESH
- * slot goes free only at its last unpin.
+ * waits, the slot stays the same block's: a FRESH slot is pinned by
+ * whoever fills it and goes free only at its last unpin (asserted in
+ * slot_settle and in rb_lock; a write that finds no room for a second copy
+ * gives back the slot it had just taken at once, map.c slot_unclaim_locked,
+ * never leaves it unpinned).
  *
  * Debug builds check the rule at every commit (rebuild_check_commit): a
  * thread that took the slot's lock before the current rebuild began (the
@@ -141,6 +144,8 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 		pthread_mutex_unlock(&c->lock);
 		return 1;
 	}
+	/* FRESH only while whoever fills it pins it (the essay above) */
+	assert(v->is_twin || v->state != SLOT_FRESH || v->pins);
 	rec = v->file;
 	blk = v->blk;
 	r->f = c->recs[rec - 1];

@@ -645,8 +645,14 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 			if (!s)
 				s = slot_alloc_locked(c, f, blk);
 			if (s && copies > 1 && !s->twin &&
-			    working_devices(c) > 1 && !twin_alloc_locked(c, s))
-				s = NULL; /* no room for the second copy yet */
+			    working_devices(c) > 1 && !twin_alloc_locked(c, s)) {
+				/* no room for the second copy yet; a slot
+				 * just taken for it goes back (it would be
+				 * FRESH and pinned by nobody: map.c) */
+				if (s->state == SLOT_FRESH && !s->pins)
+					slot_unclaim_locked(c, f, s);
+				s = NULL;
+			}
 			if (!s) {
 				if (nsp)
 					break; /* write what we hold first */

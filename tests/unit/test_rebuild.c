@@ -1,5 +1,6 @@
 /* tests: a rebuild (nvcachectl replace) racing the commit of a write or of a
- * read miss's fill into a fresh slot (issue 25, finding 3). */
+ * read miss's fill into a fresh slot (issue 25, finding 3), and a write that
+ * finds no room for a second copy (finding 17). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <time.h>
@@ -188,12 +189,88 @@ static void test_rebuild_waits_for_a_fresh_fill(void)
 	rebuild_races_commit(1);
 }
 
+/* Slots mapped to a block, FRESH and pinned by nobody (c->lock held). */
+static int unpinned_fresh(struct cache *c)
+{
+	uint64_t i;
+	int n = 0;
+
+	for (i = 0; i < c->nslots; i++)
+		n += c->slots[i].file && !c->slots[i].is_twin &&
+		     c->slots[i].state == SLOT_FRESH && !c->slots[i].pins;
+	return n;
+}
+
+/*
+ * Finding 17: a write of two blocks with two copies, where the second block
+ * gets a slot but no room for its twin: device 1 has one free slot (the
+ * others are held aside, as a device full of dirty data nobody can evict
+ * holds them), so the first block takes it.  The write stops there, writes
+ * the first block, and that segment fails (no metadata mirror takes its
+ * entries).  The second block's slot, taken for nothing, must not stay
+ * FRESH, mapped and pinned by nobody: on no list, neither free nor
+ * evictable, it would be lost to the cache (and keep its file's record)
+ * until that block is read or written again.
+ */
+static void test_write_without_twin_room_leaves_no_fresh_slot(void)
+{
+	struct cslot *aside[SLOTS];
+	struct cslot *s, *next;
+	struct env e;
+	char *buf = malloc(2 * BS);
+	struct cfile *f;
+	int fd, i, naside = 0, kept = 0;
+	uint64_t nfree;
+
+	dirty_copies = 2;
+	env_init(&e, SLOTS, BS);
+	dirty_copies = 1;
+	f = file_open(&e, "g", &fd);
+	fill(buf, 2 * BS, 33);
+	/* the file's record, then no slot of it */
+	CHECK_EQ(cache_write(e.c, f, buf, 4096, 10 * BS), 0);
+	CHECK_EQ(cache_truncate(e.c, f, 0), 0);
+	pthread_mutex_lock(&e.c->lock);
+	for (s = slot_list_next(e.c, SL_FREE, NULL); s; s = next) {
+		next = slot_list_next(e.c, SL_FREE, s);
+		if (slot_member(e.c, slot_idx(e.c, s)) != 1 || !kept++)
+			continue; /* device 0's, and one of device 1's */
+		slot_list_del(e.c, s);
+		e.c->nfree--;
+		aside[naside++] = s;
+	}
+	nfree = e.c->nfree;
+	CHECK_EQ(unpinned_fresh(e.c), 0);
+	pthread_mutex_unlock(&e.c->lock);
+	CHECK(naside > 2);
+	e.mirrors[0].faults->fail_write = -EIO;
+	e.mirrors[1].faults->fail_write = -EIO;
+	CHECK(cache_write(e.c, f, buf, 2 * BS, 0) != 0);
+	pthread_mutex_lock(&e.c->lock);
+	CHECK_EQ(unpinned_fresh(e.c), 0);
+	/* the second block has no slot; the first holds one and its twin */
+	CHECK(!slot_find(e.c, f->rec, 1));
+	CHECK_EQ(e.c->nfree, nfree - 2);
+	for (i = 0; i < naside; i++) {
+		slot_list_add_tail(e.c, SL_FREE, aside[i]);
+		e.c->nfree++;
+	}
+	pthread_mutex_unlock(&e.c->lock);
+	cache_file_put(e.c, f);
+	close(fd);
+	cache_abandon(e.c); /* no mirror takes anything now */
+	e.c = NULL;
+	env_fini(&e);
+	free(buf);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
 	rbuf = dev_alloc_buf(2 * MiB + 8192);
 	RUN(test_rebuild_waits_for_a_fresh_write);
 	RUN(test_rebuild_waits_for_a_fresh_fill);
+	RUN(test_write_without_twin_room_leaves_no_fresh_slot);
 	free(rbuf);
 	return CHECK_DONE();
 }
