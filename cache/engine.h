@@ -86,9 +86,10 @@ _Static_assert(SL_LRU_LOW + PRIO_NORMAL == SL_LRU &&
 /*
  * The dirty-block lifecycle.  A slot is FREE (on the free list, its
  * persistent entry free), FRESH (just allocated to a (file, block), nothing
- * valid yet, not on any list; its persistent entry is still free, so a crash
- * forgets it), CLEAN (valid pages, none dirty: on the LRU list, evictable when
- * unpinned) or DIRTY (some dirty page: on no list; only the destager makes it
+ * valid yet, not on any list, pinned by whoever fills it: rebuild.c, "Fresh
+ * slots"; its persistent entry is still free, so a crash forgets it; a
+ * twin's state stays FRESH, "Two copies" below), CLEAN (valid pages, none
+ * dirty: on the LRU list, evictable when unpinned) or DIRTY (some dirty page: on no list; only the destager makes it
  * CLEAN again, and only after the backing file was fsynced).  A slot goes on
  * the free list only once an entry saying free is on the media (persisted ==
  * 0, asserted where slots are taken); one whose free entry could not be

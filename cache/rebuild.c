@@ -55,9 +55,9 @@
 /*
  * Fresh slots and the rebuild.  A slot is FRESH from its allocation until
  * its first pages are committed valid, yet its block may be on the device
- * already: the thread that allocated it (a write, or a read miss's fill)
- * holds the slot's rw for writing from before its device write until after
- * the commit (seg_commit_locked, fill_from_backing).  So FRESH seen without
+ * already: whoever fills it (a write, or a read miss's fill) holds the
+ * slot's rw for writing from before its device write until after the
+ * commit (seg_commit_locked, fill_from_backing), as every commit does.  So FRESH seen without
  * that lock says nothing of what the old device holds: a write that
  * completed there before the shadow was set, and commits after the scan
  * went past, would be on no copy NEW gets (issue 25, finding 3: the block
@@ -71,17 +71,19 @@
  * A thread that had the lock before the scan's turn has committed when the
  * copy is read, so the copy holds its pages; one that takes it after began
  * its device I/O after step 1, so the shadow holds them.  While the scan
- * waits, the slot stays the same block's: a FRESH slot is pinned by
- * whoever fills it and goes free only at its last unpin (asserted in
- * slot_settle and in rb_lock; a write that finds no room for a second copy
- * gives back the slot it had just taken at once, map.c slot_unclaim_locked,
- * never leaves it unpinned).
+ * waits for the lock, its own pin keeps the slot the same block's.  And a
+ * FRESH slot (a twin's state says nothing: it is locked through its slot)
+ * is never left mapped with nobody to fill it: whoever takes one pins it
+ * in the same hold of c->lock, and its last unpin frees it (asserted in
+ * slot_settle and in rb_lock; a write that finds no room for the block's
+ * second copy gives back at once the slot it had just taken, map.c
+ * slot_unclaim_locked).
  *
- * Debug builds check the rule at every commit (rebuild_check_commit): a
- * thread that took the slot's lock before the current rebuild began (the
- * c->rebuild_seq it sampled then is older) and commits into a slot of the
- * member being rebuilt, or into one whose twin is there, finds the scan not
- * past that slot (c->rebuild_pos).
+ * Debug builds check the rule at every commit (rebuild_check_commit): the
+ * slot's rw is held for writing, and a thread that took it before the
+ * current rebuild began (the c->rebuild_seq it sampled then is older) and
+ * commits into a slot of the member being rebuilt, or into one whose twin
+ * is there, finds the scan not past that slot (c->rebuild_pos).
  */
 
 uint64_t rebuild_seq(struct cache *c)
