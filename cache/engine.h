@@ -86,9 +86,10 @@ _Static_assert(SL_LRU_LOW + PRIO_NORMAL == SL_LRU &&
 /*
  * The dirty-block lifecycle.  A slot is FREE (on the free list, its
  * persistent entry free), FRESH (just allocated to a (file, block), nothing
- * valid yet, not on any list; its persistent entry is still free, so a crash
- * forgets it), CLEAN (valid pages, none dirty: on the LRU list, evictable when
- * unpinned) or DIRTY (some dirty page: on no list; only the destager makes it
+ * valid yet, not on any list, pinned by whoever fills it: rebuild.c, "Fresh
+ * slots"; its persistent entry is still free, so a crash forgets it; a
+ * twin's state stays FRESH, "Two copies" below), CLEAN (valid pages, none
+ * dirty: on the LRU list, evictable when unpinned) or DIRTY (some dirty page: on no list; only the destager makes it
  * CLEAN again, and only after the backing file was fsynced).  A slot goes on
  * the free list only once an entry saying free is on the media (persisted ==
  * 0, asserted where slots are taken); one whose free entry could not be
@@ -343,6 +344,9 @@ struct cache {
 	 * (rebuild.c), 0: none; bytes of it to copy, and copied (atomic) */
 	int rebuild_member;
 	uint64_t rebuild_total, rebuild_done;
+	/* rebuilds begun, bumped once the shadow is set, and the member's
+	 * slot the scan is at (atomic; rebuild.c, "Fresh slots") */
+	uint64_t rebuild_seq, rebuild_pos;
 	/* a replace resumed at mount runs on it (replace.c) */
 	pthread_t resume_thread;
 	int resume_started;
@@ -396,6 +400,11 @@ struct cache {
 	/* tests only: the pread of the direct backing reads (bkstream.c), to
 	 * play a store that returns short reads */
 	ssize_t (*test_pread)(int fd, void *buf, size_t len, uint64_t off);
+	/* tests only: run by a write (wseg_end) and a read miss's fill
+	 * after a slot's device write completed and before its pages are
+	 * committed, s->rw held for writing (the window a rebuild's scan
+	 * can pass the slot in: rebuild.c) */
+	void (*test_committing)(struct cache *c, struct cslot *s);
 	uint8_t store_stamp[META_STAMP_LEN]; /* of the backing directory */
 	int store_foreign; /* not the one the headers name */
 	int coarse_times; /* the store keeps whole seconds (coherence.c) */
@@ -735,6 +744,7 @@ struct wseg {
 	unsigned nio;
 	int prep_err; /* the I/O could not be prepared: goes around */
 	int locked;
+	uint64_t rbseq; /* rebuild_seq() when the slots were locked */
 	int trim; /* partial pages written in sectors, not read first:
 		     WSEG_TRIM_HEAD, WSEG_TRIM_TAIL */
 };
@@ -762,6 +772,8 @@ void slot_hash_del(struct cache *c, struct cslot *s);
 void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p);
 struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f, uint64_t blk);
 struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s);
+/* A slot just allocated for f that got nothing goes back free. */
+void slot_unclaim_locked(struct cache *c, struct cfile *f, struct cslot *s);
 void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s);
 int working_devices(struct cache *c);
 void twin_free_locked(struct cache *c, struct cslot *s);
@@ -816,6 +828,11 @@ int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
 void rebuild_end(struct cache *c, struct dev *old);
 /* No I/O begun before a device swap is still under way (step 4). */
 void rebuild_settle(struct cache *c);
+/* Rebuilds begun so far: sampled by whoever locks a slot to write it. */
+uint64_t rebuild_seq(struct cache *c);
+/* Debug builds: s, locked for writing when rebuild_seq() was seq0, may take
+ * its device write's pages as valid now (rebuild.c, "Fresh slots"). */
+void rebuild_check_commit(struct cache *c, struct cslot *s, uint64_t seq0);
 /* Every dirty block without a second copy gets one (step 5); how many
  * could not (no room: destage takes them). */
 uint64_t rebuild_twins(struct cache *c);

@@ -273,7 +273,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		struct span *x = &sp[i];
 		struct cslot *s;
 		uint32_t p, run0;
-		uint64_t want[META_MAX_WORDS] = { 0 };
+		uint64_t want[META_MAX_WORDS] = { 0 }, rbseq;
 		int ret = 0, pinned = 0;
 
 		if (!x->miss)
@@ -298,6 +298,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		pthread_mutex_unlock(&c->lock);
 
 		srw_wrlock(&s->rw);
+		rbseq = rebuild_seq(c);
 		pthread_mutex_lock(&c->lock);
 		if (f->wgen == wgen0)
 			for (p = x->p0; p < x->p1; p++)
@@ -328,6 +329,10 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 				CNT_ADD(c, fill_bytes, io.len);
 			}
 		}
+		if (bm_any(want) && c->test_committing)
+			c->test_committing(c, s);
+		if (bm_any(want))
+			rebuild_check_commit(c, s, rbseq);
 		/* clean data is not persisted: a crash just forgets it */
 		pthread_mutex_lock(&c->lock);
 		if (bm_any(want)) {

@@ -239,6 +239,9 @@ void slot_settle(struct cache *c, struct cslot *s)
 		if (!s->pins)
 			space_freed_locked(c);
 	} else {
+		/* mapped and empty: only while whoever fills it pins it
+		 * (rebuild.c, "Fresh slots") */
+		assert(s->pins || s->is_twin);
 		s->state = SLOT_FRESH;
 	}
 }
@@ -416,6 +419,31 @@ struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 	list_add_tail(&f->slots, &s->flink);
 	f->nslots++;
 	return s;
+}
+
+/*
+ * Give back a slot that slot_alloc_locked has just taken for f, which got
+ * nothing and which nobody pinned (a write that finds no room for the
+ * block's second copy: write_any).  Left as it is, FRESH and mapped, it
+ * would be on no list, neither free nor evictable, until its block is read
+ * or written again: lost to the cache, and to a rebuild's rule ("Fresh
+ * slots", rebuild.c), if the write then ends with an error.  Unlike the
+ * last unpin it wakes nobody: whoever freed the slot has woken the waiters
+ * already, and writers that wait for a twin would wake each other for ever.
+ * c->lock held.
+ */
+void slot_unclaim_locked(struct cache *c, struct cfile *f, struct cslot *s)
+{
+	assert(s->state == SLOT_FRESH && s->file == f->rec && !s->pins &&
+	       !s->twin && !s->is_twin && !s->persisted);
+	slot_hash_del(c, s);
+	list_del(&s->flink);
+	f->nslots--;
+	s->file = 0;
+	s->blk = 0;
+	s->state = SLOT_FREE;
+	slot_list_add_tail(c, SL_FREE, s);
+	c->nfree++;
 }
 
 /*

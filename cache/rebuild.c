@@ -20,14 +20,15 @@
  *   1. NEW shadows the old device (dev_set_shadow): from now on every write
  *      and flush that completes on the old device is done on NEW too, with
  *      the same FUA flag, before it counts as done.
- *   2. One pass over k's slots, each copied under the locks that shut out
- *      whoever could write it: its file's rw for reading (a truncate zeroes
- *      an edge page under the file's rw alone) and its slot's rw for writing
- *      (writes to the slot and to its twin, and page fills, hold the slot's
- *      rw; a twin on k is locked through its slot).  A write that had the
- *      lock before the copy is in the copy; a write after it reaches NEW
- *      through the shadow.  A slot taken by another block during the pass
- *      was written after step 1: the shadow has it.
+ *   2. One pass over k's slots in use, FRESH ones too ("Fresh slots"
+ *      below), each copied under the locks that shut out whoever could
+ *      write it: its file's rw for reading (a truncate zeroes an edge page
+ *      under the file's rw alone) and its slot's rw for writing (writes to
+ *      the slot and to its twin, and page fills, hold the slot's rw; a twin
+ *      on k is locked through its slot).  A write that had the lock before
+ *      the copy is in the copy; a write after it reaches NEW through the
+ *      shadow.  A slot taken by another block during the pass was written
+ *      after step 1: the shadow has it.
  *      The copy comes from the old device; if it has failed (or fails on
  *      the read) from the other copy: a twin on k from its slot, a slot on
  *      k from its twin, which holds every dirty page of the slot; the
@@ -51,6 +52,74 @@
  * on the old device.
  */
 
+/*
+ * Fresh slots and the rebuild.  A slot is FRESH from its allocation until
+ * its first pages are committed valid, yet its block may be on the device
+ * already: whoever fills it (a write, or a read miss's fill) holds the
+ * slot's rw for writing from before its device write until after the
+ * commit (seg_commit_locked, fill_from_backing), as every commit does.  So FRESH seen without
+ * that lock says nothing of what the old device holds: a write that
+ * completed there before the shadow was set, and commits after the scan
+ * went past, would be on no copy NEW gets (issue 25, finding 3: the block
+ * read back another content after the swap, and destage wrote that).  The
+ * rule kept here:
+ *
+ *   every slot of k that is mapped (file != 0) when the scan reaches it is
+ *   locked like any other, FRESH or not, and found empty only under its
+ *   lock.
+ *
+ * A thread that had the lock before the scan's turn has committed when the
+ * copy is read, so the copy holds its pages; one that takes it after began
+ * its device I/O after step 1, so the shadow holds them.  While the scan
+ * waits for the lock, its own pin keeps the slot the same block's.  And a
+ * FRESH slot (a twin's state says nothing: it is locked through its slot)
+ * is never left mapped with nobody to fill it: whoever takes one pins it
+ * in the same hold of c->lock, and its last unpin frees it (asserted in
+ * slot_settle and in rb_lock; a write that finds no room for the block's
+ * second copy gives back at once the slot it had just taken, map.c
+ * slot_unclaim_locked).
+ *
+ * Debug builds check the rule at every commit (rebuild_check_commit): the
+ * slot's rw is held for writing, and a thread that took it before the
+ * current rebuild began (the c->rebuild_seq it sampled then is older) and
+ * commits into a slot of the member being rebuilt, or into one whose twin
+ * is there, finds the scan not past that slot (c->rebuild_pos).
+ */
+
+uint64_t rebuild_seq(struct cache *c)
+{
+	return __atomic_load_n(&c->rebuild_seq, __ATOMIC_SEQ_CST);
+}
+
+#ifndef NDEBUG
+static void rb_check_one(struct cache *c, struct cslot *x, int m)
+{
+	uint64_t i = slot_idx(c, x);
+
+	if (slot_member(c, i) == m - 1)
+		assert(layout_index(&c->meta.layout, i) >=
+		       __atomic_load_n(&c->rebuild_pos, __ATOMIC_SEQ_CST));
+}
+#endif
+
+void rebuild_check_commit(struct cache *c, struct cslot *s, uint64_t seq0)
+{
+#ifndef NDEBUG
+	int m = __atomic_load_n(&c->rebuild_member, __ATOMIC_SEQ_CST);
+
+	assert(srw_wrheld(&s->rw));
+	if (!m || rebuild_seq(c) == seq0)
+		return; /* no rebuild, or the shadow was set before the lock */
+	rb_check_one(c, s, m);
+	if (s->twin)
+		rb_check_one(c, &c->slots[s->twin - 1], m);
+#else
+	(void)c;
+	(void)s;
+	(void)seq0;
+#endif
+}
+
 /* A slot of member k being copied: its block's file, its slot (primary),
  * and v, the slot on k (the primary or its twin). */
 struct rb_slot {
@@ -58,23 +127,27 @@ struct rb_slot {
 	struct cslot *p, *v;
 };
 
+static void rb_unlock(struct cache *c, struct rb_slot *r);
+
 /* Pin the slot that owns slots[s] and lock it (file rw for reading, slot rw
  * for writing), waiting for the locks only if wait (a batch's first slot:
  * its thread holds no other).  0: locked; 1: nothing to copy (free, or
- * nothing written yet, or taken by another block since step 1: the shadow
- * has it); 2: busy (not waited for). */
+ * still FRESH once locked: the essay above, or taken by another block
+ * since step 1: the shadow has it); 2: busy (not waited for). */
 static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 {
 	struct cslot *v = &c->slots[s], *p;
 	uint32_t rec;
 	uint64_t blk;
+	int empty;
 
 	pthread_mutex_lock(&c->lock);
-	if (!v->file || (!v->is_twin && v->state != SLOT_CLEAN &&
-			 v->state != SLOT_DIRTY)) {
+	if (!v->file) {
 		pthread_mutex_unlock(&c->lock);
 		return 1;
 	}
+	/* FRESH only while whoever fills it pins it (the essay above) */
+	assert(v->is_twin || v->state != SLOT_FRESH || v->pins);
 	rec = v->file;
 	blk = v->blk;
 	r->f = c->recs[rec - 1];
@@ -106,6 +179,14 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 		goto err_unpin;
 	r->p = p;
 	r->v = v;
+	/* nothing committed into it, and any write from now on is shadowed */
+	pthread_mutex_lock(&c->lock);
+	empty = v == p && p->state == SLOT_FRESH;
+	pthread_mutex_unlock(&c->lock);
+	if (empty) {
+		rb_unlock(c, r);
+		return 1;
+	}
 	return 0;
 err_unpin:
 	pthread_rwlock_unlock(&r->f->rw);
@@ -219,6 +300,8 @@ static void rb_collect(struct cache *c, int k, uint64_t *j, int max,
 	int ret;
 
 	for (b->n = 0; *j < member_slots(c, k) && b->n < max; *j += 1) {
+		/* slots below it are passed (rebuild_check_commit) */
+		__atomic_store_n(&c->rebuild_pos, *j, __ATOMIC_SEQ_CST);
 		s = layout_slot(&c->meta.layout, k, *j);
 		if (!c->slots[s].file)
 			continue;
@@ -345,7 +428,10 @@ int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
 	__atomic_store_n(&c->rebuild_total, total, __ATOMIC_RELEASE);
 	__atomic_store_n(&c->rebuild_done, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&c->rebuild_member, k + 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->rebuild_pos, 0, __ATOMIC_SEQ_CST);
 	dev_set_shadow(old, nd); /* step 1 */
+	/* after the shadow: a lock taken once this is seen is shadowed */
+	__atomic_add_fetch(&c->rebuild_seq, 1, __ATOMIC_SEQ_CST);
 	while (j < member_slots(c, k) && !ret) {
 		if (__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE)) {
 			snprintf(err, errlen, "the cache is stopping");
@@ -354,6 +440,7 @@ int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
 		}
 		rb_collect(c, k, &j, max, b, &seen);
 		ret = rb_copy(c, k, nd, b, bufs, err, errlen);
+		__atomic_store_n(&c->rebuild_pos, j, __ATOMIC_SEQ_CST);
 		done = seen * c->bs;
 		__atomic_store_n(&c->rebuild_done, done < total ? done : total,
 				 __ATOMIC_RELEASE);

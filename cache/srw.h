@@ -102,6 +102,12 @@ static inline void srw_unlock(struct srw *l)
 		srw_wake(l);
 }
 
+/* Held for writing by anyone (for assertions). */
+static inline int srw_wrheld(struct srw *l)
+{
+	return (__atomic_load_n(&l->v, __ATOMIC_RELAXED) & SRW_WRITER) != 0;
+}
+
 /* Held by anyone (for assertions). */
 static inline int srw_held(struct srw *l)
 {

@@ -442,6 +442,7 @@ int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 		}
 	}
 	w->locked = 1;
+	w->rbseq = rebuild_seq(c);
 	wseg_assert_twins(c, w);
 	if (nowait && ((head && prefill_reads_backing(c, f, sp[0].s, sp[0].p0,
 						      w->s0)) ||
@@ -525,6 +526,11 @@ int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err)
 		goto out_unlock;
 	}
 
+	for (i = 0; i < nsp; i++) {
+		if (c->test_committing)
+			c->test_committing(c, sp[i].s);
+		rebuild_check_commit(c, sp[i].s, w->rbseq);
+	}
 	pthread_mutex_lock(&c->lock);
 	seg_commit_locked(c, f, sp, nsp, w->ios, w->mode);
 	if (w->hi > f->size) {
@@ -642,8 +648,14 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 			if (!s)
 				s = slot_alloc_locked(c, f, blk);
 			if (s && copies > 1 && !s->twin &&
-			    working_devices(c) > 1 && !twin_alloc_locked(c, s))
-				s = NULL; /* no room for the second copy yet */
+			    working_devices(c) > 1 && !twin_alloc_locked(c, s)) {
+				/* no room for the second copy yet; a slot
+				 * just taken for it goes back (it would be
+				 * FRESH and pinned by nobody: map.c) */
+				if (s->state == SLOT_FRESH && !s->pins)
+					slot_unclaim_locked(c, f, s);
+				s = NULL;
+			}
 			if (!s) {
 				if (nsp)
 					break; /* write what we hold first */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../../cache/cache.h"
+#include "../../cache/engine.h" /* test_committing, a slot's member and lock */
 #include "../../cache/meta.h"
 #include "check.h"
 
@@ -133,7 +134,10 @@ static int hold_inodes, held_fds[MAXINC], nheld;
 static int ident_mode, behind;
 /* NVC_CRASH_REPLACE=1: halfway through the workload, device 1 is replaced
  * by a third one (rebuilt onto it while the workload runs); a crash state
- * is recovered with the device its metadata calls member 1 */
+ * is recovered with the device its metadata calls member 1.  The replace
+ * starts while a write or a fill into a fresh slot of member 1 is held
+ * between its device write and its commit (race_commit), if one comes in
+ * the next quarter of the workload */
 static int replace_mode, replaced, force_pick;
 /* NVC_CRASH_REMOVE=1: device 1 removed halfway (drained, then marked
  * removed); NVC_CRASH_ADD=1: the cache formatted with a spare third place,
@@ -342,6 +346,65 @@ static void devlife_op(void)
 	devlife_done = rec_log_count(L);
 }
 
+/*
+ * A rebuild racing a commit (cache/rebuild.c, "Fresh slots"; issue 25,
+ * finding 3).  Once armed, the first commit into a fresh slot of member 1
+ * (its block on the device already, nothing valid yet) starts the replace
+ * on a thread of its own and waits, its slot's lock held, until the
+ * rebuild's scan waits for that lock (or, had it skipped the slot, has
+ * passed it), or the replace is over.
+ */
+enum { RACE_OFF, RACE_ARMED, RACE_STARTED };
+static int race_state, race_held, race_ms, devlife_over;
+static pthread_t devlife_thread;
+
+static void *devlife_main(void *arg)
+{
+	(void)arg;
+	devlife_op();
+	__atomic_store_n(&devlife_over, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* The rebuild's scan has passed slot s (index j of member 1), or waits at
+ * it, or the replace is over.  *still counts the polls that found the scan
+ * where the last one did. */
+static int race_reached(struct cache *c, struct cslot *s, uint64_t j,
+			uint64_t *pos0, int *still)
+{
+	uint64_t pos = __atomic_load_n(&c->rebuild_pos, __ATOMIC_ACQUIRE);
+	int on = __atomic_load_n(&c->rebuild_member, __ATOMIC_ACQUIRE) == 2;
+	uint32_t v = __atomic_load_n(&s->rw.v, __ATOMIC_ACQUIRE);
+
+	*still = on && pos == *pos0 ? *still + 1 : 0;
+	*pos0 = pos;
+	if (__atomic_load_n(&devlife_over, __ATOMIC_ACQUIRE))
+		return 1;
+	return on && (pos > j || (pos == j && (v & SRW_SLEEPERS)));
+}
+
+static void race_commit(struct cache *c, struct cslot *s)
+{
+	uint64_t j = layout_index(&c->meta.layout, slot_idx(c, s)), pos0 = 0;
+	int i, still = 0, armed = RACE_ARMED;
+
+	if (s->state != SLOT_FRESH || s->is_twin ||
+	    slot_member(c, slot_idx(c, s)) != 1 ||
+	    !__atomic_compare_exchange_n(&race_state, &armed, RACE_STARTED, 0,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return;
+	race_held = 1;
+	CHECK_EQ(pthread_create(&devlife_thread, NULL, devlife_main, NULL), 0);
+	/* a scan stopped for 50 ms short of s waits for another slot this
+	 * thread holds (a write of several blocks): then the race is not run;
+	 * at most 5 s in all */
+	for (i = 0;
+	     i < 5000 && still < 50 && !race_reached(c, s, j, &pos0, &still);
+	     i++)
+		usleep(1000);
+	race_ms = i;
+}
+
 static void do_op(unsigned *rs, int nth, char *buf, char *rb)
 {
 	static const uint64_t lens[] = { 8, 64, 4096, 12288, 16384 };
@@ -364,8 +427,15 @@ static void do_op(unsigned *rs, int nth, char *buf, char *rb)
 		kind = OP_UNLINK;
 		slot = NSLOTF - 1;
 	}
-	if (idx == total_ops / 2)
+	if (idx == total_ops / 2 && replace_mode)
+		__atomic_store_n(&race_state, RACE_ARMED, __ATOMIC_RELEASE);
+	else if (idx == total_ops / 2)
 		devlife_op();
+	if (idx == total_ops * 3 / 4 && replace_mode &&
+	    __atomic_compare_exchange_n(&race_state, &(int){ RACE_ARMED },
+					RACE_STARTED, 0, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE))
+		devlife_op(); /* no fresh slot of member 1 came */
 	o = &ops[idx];
 	if (kind == OP_TRUNC || kind == OP_UNLINK)
 		pthread_rwlock_wrlock(&fslots[slot].lock);
@@ -1691,7 +1761,7 @@ static int run_seed(unsigned s)
 	struct cache_config cfg;
 	struct dev *devs[3] = { 0 };
 	struct pm_region r[2];
-	char err[CFG_ERRLEN];
+	char err[CFG_ERRLEN], held[64] = "";
 	size_t *points, npoints = 0, j, nkill = 0, nlost = 0, nstates = 0;
 	size_t limit = getenv("NVC_CRASH_POINTS")
 			       ? strtoul(getenv("NVC_CRASH_POINTS"), NULL, 0)
@@ -1744,6 +1814,10 @@ static int run_seed(unsigned s)
 		return 1;
 	}
 	cache_set_bk_hooks(C, &hooks);
+	race_state = RACE_OFF;
+	race_held = devlife_over = 0;
+	if (replace_mode)
+		C->test_committing = race_commit;
 	__atomic_store_n(&recording, 1, __ATOMIC_RELEASE);
 	opened = rec_log_add(L, REC_MARK, -1, 0, NULL, 0, 0);
 	for (i = 0; i < NSLOTF; i++) {
@@ -1754,6 +1828,9 @@ static int run_seed(unsigned s)
 		pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
 	for (t = 0; t < nthreads; t++)
 		pthread_join(th[t], NULL);
+	if (race_held)
+		pthread_join(devlife_thread, NULL);
+	C->test_committing = NULL;
 	nops_max = nops < MAXOPS ? nops : MAXOPS;
 	cache_abandon(C); /* the power goes */
 	__atomic_store_n(&recording, 0, __ATOMIC_RELEASE);
@@ -1846,11 +1923,14 @@ static int run_seed(unsigned s)
 		}
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (race_held)
+		snprintf(held, sizeof(held),
+			 ", replaced while a commit was held %d ms", race_ms);
 	fprintf(out,
-		"seed %u: %d threads, %d copies%s: %d ops, %d files, %zu "
+		"seed %u: %d threads, %d copies%s%s: %d ops, %d files, %zu "
 		"events, %zu crash points, %zu states (%zu kill -9, %zu with a "
 		"device lost), %d failed, %.1f s\n",
-		s, nthreads, copies, blk ? ", block-device mirrors" : "",
+		s, nthreads, copies, blk ? ", block-device mirrors" : "", held,
 		nops_max, nincs, nev, npoints, nstates, nkill, nlost,
 		failed_states,
 		(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
