@@ -98,8 +98,7 @@ _Static_assert(SL_LRU_LOW + PRIO_NORMAL == SL_LRU &&
  *
  * Lock order: file->rw, then slot->rw (several slots of one file in ascending
  * block order), then c->lock, then file->rec_lock is never taken under
- * c->lock.  c->lock is never held across device or backing I/O, except for the
- * metadata persist of an eviction.  A slot's persistent entry is written only
+ * c->lock.  A slot's persistent entry is written only
  * by a thread holding slot->rw for writing, or by the evictor under c->lock
  * with pins == 0 (nobody can hold slot->rw without a pin).  slot->rw is the
  * four-byte futex lock of srw.h; like the pthread_rwlock_t it replaced, it
@@ -339,6 +338,25 @@ struct cache {
 	pthread_t resume_thread;
 	int resume_started;
 
+	/*
+	 * c->lock guards the slots, lists and file objects; every request
+	 * takes it, and so does `nvcachectl stats`.  So it is never held
+	 * across a call that can block on a cache device, the backing store
+	 * or a metadata mirror: a store that stops answering must hang only
+	 * the requests that need it (issue 25).  Whoever needs such a call
+	 * drops c->lock first, keeps what it works on by a reference, a pin,
+	 * f->rw or s->rw, and looks again after.  Debug builds assert it at
+	 * the entry of each such call: device requests (dev_io_run, by the
+	 * devices' nolock), mirror persists (meta_put_slot(s), meta_put_file,
+	 * by the meta's nolock), the backing file's reads, writes, syncs, its
+	 * opens by handle or path and an unlink's fstat (cache_blocking),
+	 * and the detach of a direct read stream (file_free).  One exception
+	 * is left, and the assertions let it through: the persist of a free
+	 * slot entry or a freed file record (slot drops, twin frees and
+	 * evictions in map.c, a file's last put in file.c) still runs under
+	 * c->lock, which orders it before the slot or record is used again
+	 * (README, Limits).
+	 */
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
 	int waiting_writers, flush_waiters, draining, stopping, active;
@@ -393,6 +411,24 @@ struct cache {
 	uint64_t unlinking, unlinked_seq;
 	struct bks_pool *bksp; /* direct backing reads (bkstream.c) */
 };
+
+/* The calling thread holds c->lock (debug builds; else 0). */
+static inline int cache_lock_mine(struct cache *c)
+{
+	return dev_mutex_mine(&c->lock);
+}
+
+/* Tests (debug builds): stall a blocking call of this kind ("open",
+ * "fstat", "read", "write", "sync") while the file that NVC_TEST_STALL
+ * names after "kind:" exists (engine.c). */
+void cache_test_stall(const char *kind);
+
+/* Before a call that may block on the backing store (c->lock essay). */
+#define cache_blocking(c, kind)                   \
+	do {                                      \
+		assert(!cache_lock_mine(c));      \
+		cache_test_stall(kind);           \
+	} while (0)
 
 #define BK_HOOK(c, fn, ...)                                     \
 	do {                                                    \
@@ -775,6 +811,7 @@ void file_late_check(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
 void file_put_locked(struct cache *c, struct cfile *f);
 int file_idle_fd_locked(struct cache *c, struct cfile *f);
+int file_detach_stream_locked(struct cache *c, struct cfile *f);
 int file_reopen_ident(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
 int file_persist_size(struct cache *c, struct cfile *f, uint64_t end);
