@@ -273,6 +273,19 @@ struct cfile {
 	uint64_t detach_gen;
 	int mode_saved;
 	struct cfile *hnext;
+	/*
+	 * f->rw: held for reading by reads and writes (the asynchronous ones
+	 * from begin to end, across their device I/O: cache/aio.c), for
+	 * writing by what changes the file as a whole (truncate, an O_TRUNC
+	 * open, writearound, revalidation, destage's conflict handling).  It
+	 * prefers writers (file_rw_init): once a writer waits, no new reader
+	 * gets in (an asynchronous begin is refused, -EBUSY, and its request
+	 * goes the synchronous way), so reads that keep overlapping cannot
+	 * starve a truncate (issue 25; test_aio).  So no thread takes it
+	 * for reading twice: with a writer waiting in between, it would wait
+	 * for itself (cache_read_defer asserts that no asynchronous request
+	 * is held).
+	 */
 	pthread_rwlock_t rw;
 	pthread_mutex_t rec_lock;
 };
@@ -809,6 +822,7 @@ int file_ensure_record(struct cache *c, struct cfile *f);
 int file_bk_busy(struct cache *c, struct cfile *f, int busy);
 void file_late_check(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
+void file_rw_init(pthread_rwlock_t *rw);
 void file_put_locked(struct cache *c, struct cfile *f);
 int file_idle_fd_locked(struct cache *c, struct cfile *f);
 int file_detach_stream_locked(struct cache *c, struct cfile *f);

@@ -61,6 +61,18 @@ static void file_hash_del(struct cache *c, struct cfile *f)
 		*p = f->hnext;
 }
 
+/* f->rw prefers writers (engine.h, struct cfile) */
+void file_rw_init(pthread_rwlock_t *rw)
+{
+	pthread_rwlockattr_t a;
+
+	pthread_rwlockattr_init(&a);
+	pthread_rwlockattr_setkind_np(&a,
+				      PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(rw, &a);
+	pthread_rwlockattr_destroy(&a);
+}
+
 struct cfile *file_new(void)
 {
 	struct cfile *f = calloc(1, sizeof(*f));
@@ -75,7 +87,7 @@ struct cfile *file_new(void)
 	list_init(&f->slots);
 	list_init(&f->dlink);
 	list_init(&f->plink);
-	pthread_rwlock_init(&f->rw, NULL);
+	file_rw_init(&f->rw);
 	pthread_mutex_init(&f->rec_lock, NULL);
 	return f;
 }
