@@ -92,13 +92,18 @@ struct cfile *file_new(void)
 	return f;
 }
 
-static void file_free(struct cache *c, struct cfile *f)
+/* bks_detach waits for reads of the store in flight: never under c->lock
+ * (engine.h; file_detach_stream_locked) */
+static void file_bks_detach(struct cache *c, struct cfile *f)
 {
-	/* bks_detach waits for reads of the store: not under c->lock
-	 * (engine.h; file_detach_stream_locked) */
 	assert(!__atomic_load_n(&f->bks, __ATOMIC_RELAXED) ||
 	       !cache_lock_mine(c));
 	bks_detach(c, f);
+}
+
+static void file_free(struct cache *c, struct cfile *f)
+{
+	file_bks_detach(c, f);
 	if (f->fd >= 0)
 		close(f->fd);
 	pthread_rwlock_destroy(&f->rw);
@@ -591,7 +596,7 @@ int file_detach_stream_locked(struct cache *c, struct cfile *f)
 	while (f->refs == 1 && __atomic_load_n(&f->bks, __ATOMIC_RELAXED)) {
 		pthread_mutex_unlock(&c->lock);
 		pthread_rwlock_wrlock(&f->rw);
-		bks_detach(c, f);
+		file_bks_detach(c, f);
 		pthread_rwlock_unlock(&f->rw);
 		pthread_mutex_lock(&c->lock);
 		dropped = 1;
