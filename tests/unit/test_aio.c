@@ -601,6 +601,7 @@ int main(void)
 	test_sector_write_unclaimed();
 	test_refused();
 	test_truncate_not_starved();
-	printf("test_aio: ok\n");
-	return 0;
+	if (!check_failures)
+		printf("test_aio: ok\n");
+	return CHECK_DONE();
 }
