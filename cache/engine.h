@@ -275,17 +275,20 @@ struct cfile {
 	struct cfile *hnext;
 	/*
 	 * f->rw: held for reading by reads and writes (the asynchronous ones
-	 * from begin to end, across their device I/O: cache/aio.c), for
-	 * writing by what changes the file as a whole (truncate, an O_TRUNC
-	 * open, writearound, revalidation, destage's conflict handling).  It
-	 * prefers writers (file_rw_init): once a writer waits, no new reader
-	 * gets in (an asynchronous begin is refused, -EBUSY, and its request
-	 * goes the synchronous way), so reads that keep overlapping cannot
-	 * starve a truncate (issue 25; test_aio).  So no thread takes it
-	 * for reading twice: with a writer waiting in between, it would wait
-	 * for itself (cache_read_defer asserts that no asynchronous request
-	 * is held).
+	 * from begin to end, across their device I/O: cache/aio.c) and by
+	 * destage, for writing by what changes the file as a whole (truncate,
+	 * an O_TRUNC open, writearound, fallocate, revalidation).  The lock
+	 * itself lets readers in while a writer waits, and must: a write
+	 * waiting for space holds it for reading, and so does the destage of
+	 * the same file that frees the space.  So that reads that keep
+	 * overlapping cannot starve a writer (issue 25), a request's read or
+	 * write passes a gate first (file_rw_rdlock_req, or the try of an
+	 * asynchronous begin, refused then: -EBUSY), which is shut while
+	 * rw_writers counts a writer waiting (file_rw_wrlock): the writer
+	 * waits only for the holders already in.  Destage and rebuild take
+	 * the lock without the gate.  No thread takes it for reading twice.
 	 */
+	uint32_t rw_writers; /* writers waiting for f->rw (atomic; futex) */
 	pthread_rwlock_t rw;
 	pthread_mutex_t rec_lock;
 };
@@ -822,7 +825,13 @@ int file_ensure_record(struct cache *c, struct cfile *f);
 int file_bk_busy(struct cache *c, struct cfile *f, int busy);
 void file_late_check(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
-void file_rw_init(pthread_rwlock_t *rw);
+/* f->rw for writing, shutting the gate of requests while it waits; the
+ * same with a deadline (pthread_rwlock_timedwrlock's result) */
+void file_rw_wrlock(struct cfile *f);
+int file_rw_timedwrlock(struct cfile *f, const struct timespec *abs);
+/* f->rw for reading, for a request: through the gate (engine.h) */
+void file_rw_rdlock_req(struct cfile *f);
+int file_rw_tryrdlock_req(struct cfile *f);
 void file_put_locked(struct cache *c, struct cfile *f);
 int file_idle_fd_locked(struct cache *c, struct cfile *f);
 int file_detach_stream_locked(struct cache *c, struct cfile *f);

@@ -5,10 +5,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <syslog.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -61,16 +64,51 @@ static void file_hash_del(struct cache *c, struct cfile *f)
 		*p = f->hnext;
 }
 
-/* f->rw prefers writers (engine.h, struct cfile) */
-void file_rw_init(pthread_rwlock_t *rw)
+/* f->rw and its gate for requests (engine.h, struct cfile) */
+static void gate_wait(uint32_t *w, uint32_t v)
 {
-	pthread_rwlockattr_t a;
+	/* EAGAIN (it changed) and EINTR: the caller looks again */
+	syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+}
 
-	pthread_rwlockattr_init(&a);
-	pthread_rwlockattr_setkind_np(&a,
-				      PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	pthread_rwlock_init(rw, &a);
-	pthread_rwlockattr_destroy(&a);
+static void gate_leave(struct cfile *f)
+{
+	if (!__atomic_sub_fetch(&f->rw_writers, 1, __ATOMIC_SEQ_CST))
+		syscall(SYS_futex, &f->rw_writers, FUTEX_WAKE_PRIVATE, INT_MAX,
+			NULL, NULL, 0);
+}
+
+void file_rw_wrlock(struct cfile *f)
+{
+	__atomic_add_fetch(&f->rw_writers, 1, __ATOMIC_SEQ_CST);
+	pthread_rwlock_wrlock(&f->rw);
+	gate_leave(f);
+}
+
+int file_rw_timedwrlock(struct cfile *f, const struct timespec *abs)
+{
+	int ret;
+
+	__atomic_add_fetch(&f->rw_writers, 1, __ATOMIC_SEQ_CST);
+	ret = pthread_rwlock_timedwrlock(&f->rw, abs);
+	gate_leave(f);
+	return ret;
+}
+
+void file_rw_rdlock_req(struct cfile *f)
+{
+	uint32_t w;
+
+	while ((w = __atomic_load_n(&f->rw_writers, __ATOMIC_SEQ_CST)))
+		gate_wait(&f->rw_writers, w);
+	pthread_rwlock_rdlock(&f->rw);
+}
+
+int file_rw_tryrdlock_req(struct cfile *f)
+{
+	if (__atomic_load_n(&f->rw_writers, __ATOMIC_SEQ_CST))
+		return EBUSY;
+	return pthread_rwlock_tryrdlock(&f->rw);
 }
 
 struct cfile *file_new(void)
@@ -87,7 +125,7 @@ struct cfile *file_new(void)
 	list_init(&f->slots);
 	list_init(&f->dlink);
 	list_init(&f->plink);
-	file_rw_init(&f->rw);
+	pthread_rwlock_init(&f->rw, NULL);
 	pthread_mutex_init(&f->rec_lock, NULL);
 	return f;
 }
@@ -595,7 +633,7 @@ int file_detach_stream_locked(struct cache *c, struct cfile *f)
 
 	while (f->refs == 1 && __atomic_load_n(&f->bks, __ATOMIC_RELAXED)) {
 		pthread_mutex_unlock(&c->lock);
-		pthread_rwlock_wrlock(&f->rw);
+		file_rw_wrlock(f);
 		file_bks_detach(c, f);
 		pthread_rwlock_unlock(&f->rw);
 		pthread_mutex_lock(&c->lock);

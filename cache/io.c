@@ -750,7 +750,7 @@ int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		chunk = IO_BUF_BYTES - 2 * NVC_PAGE;
 	if (len > IO_BUF_BYTES - 2 * NVC_PAGE)
 		return -EINVAL;
-	pthread_rwlock_rdlock(&f->rw);
+	file_rw_rdlock_req(f);
 	pthread_mutex_lock(&c->lock);
 	size = f->size;
 	wgen0 = f->wgen;
