@@ -588,6 +588,77 @@ static void test_truncate_not_starved(void)
 	free(ref);
 }
 
+struct spacewait {
+	struct cfile *f;
+	const char *src;
+	int calls, done;
+};
+
+/* 32 MiB into a cache of 8: each 1 MiB write waits for destage to free
+ * space, holding f->rw for reading. */
+static void *fill_writer(void *arg)
+{
+	struct spacewait *w = arg;
+	int i;
+
+	for (i = 0; i < 32; i++) {
+		CHECK_EQ(cache_write(e.c, w->f, w->src, MiB, (uint64_t)i * MiB),
+			 0);
+		__atomic_store_n(&w->calls, i + 1, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Truncates as the writer goes on, each a chance to meet it waiting. */
+static void *truncate_to_0(void *arg)
+{
+	struct spacewait *w = arg;
+	int k;
+
+	for (k = 0; k < 8; k++) {
+		while (__atomic_load_n(&w->calls, __ATOMIC_ACQUIRE) < 10 + 2 * k)
+			usleep(500);
+		CHECK_EQ(cache_truncate(e.c, w->f, 0), 0);
+	}
+	return NULL;
+}
+
+/* The gate must not shut out destage: a truncate that waits behind a
+ * write waiting for space, whose destage takes f->rw for reading too
+ * (with a writer-preferring f->rw, the three waited for each other). */
+static void test_truncate_behind_space_wait(void)
+{
+	char *src = malloc(MiB);
+	struct spacewait w = { 0 };
+	struct timespec ts;
+	pthread_t wt, tt;
+	int fd;
+
+	setup();
+	fill(src, MiB, 5);
+	w.f = file_open(&e, "f", &fd);
+	w.src = src;
+	CHECK_EQ(pthread_create(&wt, NULL, fill_writer, &w), 0);
+	CHECK_EQ(pthread_create(&tt, NULL, truncate_to_0, &w), 0);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 20;
+	if (pthread_timedjoin_np(wt, NULL, &ts)) {
+		fprintf(stderr, "the writer waits for space for ever\n");
+		_exit(1);
+	}
+	if (pthread_timedjoin_np(tt, NULL, &ts)) {
+		fprintf(stderr, "a truncate waits for ever\n");
+		_exit(1);
+	}
+	CHECK(w.done);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	cache_file_put(e.c, w.f);
+	close(fd);
+	teardown();
+	free(src);
+}
+
 int main(void)
 {
 	rbuf = dev_alloc_buf(2 * MiB);
@@ -601,6 +672,7 @@ int main(void)
 	test_sector_write_unclaimed();
 	test_refused();
 	test_truncate_not_starved();
+	test_truncate_behind_space_wait();
 	if (!check_failures)
 		printf("test_aio: ok\n");
 	return CHECK_DONE();
