@@ -440,10 +440,10 @@ static inline int cache_lock_mine(struct cache *c)
 void cache_test_stall(const char *kind);
 
 /* Before a call that may block on the backing store (c->lock essay). */
-#define cache_blocking(c, kind)                   \
-	do {                                      \
-		assert(!cache_lock_mine(c));      \
-		cache_test_stall(kind);           \
+#define cache_blocking(c, kind)              \
+	do {                                 \
+		assert(!cache_lock_mine(c)); \
+		cache_test_stall(kind);      \
 	} while (0)
 
 #define BK_HOOK(c, fn, ...)                                     \

@@ -575,8 +575,9 @@ static void test_truncate_not_starved(void)
 	CHECK_EQ(pthread_create(&tt, NULL, truncate_it, &o), 0);
 	pthread_join(rt, NULL);
 	if (!o.truncated)
-		fprintf(stderr, "truncate still waiting after %lu rounds of "
-				"overlapping reads\n",
+		fprintf(stderr,
+			"truncate still waiting after %lu rounds of "
+			"overlapping reads\n",
 			o.rounds);
 	CHECK(o.rounds < OVERLAP_ROUNDS);
 	pthread_join(tt, NULL);
@@ -617,7 +618,8 @@ static void *truncate_to_0(void *arg)
 	int k;
 
 	for (k = 0; k < 8; k++) {
-		while (__atomic_load_n(&w->calls, __ATOMIC_ACQUIRE) < 10 + 2 * k)
+		while (__atomic_load_n(&w->calls, __ATOMIC_ACQUIRE) <
+		       10 + 2 * k)
 			usleep(500);
 		CHECK_EQ(cache_truncate(e.c, w->f, 0), 0);
 	}
