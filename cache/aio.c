@@ -270,7 +270,7 @@ int cache_aio_begin(struct cache *c, struct cfile *f, struct cache_aio *a,
 	a->nrio = 0;
 	a->w.nio = 0;
 	a->w.prep_err = 0;
-	if (pthread_rwlock_tryrdlock(&f->rw))
+	if (file_rw_tryrdlock_req(f))
 		return -EBUSY;
 	ret = a->write ? awrite_begin(a, src) : aread_begin(a);
 	if (ret) {

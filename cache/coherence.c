@@ -582,7 +582,7 @@ int cache_file_revalidate(struct cache *c, struct cfile *f,
 	pthread_mutex_unlock(&c->lock);
 	if (differs) {
 		/* own changes under way end before the write lock is had */
-		pthread_rwlock_wrlock(&f->rw);
+		file_rw_wrlock(f);
 		ret = coh_settle(c, f, "open", changed);
 		pthread_rwlock_unlock(&f->rw);
 	}
@@ -605,7 +605,7 @@ static int coh_wrlock_timed(struct cfile *f)
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
 	}
-	return -pthread_rwlock_timedwrlock(&f->rw, &ts);
+	return -file_rw_timedwrlock(f, &ts);
 }
 
 /*

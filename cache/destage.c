@@ -532,9 +532,14 @@ static void *destage_main(void *arg)
 		if (ret)
 			backoff = 1;
 		idle_fd = file_idle_fd_locked(c, f);
+		file_detach_stream_locked(c, f);
 		file_put_locked(c, f);
-		if (idle_fd >= 0)
+		if (idle_fd >= 0) {
+			/* a close may flush (NFS): not under c->lock */
+			pthread_mutex_unlock(&c->lock);
 			close(idle_fd);
+			pthread_mutex_lock(&c->lock);
+		}
 		pthread_cond_broadcast(&c->flush_cond);
 		pthread_cond_broadcast(&c->space_cond);
 	}

@@ -25,6 +25,34 @@ uint64_t now_ms(void)
 	return now_ns() / 1000000;
 }
 
+/* ----------------------------------------------------------- test stall */
+
+#ifndef NDEBUG
+static const char *stall_spec;
+static pthread_once_t stall_once = PTHREAD_ONCE_INIT;
+
+static void stall_init(void)
+{
+	stall_spec = getenv("NVC_TEST_STALL");
+}
+
+void cache_test_stall(const char *kind)
+{
+	size_t n = strlen(kind);
+
+	pthread_once(&stall_once, stall_init);
+	if (!stall_spec || strncmp(stall_spec, kind, n) || stall_spec[n] != ':')
+		return;
+	while (!access(stall_spec + n + 1, F_OK))
+		usleep(10000);
+}
+#else
+void cache_test_stall(const char *kind)
+{
+	(void)kind;
+}
+#endif
+
 /* ---------------------------------------------------------------- stats */
 
 static void dev_observed(void *arg, enum dev_op op, uint32_t len, int res,
@@ -67,6 +95,7 @@ void stats_attach_devs(struct cache *c)
 		c->obs[d].d = d;
 		dev_set_observer(c->devs[d], dev_observed, &c->obs[d],
 				 c->stats.timing);
+		dev_set_nolock(c->devs[d], &c->lock);
 	}
 }
 

@@ -99,8 +99,7 @@ _Static_assert(SL_LRU_LOW + PRIO_NORMAL == SL_LRU &&
  *
  * Lock order: file->rw, then slot->rw (several slots of one file in ascending
  * block order), then c->lock, then file->rec_lock is never taken under
- * c->lock.  c->lock is never held across device or backing I/O, except for the
- * metadata persist of an eviction.  A slot's persistent entry is written only
+ * c->lock.  A slot's persistent entry is written only
  * by a thread holding slot->rw for writing, or by the evictor under c->lock
  * with pins == 0 (nobody can hold slot->rw without a pin).  slot->rw is the
  * four-byte futex lock of srw.h; like the pthread_rwlock_t it replaced, it
@@ -283,6 +282,22 @@ struct cfile {
 	uint64_t detach_gen;
 	int mode_saved;
 	struct cfile *hnext;
+	/*
+	 * f->rw: held for reading by reads and writes (the asynchronous ones
+	 * from begin to end, across their device I/O: cache/aio.c) and by
+	 * destage, for writing by what changes the file as a whole (truncate,
+	 * an O_TRUNC open, writearound, fallocate, revalidation).  The lock
+	 * itself lets readers in while a writer waits, and must: a write
+	 * waiting for space holds it for reading, and so does the destage of
+	 * the same file that frees the space.  So that reads that keep
+	 * overlapping cannot starve a writer (issue 25), a request's read or
+	 * write passes a gate first (file_rw_rdlock_req, or the try of an
+	 * asynchronous begin, refused then: -EBUSY), which is shut while
+	 * rw_writers counts a writer waiting (file_rw_wrlock): the writer
+	 * waits only for the holders already in.  Destage and rebuild take
+	 * the lock without the gate.  No thread takes it for reading twice.
+	 */
+	uint32_t rw_writers; /* writers waiting for f->rw (atomic; futex) */
 	pthread_rwlock_t rw;
 	pthread_mutex_t rec_lock;
 };
@@ -351,6 +366,25 @@ struct cache {
 	pthread_t resume_thread;
 	int resume_started;
 
+	/*
+	 * c->lock guards the slots, lists and file objects; every request
+	 * takes it, and so does `nvcachectl stats`.  So it is never held
+	 * across a call that can block on a cache device, the backing store
+	 * or a metadata mirror: a store that stops answering must hang only
+	 * the requests that need it (issue 25).  Whoever needs such a call
+	 * drops c->lock first, keeps what it works on by a reference, a pin,
+	 * f->rw or s->rw, and looks again after.  Debug builds assert it at
+	 * the entry of each such call: device requests (dev_io_run, by the
+	 * devices' nolock), mirror persists (meta_put_slot(s), meta_put_file,
+	 * by the meta's nolock), the backing file's reads, writes, syncs, its
+	 * opens by handle or path and an unlink's fstat (cache_blocking),
+	 * and the detach of a direct read stream (file_free).  One exception
+	 * is left, and the assertions let it through: the persist of a free
+	 * slot entry or a freed file record (slot drops, twin frees and
+	 * evictions in map.c, a file's last put in file.c) still runs under
+	 * c->lock, which orders it before the slot or record is used again
+	 * (README, Limits).
+	 */
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
 	int waiting_writers, flush_waiters, draining, stopping, active;
@@ -413,6 +447,24 @@ struct cache {
 	uint64_t unlinking, unlinked_seq;
 	struct bks_pool *bksp; /* direct backing reads (bkstream.c) */
 };
+
+/* The calling thread holds c->lock (debug builds; else 0). */
+static inline int cache_lock_mine(struct cache *c)
+{
+	return dev_mutex_mine(&c->lock);
+}
+
+/* Tests (debug builds): stall a blocking call of this kind ("open",
+ * "fstat", "read", "write", "sync") while the file that NVC_TEST_STALL
+ * names after "kind:" exists (engine.c). */
+void cache_test_stall(const char *kind);
+
+/* Before a call that may block on the backing store (c->lock essay). */
+#define cache_blocking(c, kind)              \
+	do {                                 \
+		assert(!cache_lock_mine(c)); \
+		cache_test_stall(kind);      \
+	} while (0)
 
 #define BK_HOOK(c, fn, ...)                                     \
 	do {                                                    \
@@ -801,8 +853,16 @@ int file_ensure_record(struct cache *c, struct cfile *f);
 int file_bk_busy(struct cache *c, struct cfile *f, int busy);
 void file_late_check(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
+/* f->rw for writing, shutting the gate of requests while it waits; the
+ * same with a deadline (pthread_rwlock_timedwrlock's result) */
+void file_rw_wrlock(struct cfile *f);
+int file_rw_timedwrlock(struct cfile *f, const struct timespec *abs);
+/* f->rw for reading, for a request: through the gate (engine.h) */
+void file_rw_rdlock_req(struct cfile *f);
+int file_rw_tryrdlock_req(struct cfile *f);
 void file_put_locked(struct cache *c, struct cfile *f);
 int file_idle_fd_locked(struct cache *c, struct cfile *f);
+int file_detach_stream_locked(struct cache *c, struct cfile *f);
 int file_reopen_ident(struct cache *c, struct cfile *f);
 int file_persist_record(struct cache *c, struct cfile *f);
 int file_persist_size(struct cache *c, struct cfile *f, uint64_t end);

@@ -5,10 +5,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <syslog.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -61,6 +64,53 @@ static void file_hash_del(struct cache *c, struct cfile *f)
 		*p = f->hnext;
 }
 
+/* f->rw and its gate for requests (engine.h, struct cfile) */
+static void gate_wait(uint32_t *w, uint32_t v)
+{
+	/* EAGAIN (it changed) and EINTR: the caller looks again */
+	syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+}
+
+static void gate_leave(struct cfile *f)
+{
+	if (!__atomic_sub_fetch(&f->rw_writers, 1, __ATOMIC_SEQ_CST))
+		syscall(SYS_futex, &f->rw_writers, FUTEX_WAKE_PRIVATE, INT_MAX,
+			NULL, NULL, 0);
+}
+
+void file_rw_wrlock(struct cfile *f)
+{
+	__atomic_add_fetch(&f->rw_writers, 1, __ATOMIC_SEQ_CST);
+	pthread_rwlock_wrlock(&f->rw);
+	gate_leave(f);
+}
+
+int file_rw_timedwrlock(struct cfile *f, const struct timespec *abs)
+{
+	int ret;
+
+	__atomic_add_fetch(&f->rw_writers, 1, __ATOMIC_SEQ_CST);
+	ret = pthread_rwlock_timedwrlock(&f->rw, abs);
+	gate_leave(f);
+	return ret;
+}
+
+void file_rw_rdlock_req(struct cfile *f)
+{
+	uint32_t w;
+
+	while ((w = __atomic_load_n(&f->rw_writers, __ATOMIC_SEQ_CST)))
+		gate_wait(&f->rw_writers, w);
+	pthread_rwlock_rdlock(&f->rw);
+}
+
+int file_rw_tryrdlock_req(struct cfile *f)
+{
+	if (__atomic_load_n(&f->rw_writers, __ATOMIC_SEQ_CST))
+		return EBUSY;
+	return pthread_rwlock_tryrdlock(&f->rw);
+}
+
 struct cfile *file_new(void)
 {
 	struct cfile *f = calloc(1, sizeof(*f));
@@ -80,9 +130,18 @@ struct cfile *file_new(void)
 	return f;
 }
 
+/* bks_detach waits for reads of the store in flight: never under c->lock
+ * (engine.h; file_detach_stream_locked) */
+static void file_bks_detach(struct cache *c, struct cfile *f)
+{
+	assert(!__atomic_load_n(&f->bks, __ATOMIC_RELAXED) ||
+	       !cache_lock_mine(c));
+	bks_detach(c, f);
+}
+
 static void file_free(struct cache *c, struct cfile *f)
 {
-	bks_detach(c, f);
+	file_bks_detach(c, f);
 	if (f->fd >= 0)
 		close(f->fd);
 	pthread_rwlock_destroy(&f->rw);
@@ -569,8 +628,12 @@ int file_idle_fd_locked(struct cache *c, struct cfile *f)
 {
 	int ok, fd = -1;
 
+again:
 	if (!file_idle(f))
 		return -1;
+	/* its stream's descriptor came from f->fd: it goes first */
+	if (file_detach_stream_locked(c, f))
+		goto again;
 	pthread_mutex_unlock(&c->lock);
 	/* the look noted at this node's last change, not the backing file's
 	 * now: a change made elsewhere meanwhile is found at the next open */
@@ -578,13 +641,34 @@ int file_idle_fd_locked(struct cache *c, struct cfile *f)
 	ok = !f->rec || !file_persist_record(c, f);
 	pthread_mutex_unlock(&f->rec_lock);
 	pthread_mutex_lock(&c->lock);
-	if (ok && file_idle(f)) {
-		bks_detach(c, f); /* its descriptor came from f->fd */
+	if (ok && file_idle(f) && !__atomic_load_n(&f->bks, __ATOMIC_RELAXED)) {
 		fd = f->fd;
 		f->fd = -1;
 		f->ro = 0; /* the next descriptor says */
 	}
 	return fd;
+}
+
+/*
+ * With c->lock held and one reference on f: if it is the last one and f has
+ * a direct read stream (bkstream.c), detach the stream, which waits for its
+ * reads of the store in flight, with c->lock dropped (engine.h) and f->rw
+ * held for writing (bks_read runs under f->rw held for reading).  1 if
+ * c->lock was dropped, when the caller looks at f again.
+ */
+int file_detach_stream_locked(struct cache *c, struct cfile *f)
+{
+	int dropped = 0;
+
+	while (f->refs == 1 && __atomic_load_n(&f->bks, __ATOMIC_RELAXED)) {
+		pthread_mutex_unlock(&c->lock);
+		file_rw_wrlock(f);
+		file_bks_detach(c, f);
+		pthread_rwlock_unlock(&f->rw);
+		pthread_mutex_lock(&c->lock);
+		dropped = 1;
+	}
+	return dropped;
 }
 
 void cache_file_put(struct cache *c, struct cfile *f)
@@ -593,6 +677,7 @@ void cache_file_put(struct cache *c, struct cfile *f)
 
 	pthread_mutex_lock(&c->lock);
 	fd = file_idle_fd_locked(c, f);
+	file_detach_stream_locked(c, f);
 	file_put_locked(c, f);
 	pthread_mutex_unlock(&c->lock);
 	if (fd >= 0)
@@ -733,40 +818,60 @@ static void file_note_unlinked(struct cache *c, struct cfile *f)
 	pthread_mutex_unlock(&f->rec_lock);
 }
 
+/*
+ * The store is asked outside c->lock (engine.h: it may not answer), with a
+ * reference on f, which also keeps an open file's descriptor (file_idle);
+ * if f got or lost its descriptor meanwhile, it is asked again.
+ */
 void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 {
 	struct cfile *f;
 	struct stat st;
+	int idle, gone;
 
 	pthread_mutex_lock(&c->lock);
 	f = file_find(c, dev, ino, 1);
-	if (f && f->fd < 0 && !f->unlinked && file_gone(c, f, nlink)) {
-		/* an idle file */
-		f->unlinked = 1;
-		f->refs++;
-		file_put_locked(c, f);
-	} else if (f && f->fd >= 0 &&
-		   (c->by_path ? nlink <= 1 :
-				 !fstat(f->fd, &st) && st.st_nlink == 0)) {
-		/* by path, as file_gone: a store's fstat of an open file
-		 * whose last name went may still count the name (MooseFS) */
-		f->unlinked = 1;
-		f->refs++;
+	if (!f) {
 		pthread_mutex_unlock(&c->lock);
-		/* the unlink moved its ctime: this node's own change, not one
-		 * made elsewhere, for an open of it by handle after */
-		if (!fstat(f->fd, &st)) {
-			pthread_mutex_lock(&c->lock);
-			if (!f->coh.inflight &&
-			    (uint64_t)st.st_size == f->bsize &&
-			    ts_ns(&st.st_mtim) == f->bk_mtime_ns)
-				f->bk_ctime_ns = ts_ns(&st.st_ctim);
-			pthread_mutex_unlock(&c->lock);
-		}
-		file_note_unlinked(c, f); /* its record says so too */
-		pthread_mutex_lock(&c->lock);
-		file_put_locked(c, f);
+		return;
 	}
+	f->refs++;
+	do {
+		idle = f->fd < 0;
+		pthread_mutex_unlock(&c->lock);
+		if (idle) {
+			gone = file_gone(c, f, nlink);
+		} else if (c->by_path) {
+			/* as file_gone: a store's fstat of an open file whose
+			 * last name went may still count the name (MooseFS) */
+			gone = nlink <= 1;
+		} else {
+			cache_blocking(c, "fstat");
+			gone = !fstat(f->fd, &st) && st.st_nlink == 0;
+		}
+		pthread_mutex_lock(&c->lock);
+	} while (!f->unlinked && idle != (f->fd < 0));
+	if (gone && !f->unlinked) {
+		f->unlinked = 1;
+		if (!idle) {
+			pthread_mutex_unlock(&c->lock);
+			/* the unlink moved its ctime: this node's own change,
+			 * not one made elsewhere, for an open of it by handle
+			 * after */
+			cache_blocking(c, "fstat");
+			if (!fstat(f->fd, &st)) {
+				pthread_mutex_lock(&c->lock);
+				if (!f->coh.inflight &&
+				    (uint64_t)st.st_size == f->bsize &&
+				    ts_ns(&st.st_mtim) == f->bk_mtime_ns)
+					f->bk_ctime_ns = ts_ns(&st.st_ctim);
+				pthread_mutex_unlock(&c->lock);
+			}
+			file_note_unlinked(c, f); /* its record says so too */
+			pthread_mutex_lock(&c->lock);
+		}
+	}
+	file_put_locked(c, f);
 	pthread_mutex_unlock(&c->lock);
 }
 

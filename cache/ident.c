@@ -703,6 +703,7 @@ int ident_open(struct cache *c, struct cfile *f, int flags)
 {
 	int fd, ret;
 
+	cache_blocking(c, "open");
 	/* a record made while files were found by path has no handle */
 	fd = c->by_path || !f->hbytes ? open_by_path(c, f, flags)
 				      : open_by_handle(c, f, flags);

@@ -44,6 +44,7 @@ int backing_read(struct cache *c, struct cfile *f, void *buf, size_t len,
 	uint64_t t0 = stat_clock(&c->stats);
 	size_t done = 0;
 
+	cache_blocking(c, "read");
 	while (done < len) {
 		ssize_t n = pread(f->fd, (char *)buf + done, len - done,
 				  off + done);
@@ -76,6 +77,7 @@ int backing_write_fd(struct cache *c, struct cfile *f, int fd, const void *buf,
 	uint64_t t0 = stat_clock(&c->stats);
 	size_t done = 0;
 
+	cache_blocking(c, "write");
 	while (done < len) {
 		ssize_t n = pwrite(fd, (const char *)buf + done, len - done,
 				   off + done);
@@ -113,8 +115,12 @@ int backing_write_fd(struct cache *c, struct cfile *f, int fd, const void *buf,
 /* fsync (data_only: fdatasync) a backing file; 0 or -1 with errno set. */
 int backing_sync(struct cache *c, struct cfile *f, int data_only)
 {
-	uint64_t t0 = stat_clock(&c->stats);
-	int ret = data_only ? fdatasync(f->fd) : fsync(f->fd);
+	uint64_t t0;
+	int ret;
+
+	cache_blocking(c, "sync");
+	t0 = stat_clock(&c->stats);
+	ret = data_only ? fdatasync(f->fd) : fsync(f->fd);
 
 	if (!ret)
 		stat_lat_since(&c->stats, STAT_L_backing_fsync, t0);
@@ -564,14 +570,21 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		}
 	}
 	if (nio && dev_io_run(ios, nio)) {
+		/* pages of each span only the second copy has */
+		uint64_t tw[SEG_MAX_BLOCKS + 2][META_MAX_WORDS];
 		unsigned k;
 
 		/*
 		 * A device failed under us.  Clean pages are in the backing
 		 * file: forget them here and read them from there.  Dirty
-		 * pages exist nowhere else: the read fails.
+		 * pages exist nowhere else but in the second copy, read after
+		 * c->lock is dropped (engine.h): the slot's pin keeps its twin
+		 * (a twin goes only with pins == its freer's own) and s->rw,
+		 * held for reading, keeps writers off both; without a twin
+		 * holding the page the read fails.
 		 */
 		note_dev_error(c, ios, nio);
+		memset(tw, 0, sizeof(tw));
 		pthread_mutex_lock(&c->lock);
 		for (k = 0; k < nio; k++) {
 			struct span *x = &sp[io_span[k]];
@@ -580,6 +593,22 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 				continue;
 			for (p = io_p0[k]; p < io_p1[k]; p++) {
 				if (pb_test(slot_dirty(c, x->s), p)) {
+					bm_set(tw[io_span[k]], p);
+					continue;
+				}
+				bm_clear(x->valid, p);
+				page_forget_locked(c, x->s, p);
+				hit -= NVC_PAGE;
+			}
+		}
+		pthread_mutex_unlock(&c->lock);
+		for (k = 0; k < nio; k++) {
+			struct span *x = &sp[io_span[k]];
+
+			if (!ios[k].res)
+				continue;
+			for (p = io_p0[k]; p < io_p1[k]; p++) {
+				if (bm_test(tw[io_span[k]], p)) {
 					/* only the second copy has it now */
 					if (twin_read(c, x->s,
 						      (char *)ios[k].buf +
@@ -604,14 +633,9 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 							x->s->twin);
 						ret = -EIO;
 					}
-					continue;
 				}
-				bm_clear(x->valid, p);
-				page_forget_locked(c, x->s, p);
-				hit -= NVC_PAGE;
 			}
 		}
-		pthread_mutex_unlock(&c->lock);
 	}
 	for (k = 0; k < nio; k++)
 		if (!ios[k].res)
@@ -755,7 +779,7 @@ int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		chunk = IO_BUF_BYTES - 2 * NVC_PAGE;
 	if (len > IO_BUF_BYTES - 2 * NVC_PAGE)
 		return -EINVAL;
-	pthread_rwlock_rdlock(&f->rw);
+	file_rw_rdlock_req(f);
 	pthread_mutex_lock(&c->lock);
 	size = f->size;
 	wgen0 = f->wgen;

@@ -274,6 +274,8 @@ struct meta {
 	/* held for reading by every access to r[] while mounted, for writing
 	 * while a mirror is swapped for a new one (meta_replace) */
 	pthread_rwlock_t swap;
+	/* never held across a persist (cache/engine.h: c->lock; asserted) */
+	pthread_mutex_t *nolock;
 };
 
 uint64_t meta_csum(const void *p, size_t len);

@@ -502,8 +502,10 @@ static void cache_free(struct cache *c)
 		for (i = 0; i < c->nslots; i++)
 			assert(!srw_held(&c->slots[i].rw));
 	for (i = 0; i < (uint64_t)c->ndevs; i++)
-		if (c->devs[i])
+		if (c->devs[i]) {
 			dev_set_observer(c->devs[i], NULL, NULL, 0);
+			dev_set_nolock(c->devs[i], NULL);
+		}
 	bks_pool_free(c);
 	stat_store_free(&c->stats);
 	free(c->stats_base);
@@ -771,6 +773,7 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 				errlen);
 	if (ret)
 		goto err_free;
+	c->meta.nolock = &c->lock;
 	c->nslots = c->meta.nslots;
 	ret = mirrors_missing(&c->meta);
 	if (ret) {

@@ -620,7 +620,7 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 		return write_around(c, f, src, len, off);
 	if (ret)
 		return ret;
-	pthread_rwlock_rdlock(&f->rw);
+	file_rw_rdlock_req(f);
 	if (file_mode(c, f) == MODE_BYPASS) {
 		/* it became bypass since the mode was read (fpolicy.c) */
 		pthread_rwlock_unlock(&f->rw);
@@ -721,7 +721,7 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 	uint64_t end = off + len, blk;
 	int ret;
 
-	pthread_rwlock_wrlock(&f->rw);
+	file_rw_wrlock(f);
 	pthread_mutex_lock(&c->lock);
 	for (blk = off / c->bs; blk * c->bs < end; blk++) {
 		struct cslot *s = slot_find(c, f->rec, blk);
@@ -917,7 +917,7 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 		return -EBADF;
 	if (size > c->max_file_size)
 		return -EFBIG;
-	pthread_rwlock_wrlock(&f->rw);
+	file_rw_wrlock(f);
 	/*
 	 * The new size is persisted first: a crash after it can only lose the
 	 * cut bytes (recovery trims what is past the recorded size and cuts
@@ -985,7 +985,7 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 		free(z);
 		return ret;
 	}
-	pthread_rwlock_wrlock(&f->rw);
+	file_rw_wrlock(f);
 	ret = fallocate(f->fd, mode, off, len) ? -errno : 0;
 	if (!ret) {
 		struct timespec now;

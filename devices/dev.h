@@ -2,6 +2,7 @@
 #ifndef NVC_DEV_H
 #define NVC_DEV_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -179,6 +180,15 @@ uint64_t dev_ring_refusals(void);
 typedef void (*dev_observe_fn)(void *arg, enum dev_op op, uint32_t len, int res,
 			       uint64_t ns);
 void dev_set_observer(struct dev *d, dev_observe_fn fn, void *arg, int timing);
+/*
+ * A lock never held across d's I/O (cache/engine.h: c->lock): in debug
+ * builds every request asserts that the calling thread does not hold it.
+ * NULL: none.
+ */
+void dev_set_nolock(struct dev *d, pthread_mutex_t *m);
+/* The calling thread holds m: 1, else 0; always 0 in NDEBUG builds and
+ * where the C library records no owner (glibc does).  For assertions. */
+int dev_mutex_mine(pthread_mutex_t *m);
 int dev_read(struct dev *d, void *buf, uint32_t len, uint64_t off);
 int dev_write(struct dev *d, const void *buf, uint32_t len, uint64_t off);
 /* A write that is durable when it returns. */

@@ -21,6 +21,7 @@ struct dev {
 	int obs_timing;
 	struct dev *shadow; /* takes a copy of each write and flush (atomic) */
 	int shadow_errors; /* of those copies (atomic) */
+	pthread_mutex_t *nolock; /* never held across its I/O (asserted) */
 };
 
 /* 0, or why io cannot be issued (out of range, an injected fault). */

@@ -541,6 +541,173 @@ static void test_sector_write_fails(void)
 	free(got);
 }
 
+struct overlap {
+	struct cfile *f;
+	int truncating, truncated;
+	unsigned long rounds; /* the reader's, once the truncate began */
+};
+
+#define OVERLAP_ROUNDS 200000ul
+
+/* Reads that always overlap: the next one begins before the last ends,
+ * so that some read holds the file at every moment, until the truncate is
+ * done or OVERLAP_ROUNDS rounds after it began. */
+static void *overlapping_reads(void *arg)
+{
+	struct overlap *o = arg;
+	struct cache_aio *a[2];
+	struct dev_aring *r;
+	unsigned long round = 0;
+	int held[2] = { 0, 0 }, k = 0;
+	char *data;
+	size_t n;
+
+	CHECK_EQ(dev_aring_new(16, &r), 0);
+	CHECK_EQ(cache_aio_new(&a[0]), 0);
+	CHECK_EQ(cache_aio_new(&a[1]), 0);
+	while (!__atomic_load_n(&o->truncated, __ATOMIC_ACQUIRE) &&
+	       o->rounds < OVERLAP_ROUNDS) {
+		int ret = cache_aio_begin(e.c, o->f, a[k], NULL, 4 * KiB, 0);
+
+		CHECK(ret == 0 || ret == -EBUSY);
+		if (!ret) {
+			run_ios(r, a[k]);
+			held[k] = 1;
+		}
+		k = !k;
+		if (held[k]) {
+			CHECK_EQ(cache_aio_end(a[k], &data, &n), 0);
+			held[k] = 0;
+		}
+		if (__atomic_load_n(&o->truncating, __ATOMIC_ACQUIRE))
+			o->rounds++;
+		round++;
+		sched_yield();
+	}
+	for (k = 0; k < 2; k++) {
+		if (held[k])
+			CHECK_EQ(cache_aio_end(a[k], &data, &n), 0);
+		cache_aio_free(a[k]);
+	}
+	dev_aring_free(r);
+	return NULL;
+}
+
+static void *truncate_it(void *arg)
+{
+	struct overlap *o = arg;
+
+	__atomic_store_n(&o->truncating, 1, __ATOMIC_RELEASE);
+	CHECK_EQ(cache_truncate(e.c, o->f, 128 * KiB), 0);
+	__atomic_store_n(&o->truncated, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Issue 25: f->rw preferred readers, and reads held it across their
+ * asynchronous I/O, so a truncate waited as long as reads overlapped.  It
+ * gets in now once it waits: the reads are refused meanwhile. */
+static void test_truncate_not_starved(void)
+{
+	char *ref = malloc(256 * KiB);
+	struct overlap o = { 0 };
+	pthread_t rt, tt;
+	struct stat st;
+	int fd;
+
+	setup();
+	fill(ref, 256 * KiB, 9);
+	o.f = file_open(&e, "f", &fd);
+	CHECK_EQ(cache_write(e.c, o.f, ref, 256 * KiB, 0), 0);
+	CHECK_EQ(pthread_create(&rt, NULL, overlapping_reads, &o), 0);
+	CHECK_EQ(pthread_create(&tt, NULL, truncate_it, &o), 0);
+	pthread_join(rt, NULL);
+	if (!o.truncated)
+		fprintf(stderr,
+			"truncate still waiting after %lu rounds of "
+			"overlapping reads\n",
+			o.rounds);
+	CHECK(o.rounds < OVERLAP_ROUNDS);
+	pthread_join(tt, NULL);
+	CHECK(o.truncated);
+	CHECK(!fstat(fd, &st) && st.st_size == 128 * KiB);
+	cache_file_put(e.c, o.f);
+	close(fd);
+	teardown();
+	free(ref);
+}
+
+struct spacewait {
+	struct cfile *f;
+	const char *src;
+	int calls, done;
+};
+
+/* 32 MiB into a cache of 8: each 1 MiB write waits for destage to free
+ * space, holding f->rw for reading. */
+static void *fill_writer(void *arg)
+{
+	struct spacewait *w = arg;
+	int i;
+
+	for (i = 0; i < 32; i++) {
+		CHECK_EQ(cache_write(e.c, w->f, w->src, MiB, (uint64_t)i * MiB),
+			 0);
+		__atomic_store_n(&w->calls, i + 1, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Truncates as the writer goes on, each a chance to meet it waiting. */
+static void *truncate_to_0(void *arg)
+{
+	struct spacewait *w = arg;
+	int k;
+
+	for (k = 0; k < 8; k++) {
+		while (__atomic_load_n(&w->calls, __ATOMIC_ACQUIRE) <
+		       10 + 2 * k)
+			usleep(500);
+		CHECK_EQ(cache_truncate(e.c, w->f, 0), 0);
+	}
+	return NULL;
+}
+
+/* The gate must not shut out destage: a truncate that waits behind a
+ * write waiting for space, whose destage takes f->rw for reading too
+ * (with a writer-preferring f->rw, the three waited for each other). */
+static void test_truncate_behind_space_wait(void)
+{
+	char *src = malloc(MiB);
+	struct spacewait w = { 0 };
+	struct timespec ts;
+	pthread_t wt, tt;
+	int fd;
+
+	setup();
+	fill(src, MiB, 5);
+	w.f = file_open(&e, "f", &fd);
+	w.src = src;
+	CHECK_EQ(pthread_create(&wt, NULL, fill_writer, &w), 0);
+	CHECK_EQ(pthread_create(&tt, NULL, truncate_to_0, &w), 0);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 20;
+	if (pthread_timedjoin_np(wt, NULL, &ts)) {
+		fprintf(stderr, "the writer waits for space for ever\n");
+		_exit(1);
+	}
+	if (pthread_timedjoin_np(tt, NULL, &ts)) {
+		fprintf(stderr, "a truncate waits for ever\n");
+		_exit(1);
+	}
+	CHECK(w.done);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	cache_file_put(e.c, w.f);
+	close(fd);
+	teardown();
+	free(src);
+}
+
 int main(void)
 {
 	rbuf = dev_alloc_buf(2 * MiB);
@@ -554,6 +721,9 @@ int main(void)
 	test_sector_write_unclaimed();
 	test_refused();
 	test_ring_refuses();
-	printf("test_aio: ok\n");
-	return 0;
+	test_truncate_not_starved();
+	test_truncate_behind_space_wait();
+	if (!check_failures)
+		printf("test_aio: ok\n");
+	return CHECK_DONE();
 }
