@@ -12,6 +12,7 @@
 
 #include "admit.h"
 #include "bkstream.h"
+#include "frw.h"
 #include "cache.h"
 #include "meta.h"
 #include "policy.h"
@@ -212,7 +213,9 @@ uint64_t cache_rec_dram(const struct cache *c);
  */
 struct coh {
 	uint32_t inflight; /* own backing changes under way */
-	uint64_t gen; /* own notes of the look begun */
+	uint64_t gen; /* own notes of the look begun, own changes done
+			 (a look is taken only while it is what it was
+			 before the fstat: coherence.c, f->bsize) */
 	int opened; /* revalidated at an open since the object was made */
 	int conflict; /* a conflict counted and not yet resolved */
 	int kinval; /* handled a change outside an open: the kernel's page
@@ -233,13 +236,14 @@ struct cfile {
 	uint64_t size; /* as the mount shows it */
 	uint64_t psize; /* the size the persisted record says (atomic) */
 	/* of the backing file, as far as we know: never below the end of a
-	 * completed own write (backing_write), whose look may be noted later */
+	 * completed own write (backing_write), whose look may be noted later;
+	 * who may set it: coherence.c */
 	uint64_t bsize;
 	struct timespec mtime;
 	int mtime_set;
 	uint32_t refs;
 	uint64_t nslots, ndirty;
-	uint64_t wgen;
+	uint64_t wgen; /* who must bump it: coherence.c, coh_drop_clean */
 	uint64_t dirty_since;
 	int destaging;
 	int unlinked;
@@ -385,6 +389,13 @@ struct cache {
 	 * s->rw held for writing, before it decides whether the slot's twin
 	 * goes (the window a writer can pin the slot in) */
 	void (*test_cleaned)(struct cache *c, struct cslot *s);
+	/* tests only: run by a warm of a pinned file once it has pinned the
+	 * file's slots, before it persists them (filectl.c) */
+	void (*test_pin_persist)(struct cache *c, struct cfile *f);
+	/* tests only: run by a note of a backing file's look after its
+	 * fstat, and by coh_bk_done once a change is done (coherence.c) */
+	void (*test_look_fstat)(struct cache *c, struct cfile *f);
+	void (*test_bk_done)(struct cache *c, struct cfile *f);
 	uint8_t store_stamp[META_STAMP_LEN]; /* of the backing directory */
 	int store_foreign; /* not the one the headers name */
 	int coarse_times; /* the store keeps whole seconds (coherence.c) */
@@ -746,6 +757,8 @@ void slot_hash_del(struct cache *c, struct cslot *s);
 void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p);
 struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f, uint64_t blk);
 struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s);
+/* Pin s, a slot of f (c->lock held, and f->rw: map.c) */
+void slot_pin_locked(struct cache *c, struct cfile *f, struct cslot *s);
 void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s);
 int working_devices(struct cache *c);
 void twin_free_locked(struct cache *c, struct cslot *s);

@@ -284,7 +284,7 @@ static int same_handle(const struct cfile *f, const struct handle *h)
  */
 void file_late_check(struct cache *c, struct cfile *f)
 {
-	pthread_rwlock_wrlock(&f->rw);
+	frw_wrlock(f);
 	if (f->bk_missing && f->fd >= 0) {
 		file_check_backing(c, f);
 		__atomic_store_n(&f->bk_missing, 0, __ATOMIC_RELEASE);
@@ -293,7 +293,7 @@ void file_late_check(struct cache *c, struct cfile *f)
 			"data is served and destaged again",
 			(unsigned long long)f->ino);
 	}
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 }
 
 /*
@@ -324,7 +324,7 @@ static void file_stale(struct cache *c, struct cfile *f)
 {
 	int fd, saved;
 
-	pthread_rwlock_wrlock(&f->rw);
+	frw_wrlock(f);
 	log_msg(LOG_WARNING,
 		"%s: inode %llu is not the file the cache knew as %s",
 		c->root, (unsigned long long)f->ino,
@@ -340,7 +340,7 @@ static void file_stale(struct cache *c, struct cfile *f)
 	fd = f->fd;
 	f->fd = -1;
 	pthread_mutex_unlock(&c->lock);
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	if (fd >= 0)
 		close(fd);
 	cache_file_put(c, f);
