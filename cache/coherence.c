@@ -167,7 +167,25 @@ int cache_file_bk_change_end(struct cache *c, struct cfile *f)
 	return file_note_backing(c, f);
 }
 
-void cache_file_meta_changed(struct cache *c, int fd, int times_set)
+void cache_file_meta_before(int fd, struct stat *before)
+{
+	if (fstatat(fd, "", before, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		before->st_ino = 0;
+}
+
+/*
+ * A metadata change through the mount moves the ctime (a utime the mtime
+ * too): the new look is ours only if the look just before our call was the
+ * one this node left, and the size and the times we did not set stayed.
+ * Judged by the look after alone, a change made elsewhere at the same size
+ * was taken for ours when the times were set, its stale clean data served
+ * and a conflict with dirty data never found (issue 25, finding 5).  A
+ * change elsewhere between the fstat before and the one after cannot be
+ * told from ours: the window is the call's.  The note bumps f->coh.gen, so
+ * that a note's fstat from before it is refused (look_take_locked).
+ */
+void cache_file_meta_changed(struct cache *c, int fd, int times_set,
+			     const struct stat *before)
 {
 	struct cfile *f;
 	struct stat st;
@@ -177,11 +195,13 @@ void cache_file_meta_changed(struct cache *c, int fd, int times_set)
 		return;
 	pthread_mutex_lock(&c->lock);
 	f = file_find(c, st.st_dev, st.st_ino, 1);
-	/* the data as this node left it: the new ctime (and times) are ours */
-	if (f && !f->coh.inflight && (uint64_t)st.st_size == f->bsize &&
-	    (times_set || ts_ns(&st.st_mtim) == f->bk_mtime_ns)) {
+	if (f && !f->coh.inflight && before->st_ino == st.st_ino &&
+	    before->st_dev == st.st_dev && !look_differs_locked(f, before) &&
+	    st.st_size == before->st_size &&
+	    (times_set || ts_ns(&st.st_mtim) == ts_ns(&before->st_mtim))) {
 		f->bk_mtime_ns = ts_ns(&st.st_mtim);
 		f->bk_ctime_ns = ts_ns(&st.st_ctim);
+		f->coh.gen++;
 	} else {
 		times_set = 0;
 	}

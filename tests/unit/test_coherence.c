@@ -280,6 +280,7 @@ static void test_conflict_keep_both_at_destage(void)
  */
 static void test_own_changes_are_not_changes(void)
 {
+	struct stat before;
 	struct env e;
 	char *a = malloc(256 * KiB);
 	struct cfile *f;
@@ -316,11 +317,13 @@ static void test_own_changes_are_not_changes(void)
 	CHECK_EQ(cache_write(e.c, f, a, 64 * KiB, 600 * KiB), 0);
 	SETTLED();
 	e.cfg.mode = MODE_WRITEBACK;
+	cache_file_meta_before(fd, &before);
 	CHECK_EQ(fchmod(fd, 0600), 0);
-	cache_file_meta_changed(e.c, fd, 0);
+	cache_file_meta_changed(e.c, fd, 0, &before);
 	SETTLED();
+	cache_file_meta_before(fd, &before);
 	CHECK_EQ(futimens(fd, ts), 0);
-	cache_file_meta_changed(e.c, fd, 1);
+	cache_file_meta_changed(e.c, fd, 1, &before);
 	SETTLED();
 	/* and the file's data is all there */
 	CHECK(same(&e, f, a, 64 * KiB, 600 * KiB));
@@ -366,6 +369,7 @@ static void test_change_while_idle(void)
  * recovery must not take the new mtime for a change made elsewhere. */
 static void test_times_set_then_crash(void)
 {
+	struct stat before;
 	struct env e;
 	char *a = malloc(128 * KiB);
 	struct timespec ts[2] = { { 0, UTIME_OMIT }, { 12345, 0 } };
@@ -378,8 +382,9 @@ static void test_times_set_then_crash(void)
 	CHECK_EQ(cache_write(e.c, f, a, 64 * KiB, 0), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK_EQ(cache_write(e.c, f, a + 64 * KiB, 64 * KiB, 64 * KiB), 0);
+	cache_file_meta_before(fd, &before);
 	CHECK_EQ(futimens(fd, ts), 0);
-	cache_file_meta_changed(e.c, fd, 1);
+	cache_file_meta_changed(e.c, fd, 1, &before);
 	cache_abandon(e.c); /* still open: no record written at its close */
 	close(fd);
 	env_open(&e);
