@@ -112,7 +112,7 @@ static int aio_pin_locked(struct cache_aio *a, uint64_t pstart, uint64_t pend)
 		if (!x->s || x->s->twin || slot_failed(c, x->s) ||
 		    (a->write && slot_draining(c, x->s)))
 			goto undo; /* a draining device's blocks: write_any */
-		x->s->pins++;
+		slot_pin_locked(c, a->f, x->s);
 		a->nsp++;
 	}
 	return 0;
@@ -274,7 +274,7 @@ int cache_aio_begin(struct cache *c, struct cfile *f, struct cache_aio *a,
 		return -EBUSY;
 	ret = a->write ? awrite_begin(a, src) : aread_begin(a);
 	if (ret) {
-		pthread_rwlock_unlock(&f->rw);
+		frw_unlock(f);
 		return ret;
 	}
 	a->begun = 1;
@@ -366,7 +366,7 @@ int cache_aio_end(struct cache_aio *a, char **data, size_t *n)
 	} else {
 		ret = aread_end(a, data, n);
 	}
-	pthread_rwlock_unlock(&a->f->rw);
+	frw_unlock(a->f);
 	cache_touch(a->c);
 	a->begun = 0;
 	assert(aio_held > 0);

@@ -236,9 +236,15 @@ int cache_file_revalidate(struct cache *c, struct cfile *f,
 /* Destage f's dirty data written so far and fsync its backing file:
  * close-to-open for other nodes (destage.on_close = flush). */
 int cache_file_flush(struct cache *c, struct cfile *f);
-/* The mount changed the metadata of the backing inode open as fd (chmod,
- * chown, times, xattrs, links, rename): its new ctime is this node's own. */
-void cache_file_meta_changed(struct cache *c, int fd, int times_set);
+/* The mount is about to change the metadata of the backing inode open as
+ * fd (chmod, chown, times, xattrs, links, rename): its look before, for
+ * cache_file_meta_changed (st_ino 0 if it cannot be had). */
+void cache_file_meta_before(int fd, struct stat *before);
+/* It has: its new ctime (and with times_set its mtime) is this node's own
+ * if the look before was the one this node left, else a change made
+ * elsewhere stays to be found by the next open or destage. */
+void cache_file_meta_changed(struct cache *c, int fd, int times_set,
+			     const struct stat *before);
 /* The mount is about to change f's backing file itself (a claim of store
  * space, fs/claim.c) and has changed it: the change is this node's own, its
  * new look noted and recorded. */

@@ -37,10 +37,53 @@ static int look_differs_locked(const struct cfile *f, const struct stat *st)
 	       ts_ns(&st->st_ctim) != f->bk_ctime_ns;
 }
 
-static void look_take_locked(struct cfile *f, const struct stat *st)
+/*
+ * Who may set f->bsize.  It is the backing file's size as far as this node
+ * knows, and never below the end of a completed own write: a partial page
+ * past it is taken for a hole and prefilled with zeros (page_prefill), so a
+ * bsize too low puts zeros in the cache where this node's own bytes are in
+ * the store.  So only three kinds of code set it:
+ *   - an own write once the store has it, and only upward (backing_write,
+ *     write_fallback, write_around);
+ *   - the object's making and recovery, and file_check_backing under f->rw
+ *     held for writing, from a fstat no own write can overlap;
+ *   - look_take_locked, from a fstat that began after every own change
+ *     that had completed, with none under way: the caller reads
+ *     f->coh.gen before its fstat, and takes the look only if it is
+ *     unchanged and nothing is in flight (look_current_locked; asserted
+ *     here).  coh_bk_done bumps f->coh.gen, so a fstat that may predate a
+ *     write completed since is refused, and that write's own note, which
+ *     follows, takes the look.  Before it did (issue 25, finding 17), a
+ *     note whose fstat preceded another write's pwrite could take its
+ *     stale size in the moment between that write's coh_bk_done and its
+ *     own note's bump, lowering bsize below that completed write
+ *     (reproduced with delay hooks: test_coherence
+ *     test_note_never_lowers_bsize).
+ */
+static int look_current_locked(const struct cfile *f, uint64_t gen)
+{
+	return f->coh.gen == gen && !f->coh.inflight;
+}
+
+/* f->coh.gen, read before a fstat whose look may be taken (c->lock not
+ * held). */
+static uint64_t look_gen(struct cache *c, struct cfile *f)
+{
+	uint64_t gen;
+
+	pthread_mutex_lock(&c->lock);
+	gen = f->coh.gen;
+	pthread_mutex_unlock(&c->lock);
+	return gen;
+}
+
+static void look_take_locked(struct cfile *f, const struct stat *st,
+			     uint64_t gen)
 {
 	struct timespec now;
 
+	assert(look_current_locked(f, gen));
+	(void)gen;
 	clock_gettime(CLOCK_REALTIME, &now);
 	f->bsize = st->st_size;
 	f->bk_mtime_ns = ts_ns(&st->st_mtim);
@@ -78,7 +121,10 @@ void coh_bk_done(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	assert(f->coh.inflight > 0);
 	f->coh.inflight--;
+	f->coh.gen++; /* a fstat before now may predate it (look_take) */
 	pthread_mutex_unlock(&c->lock);
+	if (c->test_bk_done)
+		c->test_bk_done(c, f);
 }
 
 int coh_note_look(struct cache *c, struct cfile *f)
@@ -95,9 +141,11 @@ int coh_note_look(struct cache *c, struct cfile *f)
 		return 0; /* the change under way notes the look when done */
 	if (fstat(f->fd, &st))
 		return -errno;
+	if (c->test_look_fstat)
+		c->test_look_fstat(c, f);
 	pthread_mutex_lock(&c->lock);
-	if (f->coh.gen == gen && !f->coh.inflight)
-		look_take_locked(f, &st);
+	if (look_current_locked(f, gen))
+		look_take_locked(f, &st, gen);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -119,7 +167,25 @@ int cache_file_bk_change_end(struct cache *c, struct cfile *f)
 	return file_note_backing(c, f);
 }
 
-void cache_file_meta_changed(struct cache *c, int fd, int times_set)
+void cache_file_meta_before(int fd, struct stat *before)
+{
+	if (fstatat(fd, "", before, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		before->st_ino = 0;
+}
+
+/*
+ * A metadata change through the mount moves the ctime (a utime the mtime
+ * too): the new look is ours only if the look just before our call was the
+ * one this node left, and the size and the times we did not set stayed.
+ * Judged by the look after alone, a change made elsewhere at the same size
+ * was taken for ours when the times were set, its stale clean data served
+ * and a conflict with dirty data never found (issue 25, finding 5).  A
+ * change elsewhere between the fstat before and the one after cannot be
+ * told from ours: the window is the call's.  The note bumps f->coh.gen, so
+ * that a note's fstat from before it is refused (look_take_locked).
+ */
+void cache_file_meta_changed(struct cache *c, int fd, int times_set,
+			     const struct stat *before)
 {
 	struct cfile *f;
 	struct stat st;
@@ -132,11 +198,13 @@ void cache_file_meta_changed(struct cache *c, int fd, int times_set)
 	/* the change's ctime is shown, not an older write's */
 	if (f && f->ctime_set && ts_ns(&st.st_ctim) > ts_ns(&f->ctime))
 		f->ctime = st.st_ctim;
-	/* the data as this node left it: the new ctime (and times) are ours */
-	if (f && !f->coh.inflight && (uint64_t)st.st_size == f->bsize &&
-	    (times_set || ts_ns(&st.st_mtim) == f->bk_mtime_ns)) {
+	if (f && !f->coh.inflight && before->st_ino == st.st_ino &&
+	    before->st_dev == st.st_dev && !look_differs_locked(f, before) &&
+	    st.st_size == before->st_size &&
+	    (times_set || ts_ns(&st.st_mtim) == ts_ns(&before->st_mtim))) {
 		f->bk_mtime_ns = ts_ns(&st.st_mtim);
 		f->bk_ctime_ns = ts_ns(&st.st_ctim);
+		f->coh.gen++;
 	} else {
 		times_set = 0;
 	}
@@ -243,9 +311,35 @@ static int coh_persist(struct cache *c, struct cfile *f)
 }
 
 /*
- * Forget every clean page of f: clean slots go, dirty ones keep only their
- * dirty pages (their entries persisted, so that a crash does not bring the
- * forgotten pages back).  f->rw held for writing: nobody else pins f's slots.
+ * Who must bump f->wgen.  A read that misses fetches the backing file's
+ * bytes under f->rw held for reading, and keeps them in the cache
+ * (fill_from_backing, in the read or after its reply: cache_read_finish,
+ * which takes f->rw again) only if f->wgen is still what it was when the
+ * read began; the direct read-ahead (bkstream.c) serves what it read ahead
+ * only under the same condition.  So whoever makes bytes fetched before it
+ * wrong for the cache bumps f->wgen under c->lock before it lets f->rw go:
+ * a write through the cache (seg_mark_intent; a punched hole is written
+ * as zeros) or around it (write_around), a truncate (cache_truncate,
+ * file_trim), a file turned bypass (fpolicy.c), and every drop of clean
+ * data because the store was changed elsewhere.  Such a drop is coh_drop_clean's (keep-both's
+ * salvage_drop bumps after it), and coh_drop_clean bumps itself in the
+ * hold of c->lock that drops: with backing.async_fill a fill deferred past
+ * the reply of a read made before another node's change put back the bytes
+ * a revalidation had just dropped, when the drop was coh_settle's for a
+ * stale or unsettled look, which bumped nothing (issue 25, finding 17).
+ * Eviction drops only bytes the store holds too, and bumps nothing.
+ * Asserted in debug builds for the drops made under f->rw held for
+ * writing (coh_drop_clean, write_around, file_trim, fpolicy.c): each marks
+ * its hold (frw_owe_wgen), and the unlock asserts that f->wgen moved while
+ * it was held (frw.c); a fill asserts that it holds f->rw (io.c).
+ *
+ * coh_drop_clean forgets every clean page of f: clean slots go, dirty ones
+ * keep only their dirty pages (their entries persisted, so that a crash
+ * does not bring the forgotten pages back).  f->rw held for writing, so by
+ * the pin rule (map.c) no slot of f is pinned.  A pinned one found anyway
+ * (a bug: asserted) would keep its old bytes: in a release build the file
+ * stays stale, and the next open drops again, rather than the look being
+ * taken with old pages kept.
  */
 static int coh_drop_clean(struct cache *c, struct cfile *f)
 {
@@ -254,7 +348,10 @@ static int coh_drop_clean(struct cache *c, struct cfile *f)
 	struct list *l;
 	int ret = 0;
 
+	assert(frw_held(f, 1));
+	frw_owe_wgen(f);
 	pthread_mutex_lock(&c->lock);
+	f->wgen++; /* a fill read before now keeps nothing (io.c) */
 	if (f->ndirty)
 		keep = calloc(f->ndirty, sizeof(*keep));
 	for (l = f->slots.next; l != &f->slots;) {
@@ -262,8 +359,11 @@ static int coh_drop_clean(struct cache *c, struct cfile *f)
 		uint32_t p, gone = 0;
 
 		l = l->next;
-		if (s->pins)
+		assert(!s->pins);
+		if (s->pins) {
+			f->coh.stale = 1;
 			continue;
+		}
 		if (s->state != SLOT_DIRTY) {
 			slot_drop_locked(c, s);
 			continue;
@@ -281,7 +381,7 @@ static int coh_drop_clean(struct cache *c, struct cfile *f)
 			ret = -ENOMEM;
 			continue;
 		}
-		s->pins++;
+		slot_pin_locked(c, f, s);
 		keep[n++] = s;
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -318,15 +418,15 @@ static uint64_t dirty_bytes_locked(struct cache *c, struct cfile *f)
  * the conflict is counted once.
  */
 static int coh_overwrite(struct cache *c, struct cfile *f,
-			 const struct stat *st)
+			 const struct stat *st, uint64_t gen)
 {
 	int ret = coh_drop_clean(c, f);
 
 	pthread_mutex_lock(&c->lock);
 	if ((uint64_t)st->st_size > f->size)
 		f->size = st->st_size;
-	f->wgen++;
-	look_take_locked(f, st);
+	if (look_current_locked(f, gen)) /* else its change notes it */
+		look_take_locked(f, st, gen); /* coh_drop_clean bumped wgen */
 	pthread_mutex_unlock(&c->lock);
 	return coh_persist(c, f) ? -EIO : ret;
 }
@@ -415,7 +515,7 @@ static void coh_copy_name(char *out, size_t len, const char *name,
  * away is for an administrator.  f->rw held for writing.
  */
 static int coh_keep_both(struct cache *c, struct cfile *f,
-			 const struct stat *st, const char *path)
+			 const struct stat *st, uint64_t gen, const char *path)
 {
 	char name[NAME_MAX + 1], copy[NAME_MAX + 1], host[64];
 	uint64_t dirty;
@@ -444,7 +544,8 @@ static int coh_keep_both(struct cache *c, struct cfile *f,
 	f->size = st->st_size;
 	f->mtime_set = 0;
 	f->wgen++;
-	look_take_locked(f, st);
+	if (look_current_locked(f, gen))
+		look_take_locked(f, st, gen);
 	pthread_mutex_unlock(&c->lock);
 	return coh_persist(c, f);
 }
@@ -483,7 +584,7 @@ static void coh_conflict_note(struct cache *c, struct cfile *f,
 }
 
 static int coh_conflict(struct cache *c, struct cfile *f, const struct stat *st,
-			const char *when)
+			uint64_t gen, const char *when)
 {
 	int keep = __atomic_load_n(&c->cfg->on_conflict, __ATOMIC_RELAXED) ==
 		   CONFLICT_KEEP_BOTH;
@@ -492,7 +593,8 @@ static int coh_conflict(struct cache *c, struct cfile *f, const struct stat *st,
 
 	coh_path(f, path, sizeof(path));
 	coh_conflict_note(c, f, st, when, path, keep);
-	ret = keep ? coh_keep_both(c, f, st, path) : coh_overwrite(c, f, st);
+	ret = keep ? coh_keep_both(c, f, st, gen, path)
+		   : coh_overwrite(c, f, st, gen);
 	if (ret) {
 		log_msg(LOG_ERR,
 			"conflict (%s): %s: cannot resolve it: %s; the data "
@@ -514,8 +616,8 @@ static int coh_conflict(struct cache *c, struct cfile *f, const struct stat *st,
 static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 		      int *changed)
 {
+	uint64_t ndirty, gen = look_gen(c, f);
 	struct stat st;
-	uint64_t ndirty;
 	int differs, stale, unsettled, ret;
 
 	if (fstat(f->fd, &st))
@@ -536,7 +638,8 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 		ret = coh_drop_clean(c, f);
 		if (unsettled) {
 			pthread_mutex_lock(&c->lock);
-			look_take_locked(f, &st);
+			if (look_current_locked(f, gen))
+				look_take_locked(f, &st, gen);
 			pthread_mutex_unlock(&c->lock);
 		}
 		return ret;
@@ -545,13 +648,13 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 		return 0;
 	*changed = COH_CHANGED;
 	if (ndirty)
-		return coh_conflict(c, f, &st, when);
+		return coh_conflict(c, f, &st, gen, when);
 	ret = coh_drop_clean(c, f);
 	pthread_mutex_lock(&c->lock);
 	f->size = st.st_size;
 	f->mtime_set = 0;
-	f->wgen++;
-	look_take_locked(f, &st);
+	if (look_current_locked(f, gen)) /* else its change notes it */
+		look_take_locked(f, &st, gen); /* coh_drop_clean bumped wgen */
 	pthread_mutex_unlock(&c->lock);
 	CNT_ADD(c, revalidate_drops, 1);
 	if (!ret)
@@ -584,7 +687,7 @@ int cache_file_revalidate(struct cache *c, struct cfile *f,
 		/* own changes under way end before the write lock is had */
 		file_rw_wrlock(f);
 		ret = coh_settle(c, f, "open", changed);
-		pthread_rwlock_unlock(&f->rw);
+		frw_unlock(f);
 	}
 	if (*changed == COH_UNCHANGED && kinval)
 		*changed = COH_CHANGED;
@@ -605,7 +708,7 @@ static int coh_wrlock_timed(struct cfile *f)
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
 	}
-	return -file_rw_timedwrlock(f, &ts);
+	return file_rw_timedwrlock(f, &ts);
 }
 
 /*
@@ -682,6 +785,7 @@ static int coh_conflict_busy(struct cache *c, struct cfile *f)
 {
 	int keep = __atomic_load_n(&c->cfg->on_conflict, __ATOMIC_RELAXED) ==
 		   CONFLICT_KEEP_BOTH;
+	uint64_t gen = look_gen(c, f);
 	char path[PATH_MAX];
 	struct stat st;
 	int ret;
@@ -702,7 +806,8 @@ static int coh_conflict_busy(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	if ((uint64_t)st.st_size > f->size)
 		f->size = st.st_size;
-	look_take_locked(f, &st);
+	if (look_current_locked(f, gen)) /* else a write under way notes it */
+		look_take_locked(f, &st, gen);
 	f->coh.conflict = 0;
 	f->coh.stale = 1;
 	f->coh.kinval = 1;
@@ -725,7 +830,7 @@ int coh_destage_check(struct cache *c, struct cfile *f)
 	if (coh_wrlock_timed(f))
 		return coh_conflict_busy(c, f);
 	ret = coh_settle(c, f, "destage", &changed);
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	if (changed != COH_UNCHANGED) {
 		pthread_mutex_lock(&c->lock);
 		f->coh.kinval = 1;
@@ -737,7 +842,9 @@ int coh_destage_check(struct cache *c, struct cfile *f)
 void coh_recovery_conflict(struct cache *c, struct cfile *f,
 			   const struct stat *st)
 {
-	coh_conflict(c, f, st, "recovery");
+	assert(frw_held(f, 1)); /* file_check_backing's caller's */
+	/* at mount nothing else changes the file: st is current */
+	coh_conflict(c, f, st, look_gen(c, f), "recovery");
 }
 
 /* ------------------------------------------------------------- on close */

@@ -134,7 +134,7 @@ static int destage_lost(struct cache *c, struct cfile *f, uint64_t useq)
 	if (__atomic_load_n(&c->unlinking, __ATOMIC_ACQUIRE) ||
 	    __atomic_load_n(&c->unlinked_seq, __ATOMIC_ACQUIRE) != useq)
 		return -EAGAIN;
-	pthread_rwlock_wrlock(&f->rw);
+	frw_wrlock(f);
 	if (f->fd < 0 && !f->unlinked)
 		ret = salvage_lost(c, f);
 	if (!ret) {
@@ -146,7 +146,7 @@ static int destage_lost(struct cache *c, struct cfile *f, uint64_t useq)
 	} else {
 		CNT_ADD(c, destage_errors, 1);
 	}
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	return ret;
 }
 
@@ -189,7 +189,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	ret = coh_destage_check(c, f); /* changed elsewhere: a conflict */
 	if (ret)
 		return ret;
-	pthread_rwlock_rdlock(&f->rw);
+	frw_rdlock(f);
 	pthread_mutex_lock(&c->lock);
 	for (l = f->slots.next; l != &f->slots; l = l->next)
 		n += list_entry(l, struct cslot, flink)->state == SLOT_DIRTY;
@@ -210,7 +210,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 
 		if (s->state != SLOT_DIRTY)
 			continue;
-		s->pins++;
+		slot_pin_locked(c, f, s);
 		v[n++] = s;
 		bytes += c->bs;
 	}
@@ -415,7 +415,7 @@ out_free:
 	free(eps);
 	free(snap);
 	free(skip);
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	stat_lat_since(&c->stats, STAT_L_destage, t0);
 	return ret ? ret : partial;
 }

@@ -12,6 +12,7 @@
 
 #include "admit.h"
 #include "bkstream.h"
+#include "frw.h"
 #include "cache.h"
 #include "meta.h"
 #include "policy.h"
@@ -212,7 +213,9 @@ uint64_t cache_rec_dram(const struct cache *c);
  */
 struct coh {
 	uint32_t inflight; /* own backing changes under way */
-	uint64_t gen; /* own notes of the look begun */
+	uint64_t gen; /* own notes of the look begun, own changes done
+			 (a look is taken only while it is what it was
+			 before the fstat: coherence.c, f->bsize) */
 	int opened; /* revalidated at an open since the object was made */
 	int conflict; /* a conflict counted and not yet resolved */
 	int kinval; /* handled a change outside an open: the kernel's page
@@ -233,7 +236,8 @@ struct cfile {
 	uint64_t size; /* as the mount shows it */
 	uint64_t psize; /* the size the persisted record says (atomic) */
 	/* of the backing file, as far as we know: never below the end of a
-	 * completed own write (backing_write), whose look may be noted later */
+	 * completed own write (backing_write), whose look may be noted later;
+	 * who may set it: coherence.c */
 	uint64_t bsize;
 	struct timespec mtime;
 	int mtime_set;
@@ -247,7 +251,7 @@ struct cfile {
 	/* its dirty pages, twins not counted: what st_blocks adds to the
 	 * store's (c->lock; pages_dirty keeps it) */
 	int64_t dirty_pages;
-	uint64_t wgen;
+	uint64_t wgen; /* who must bump it: coherence.c, coh_drop_clean */
 	uint64_t dirty_since;
 	int destaging;
 	int unlinked;
@@ -439,6 +443,13 @@ struct cache {
 	 * committed, s->rw held for writing (the window a rebuild's scan
 	 * can pass the slot in: rebuild.c) */
 	void (*test_committing)(struct cache *c, struct cslot *s);
+	/* tests only: run by a warm of a pinned file once it has pinned the
+	 * file's slots, before it persists them (filectl.c) */
+	void (*test_pin_persist)(struct cache *c, struct cfile *f);
+	/* tests only: run by a note of a backing file's look after its
+	 * fstat, and by coh_bk_done once a change is done (coherence.c) */
+	void (*test_look_fstat)(struct cache *c, struct cfile *f);
+	void (*test_bk_done)(struct cache *c, struct cfile *f);
 	uint8_t store_stamp[META_STAMP_LEN]; /* of the backing directory */
 	int store_foreign; /* not the one the headers name */
 	int coarse_times; /* the store keeps whole seconds (coherence.c) */
@@ -826,6 +837,8 @@ struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f, uint64_t blk);
 struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s);
 /* A slot just allocated for f that got nothing goes back free. */
 void slot_unclaim_locked(struct cache *c, struct cfile *f, struct cslot *s);
+/* Pin s, a slot of f (c->lock held, and f->rw: map.c) */
+void slot_pin_locked(struct cache *c, struct cfile *f, struct cslot *s);
 void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s);
 int working_devices(struct cache *c);
 void twin_free_locked(struct cache *c, struct cslot *s);
@@ -854,10 +867,11 @@ int file_bk_busy(struct cache *c, struct cfile *f, int busy);
 void file_late_check(struct cache *c, struct cfile *f);
 struct cfile *file_new(void);
 /* f->rw for writing, shutting the gate of requests while it waits; the
- * same with a deadline (pthread_rwlock_timedwrlock's result) */
+ * same with a deadline (0 or -errno); all through frw_* (frw.h) */
 void file_rw_wrlock(struct cfile *f);
 int file_rw_timedwrlock(struct cfile *f, const struct timespec *abs);
-/* f->rw for reading, for a request: through the gate (engine.h) */
+/* f->rw for reading, for a request: through the gate (engine.h); the try
+ * gives 0 or -EBUSY */
 void file_rw_rdlock_req(struct cfile *f);
 int file_rw_tryrdlock_req(struct cfile *f);
 void file_put_locked(struct cache *c, struct cfile *f);

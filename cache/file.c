@@ -81,7 +81,7 @@ static void gate_leave(struct cfile *f)
 void file_rw_wrlock(struct cfile *f)
 {
 	__atomic_add_fetch(&f->rw_writers, 1, __ATOMIC_SEQ_CST);
-	pthread_rwlock_wrlock(&f->rw);
+	frw_wrlock(f);
 	gate_leave(f);
 }
 
@@ -90,7 +90,7 @@ int file_rw_timedwrlock(struct cfile *f, const struct timespec *abs)
 	int ret;
 
 	__atomic_add_fetch(&f->rw_writers, 1, __ATOMIC_SEQ_CST);
-	ret = pthread_rwlock_timedwrlock(&f->rw, abs);
+	ret = frw_timedwrlock(f, abs);
 	gate_leave(f);
 	return ret;
 }
@@ -101,14 +101,14 @@ void file_rw_rdlock_req(struct cfile *f)
 
 	while ((w = __atomic_load_n(&f->rw_writers, __ATOMIC_SEQ_CST)))
 		gate_wait(&f->rw_writers, w);
-	pthread_rwlock_rdlock(&f->rw);
+	frw_rdlock(f);
 }
 
 int file_rw_tryrdlock_req(struct cfile *f)
 {
 	if (__atomic_load_n(&f->rw_writers, __ATOMIC_SEQ_CST))
-		return EBUSY;
-	return pthread_rwlock_tryrdlock(&f->rw);
+		return -EBUSY;
+	return frw_tryrdlock(f);
 }
 
 struct cfile *file_new(void)
@@ -344,7 +344,7 @@ static int same_handle(const struct cfile *f, const struct handle *h)
  */
 void file_late_check(struct cache *c, struct cfile *f)
 {
-	pthread_rwlock_wrlock(&f->rw);
+	frw_wrlock(f);
 	if (f->bk_missing && f->fd >= 0) {
 		file_check_backing(c, f);
 		__atomic_store_n(&f->bk_missing, 0, __ATOMIC_RELEASE);
@@ -353,7 +353,7 @@ void file_late_check(struct cache *c, struct cfile *f)
 			"data is served and destaged again",
 			(unsigned long long)f->ino);
 	}
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 }
 
 /*
@@ -412,7 +412,7 @@ static void file_stale(struct cache *c, struct cfile *f)
 {
 	int fd, saved;
 
-	pthread_rwlock_wrlock(&f->rw);
+	frw_wrlock(f);
 	log_msg(LOG_WARNING,
 		"%s: inode %llu is not the file the cache knew as %s",
 		c->root, (unsigned long long)f->ino,
@@ -428,7 +428,7 @@ static void file_stale(struct cache *c, struct cfile *f)
 	fd = f->fd;
 	f->fd = -1;
 	pthread_mutex_unlock(&c->lock);
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	if (fd >= 0)
 		close(fd);
 	cache_file_put(c, f);
@@ -664,7 +664,7 @@ int file_detach_stream_locked(struct cache *c, struct cfile *f)
 		pthread_mutex_unlock(&c->lock);
 		file_rw_wrlock(f);
 		file_bks_detach(c, f);
-		pthread_rwlock_unlock(&f->rw);
+		frw_unlock(f);
 		pthread_mutex_lock(&c->lock);
 		dropped = 1;
 	}

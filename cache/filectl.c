@@ -202,7 +202,11 @@ static int warm_revalidate(struct cache *c, struct cfile *f)
  * crash or a remount forgets it.  A pinned file's is: each slot's entry is
  * persisted under its rw held for writing, which first makes the pages it
  * claims durable on the device (slot_persist), so its data survives a
- * remount and kill -9 as the pin does.
+ * remount and kill -9 as the pin does.  The slots are pinned under f->rw
+ * held for reading (the pin rule, map.c): a revalidation that finds the
+ * backing file changed elsewhere waits for the persist to end, then drops
+ * them all (issue 25, finding 4: pinned without it, they were skipped and
+ * their old bytes served for good).
  */
 static int pin_persist_slots(struct cache *c, struct cfile *f)
 {
@@ -211,17 +215,20 @@ static int pin_persist_slots(struct cache *c, struct cfile *f)
 	uint64_t n = 0, i;
 	int ret = 0, err;
 
+	frw_rdlock(f);
 	pthread_mutex_lock(&c->lock);
 	v = calloc(f->nslots ? f->nslots : 1, sizeof(*v));
 	if (!v) {
-		pthread_mutex_unlock(&c->lock);
-		return -ENOMEM;
+		ret = -ENOMEM;
+		goto unlock;
 	}
 	for (l = f->slots.next; l != &f->slots; l = l->next) {
 		v[n] = list_entry(l, struct cslot, flink);
-		v[n++]->pins++;
+		slot_pin_locked(c, f, v[n++]);
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (c->test_pin_persist)
+		c->test_pin_persist(c, f);
 	for (i = 0; i < n; i++) {
 		srw_wrlock(&v[i]->rw);
 		err = v[i]->file == f->rec ? slot_persist(c, v[i]) : 0;
@@ -231,8 +238,10 @@ static int pin_persist_slots(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < n; i++)
 		slot_unpin_locked(c, f, v[i]);
-	pthread_mutex_unlock(&c->lock);
 	free(v);
+unlock:
+	pthread_mutex_unlock(&c->lock);
+	frw_unlock(f);
 	return ret;
 }
 

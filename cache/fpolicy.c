@@ -99,6 +99,7 @@ static int bypass_settle_locked(struct cache *c, struct cfile *f)
 		slot_drop_locked(c, s);
 	}
 	f->wgen++; /* a fill read before now keeps nothing (io.c) */
+	frw_owe_wgen(f);
 	__atomic_store_n(&f->pol.mode, MODE_BYPASS, __ATOMIC_RELEASE);
 	return 1;
 }
@@ -120,11 +121,11 @@ int file_to_bypass(struct cache *c, struct cfile *f)
 			ret = cache_file_flush(c, f);
 		if (ret)
 			break;
-		pthread_rwlock_wrlock(&f->rw);
+		frw_wrlock(f);
 		pthread_mutex_lock(&c->lock);
 		done = bypass_settle_locked(c, f);
 		pthread_mutex_unlock(&c->lock);
-		pthread_rwlock_unlock(&f->rw);
+		frw_unlock(f);
 	}
 	return done ? 0 : ret ? ret : -EBUSY;
 }

@@ -272,7 +272,9 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 	struct dev_io io;
 	int i;
 
-	/* f->rw held: a bypass file keeps nothing (fpolicy.c) */
+	/* f->rw held: a bypass file keeps nothing (fpolicy.c), and a bump
+	 * of f->wgen since the read began is seen (coherence.c) */
+	assert(frw_held(f, 0));
 	if (file_mode(c, f) == MODE_BYPASS || file_ensure_record(c, f))
 		return;
 	for (i = 0; i < nsp; i++) {
@@ -300,7 +302,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 			pthread_mutex_unlock(&c->lock);
 			return; /* cache full of dirty data: don't wait */
 		}
-		s->pins++;
+		slot_pin_locked(c, f, s);
 		pthread_mutex_unlock(&c->lock);
 
 		srw_wrlock(&s->rw);
@@ -478,11 +480,11 @@ void cache_read_finish(struct cache *c)
 	if (!d || !d->nchunks)
 		return;
 	f = d->f;
-	pthread_rwlock_rdlock(&f->rw);
+	frw_rdlock(f);
 	for (k = 0; k < d->nchunks && !f->unlinked; k++)
 		fill_from_backing(c, f, d->ch[k].sp, d->ch[k].nsp, d->ch[k].buf,
 				  d->ch[k].pstart, d->wgen0);
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	d->nchunks = 0;
 	d->f = NULL;
 	cache_file_put(c, f);
@@ -534,7 +536,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		x->p1 = pend < b0 + c->bs ? (pend - b0) / NVC_PAGE : c->ppb;
 		x->s = slot_find(c, f->rec, blk);
 		if (x->s)
-			x->s->pins++;
+			slot_pin_locked(c, f, x->s);
 	}
 	pthread_mutex_unlock(&c->lock);
 
@@ -830,7 +832,7 @@ int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 	*data = (char *)vbuf + (off - pstart);
 	*n = len;
 out_unlock:
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	cache_touch(c);
 	return ret;
 }

@@ -476,6 +476,28 @@ struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
 	return t;
 }
 
+/*
+ * No slot of a file is pinned without its lock.  A pin keeps a slot and its
+ * pages where they are: nobody drops or evicts a pinned slot.  A thread that
+ * holds f->rw for writing (a revalidation that found the backing file
+ * changed elsewhere, a write around the cache, a truncate) drops f's clean
+ * slots and must find none pinned, or it keeps pages that no longer match
+ * the store and serves them for good (issue 25, finding 4: a warm of a
+ * pinned file pinned every slot without f->rw).  So whoever pins a slot of
+ * f holds f->rw, for reading or writing, from before the pin until after
+ * the unpin; a write hold then sees only its own pins.  Asserted here
+ * (frw.h tells whether this thread holds f->rw), and by the drops that
+ * count on it (coh_drop_clean, write_around).  Eviction, which takes no
+ * file lock, skips pinned slots, as ever.
+ */
+void slot_pin_locked(struct cache *c, struct cfile *f, struct cslot *s)
+{
+	(void)c;
+	assert(frw_held(f, 0));
+	assert(c->recs[s->file - 1] == f);
+	s->pins++;
+}
+
 /* Release a pin; a FRESH slot that got no data goes back free.  c->lock held.
  */
 void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s)

@@ -154,8 +154,8 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 	r->f->refs++;
 	pthread_mutex_unlock(&c->lock);
 	if (wait)
-		pthread_rwlock_rdlock(&r->f->rw);
-	else if (pthread_rwlock_tryrdlock(&r->f->rw))
+		frw_rdlock(r->f);
+	else if (frw_tryrdlock(r->f))
 		goto err_put;
 	pthread_mutex_lock(&c->lock);
 	p = v->file == rec && v->blk == blk
@@ -164,10 +164,10 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 	if (p && v->is_twin && p->twin != s + 1)
 		p = NULL;
 	if (p)
-		p->pins++;
+		slot_pin_locked(c, r->f, p);
 	pthread_mutex_unlock(&c->lock);
 	if (!p) {
-		pthread_rwlock_unlock(&r->f->rw);
+		frw_unlock(r->f);
 		pthread_mutex_lock(&c->lock);
 		file_put_locked(c, r->f);
 		pthread_mutex_unlock(&c->lock);
@@ -189,7 +189,7 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 	}
 	return 0;
 err_unpin:
-	pthread_rwlock_unlock(&r->f->rw);
+	frw_unlock(r->f);
 	pthread_mutex_lock(&c->lock);
 	slot_unpin_locked(c, r->f, p);
 	file_put_locked(c, r->f);
@@ -205,7 +205,7 @@ err_put:
 static void rb_unlock(struct cache *c, struct rb_slot *r)
 {
 	srw_unlock(&r->p->rw);
-	pthread_rwlock_unlock(&r->f->rw);
+	frw_unlock(r->f);
 	pthread_mutex_lock(&c->lock);
 	slot_unpin_locked(c, r->f, r->p);
 	file_put_locked(c, r->f);

@@ -40,7 +40,7 @@ static int mirrors_differ(struct meta *m, uint64_t off, size_t len)
  * a destage or truncate under way), whatever its mtime.  Changed behind
  * the cache's back: its clean data goes, its dirty data stays; with nothing
  * dirty the backing copy wins.  Nothing cached past the size may come back.
- * f->rw held for writing (or recovery, alone).
+ * f->rw held for writing (recovery too).
  */
 void file_check_backing(struct cache *c, struct cfile *f)
 {
@@ -371,8 +371,13 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 
 		if (!f)
 			continue;
-		if (!f->unlinked)
+		if (!f->unlinked) {
+			/* alone, but the pin rule (map.c) and the drops'
+			 * f->wgen rule (coherence.c) hold at mount too */
+			frw_wrlock(f);
 			recover_file_open(c, f);
+			frw_unlock(f);
+		}
 		log_msg(LOG_DEBUG,
 			"recovery: record %u inode %llu size %llu backing %llu "
 			"slots %llu dirty %llu%s",

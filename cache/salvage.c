@@ -147,7 +147,7 @@ static struct cslot **salvage_pin(struct cache *c, struct cfile *f,
 	for (l = f->slots.next; v && l != &f->slots; l = l->next) {
 		struct cslot *s = list_entry(l, struct cslot, flink);
 
-		s->pins++;
+		slot_pin_locked(c, f, s);
 		v[(*n)++] = s;
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -623,7 +623,7 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 	file_rw_rdlock_req(f);
 	if (file_mode(c, f) == MODE_BYPASS) {
 		/* it became bypass since the mode was read (fpolicy.c) */
-		pthread_rwlock_unlock(&f->rw);
+		frw_unlock(f);
 		return write_around(c, f, src, len, off);
 	}
 	while (cur < end && !ret) {
@@ -670,7 +670,7 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 				c->waiting_writers--;
 				continue;
 			}
-			s->pins++;
+			slot_pin_locked(c, f, s);
 			x->s = s;
 			x->blk = blk;
 			x->p0 = (cur - b0) / NVC_PAGE;
@@ -694,7 +694,7 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 			pthread_mutex_unlock(&c->lock);
 		}
 	}
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	cache_touch(c);
 	return ret;
 }
@@ -729,7 +729,7 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 		if (s && pb_any(c, slot_dirty(c, s))) {
 			/* dirty data from an earlier mode: keep it coherent */
 			pthread_mutex_unlock(&c->lock);
-			pthread_rwlock_unlock(&f->rw);
+			frw_unlock(f);
 			return write_any(c, f, src, len, off,
 					 MODE_WRITETHROUGH);
 		}
@@ -738,10 +738,17 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 	ret = backing_write(c, f, src, len, off);
 	pthread_mutex_lock(&c->lock);
 	if (!ret) {
+		frw_owe_wgen(f);
 		for (blk = off / c->bs; blk * c->bs < end; blk++) {
 			struct cslot *s = slot_find(c, f->rec, blk);
 
-			if (s && !s->pins)
+			/* f->rw held for writing: nobody pins f's slots
+			 * (map.c); one pinned anyway keeps old bytes, and
+			 * the next open drops it (stale) */
+			assert(!s || !s->pins);
+			if (s && s->pins)
+				f->coh.stale = 1;
+			else if (s)
 				slot_drop_locked(c, s);
 		}
 		if (end > f->size)
@@ -754,7 +761,7 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 	pthread_mutex_unlock(&c->lock);
 	if (!ret)
 		ret = file_note_backing(c, f);
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	CNT_ADD(c, bypass_ops, 1);
 	return ret;
 }
@@ -834,7 +841,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 		} else if (s->blk >= keep_blk ||
 			   (size % c->bs && s->blk == keep_blk - 1)) {
 			edge = s->blk == keep_blk - 1 ? s : edge;
-			s->pins++;
+			slot_pin_locked(c, f, s);
 			if (s->blk >= keep_blk) {
 				/* pinned by a fill: clear it in place */
 				pages_valid(c, s,
@@ -854,6 +861,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 		}
 	}
 	f->wgen++;
+	frw_owe_wgen(f);
 	pthread_mutex_unlock(&c->lock);
 
 	if (edge) {
@@ -952,7 +960,7 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 		ret = file_note_backing_stat(c, f);
 	if (!ret)
 		ret = file_bk_busy(c, f, 0);
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	return ret;
 }
 
@@ -1001,7 +1009,7 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 		file_bk_changed(f);
 		ret = file_note_backing(c, f);
 	}
-	pthread_rwlock_unlock(&f->rw);
+	frw_unlock(f);
 	return ret;
 }
 

@@ -190,7 +190,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	struct fs *fs = fs_of(req);
 	struct fs_inode *in = fs_inode_of(fs, ino);
 	char path[64];
-	struct stat st;
+	struct stat st, before;
 	int ret = 0, fd = fs_inode_fd(fs, in);
 
 	if (fd < 0) {
@@ -198,7 +198,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
+	/* each change's look before it: the cache tells its own changes from
+	 * another node's by it (cache_file_meta_changed) */
+	cache_file_meta_before(fd, &before);
 	ret = setattr_owner(req, fd, path, attr, valid);
+	if (!ret && (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
+			      FUSE_SET_ATTR_GID)))
+		cache_file_meta_changed(fs->cache, fd, 0, &before);
 	/* FATTR_KILL_SUIDGID: a truncate or chown by a caller without
 	 * CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2) */
 	if (!ret && (valid & FUSE_SET_ATTR_KILL_SUID))
@@ -233,6 +239,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			tv[1].tv_nsec = UTIME_NOW;
 		else if (valid & FUSE_SET_ATTR_MTIME)
 			tv[1] = attr->st_mtim;
+		cache_file_meta_before(fd, &before);
 		ret = fs_cred_enter(req);
 		if (!ret) {
 			ret = utimensat(AT_FDCWD, path, tv, 0) ? -errno : 0;
@@ -241,12 +248,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		}
 		if (!ret && (valid & FUSE_SET_ATTR_MTIME))
 			cache_file_times_set(fs->cache, in->dev, in->ino);
+		if (!ret)
+			cache_file_meta_changed(fs->cache, fd,
+						!!(valid & FUSE_SET_ATTR_MTIME),
+						&before);
 	}
-	if (!ret && (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
-			      FUSE_SET_ATTR_GID | FUSE_SET_ATTR_ATIME |
-			      FUSE_SET_ATTR_MTIME)))
-		cache_file_meta_changed(fs->cache, fd,
-					!!(valid & FUSE_SET_ATTR_MTIME));
 	if (!ret)
 		ret = fs_stat(fs, fd, &st);
 	fs_inode_fd_put(in, fd);
@@ -365,6 +371,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 	struct fs *fs = fs_of(req);
 	struct fs_inode *in = fs_inode_of(fs, ino);
 	struct fuse_entry_param e;
+	struct stat before;
 	char path[64];
 	int fd = name_reserved(name) ? -EPERM : fs_inode_fd(fs, in), ret;
 
@@ -373,6 +380,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
+	cache_file_meta_before(fd, &before);
 	/* as the caller: the store's rules for hard links apply */
 	ret = fs_cred_enter(req);
 	if (!ret) {
@@ -384,7 +392,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 		fs_cred_daemon();
 	}
 	if (!ret)
-		cache_file_meta_changed(fs->cache, fd, 0);
+		cache_file_meta_changed(fs->cache, fd, 0, &before);
 	fs_inode_fd_put(in, fd);
 	if (ret) {
 		fuse_reply_err(req, -ret);
@@ -393,14 +401,15 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
 	fs_reply_entry(req, fs_lookup(fs, NULL, parent, name, &e), &e);
 }
 
-/* The inode named name in dfd changed through the mount (its ctime moved):
- * the cache takes the new look as its own. */
-static void name_meta_changed(struct fs *fs, int dfd, const char *name)
+/* The inode named name in dfd changed through the mount (its ctime moved;
+ * before: its look before): the cache takes the new look as its own. */
+static void name_meta_changed(struct fs *fs, int dfd, const char *name,
+			      const struct stat *before)
 {
 	int fd = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 
 	if (fd >= 0) {
-		cache_file_meta_changed(fs->cache, fd, 0);
+		cache_file_meta_changed(fs->cache, fd, 0, before);
 		close(fd);
 	}
 }
@@ -428,7 +437,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
 	int pfd = fs_inode_of(fs, parent)->fd;
-	struct stat st;
+	struct stat st, before;
 	int known = !name_ino(pfd, name, &st), other = -1, ret;
 
 	if (known)
@@ -436,6 +445,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	/* the file's other links stay, with a new ctime */
 	if (known && S_ISREG(st.st_mode) && st.st_nlink > 1)
 		other = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (other >= 0)
+		cache_file_meta_before(other, &before);
 	cache_unlink_begin(fs->cache);
 	ret = unlink_as(req, pfd, name, 0);
 	fs_cred_daemon();
@@ -447,7 +458,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	if (other >= 0) {
-		cache_file_meta_changed(fs->cache, other, 0);
+		cache_file_meta_changed(fs->cache, other, 0, &before);
 		close(other);
 	}
 	if (known && S_ISREG(st.st_mode))
@@ -469,7 +480,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
 	struct fs *fs = fs_of(req);
 	int nfd = fs_inode_of(fs, newparent)->fd;
-	struct stat st;
+	struct stat st, moved, swapped;
 	int known = !(flags & RENAME_EXCHANGE) && !name_ino(nfd, newname, &st);
 
 	int pfd = fs_inode_of(fs, parent)->fd, ret;
@@ -480,6 +491,12 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (known)
 		fs_inode_pin(fs, &st);
+	/* the looks before, of what the rename moves (name_meta_changed) */
+	if (fstatat(pfd, name, &moved, AT_SYMLINK_NOFOLLOW))
+		moved.st_ino = 0;
+	if (!(flags & RENAME_EXCHANGE) ||
+	    fstatat(nfd, newname, &swapped, AT_SYMLINK_NOFOLLOW))
+		swapped.st_ino = 0;
 	cache_unlink_begin(fs->cache);
 	ret = fs_cred_enter(req);
 	if (!ret) {
@@ -504,9 +521,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		cache_renamed(fs->cache, pfd, name, nfd, newname);
 	}
 	/* a rename moves the ctime of what it moves */
-	name_meta_changed(fs, nfd, newname);
+	name_meta_changed(fs, nfd, newname, &moved);
 	if (flags & RENAME_EXCHANGE)
-		name_meta_changed(fs, pfd, name);
+		name_meta_changed(fs, pfd, name, &swapped);
 	cache_unlink_end(fs->cache);
 	fuse_reply_err(req, 0);
 }

@@ -96,11 +96,14 @@ static int kill_fd(struct fs *fs, int fd, int *changed)
 
 static int kill_note(struct fs *fs, fuse_ino_t ino, int fd)
 {
-	int changed = 0, ret = kill_fd(fs, fd, &changed);
+	struct stat before;
+	int changed = 0, ret;
 
+	cache_file_meta_before(fd, &before);
+	ret = kill_fd(fs, fd, &changed);
 	if (changed) {
 		/* the new ctime is ours; the kernel's mode is stale */
-		cache_file_meta_changed(fs->cache, fd, 0);
+		cache_file_meta_changed(fs->cache, fd, 0, &before);
 		if (fs->se)
 			fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 	}

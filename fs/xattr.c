@@ -69,6 +69,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 {
 	struct fs_inode *in = fs_inode_of(fs_of(req), ino);
 	int fd = fs_inode_fd(fs_of(req), in), ret;
+	struct stat before;
 	char path[64];
 
 	if (xattr_ours(name)) {
@@ -81,6 +82,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
+	cache_file_meta_before(fd, &before);
 	ret = -fs_cred_enter(req);
 	if (!ret) {
 		ret = setxattr(path, name, value, size, flags) ? errno : 0;
@@ -88,7 +90,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fs_cred_daemon();
 	}
 	if (!ret)
-		cache_file_meta_changed(fs_of(req)->cache, fd, 0);
+		cache_file_meta_changed(fs_of(req)->cache, fd, 0, &before);
 	fs_inode_fd_put(in, fd);
 	fuse_reply_err(req, ret);
 }
@@ -163,6 +165,7 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	struct fs_inode *in = fs_inode_of(fs_of(req), ino);
 	int fd = fs_inode_fd(fs_of(req), in), ret;
+	struct stat before;
 	char path[64];
 
 	if (fd < 0) {
@@ -170,6 +173,7 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		return;
 	}
 	fs_proc_path(fd, path, sizeof(path));
+	cache_file_meta_before(fd, &before);
 	if (xattr_ours(name)) {
 		ret = EPERM;
 	} else if (!strcmp(name, "security.capability")) {
@@ -187,7 +191,7 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		}
 	}
 	if (!ret)
-		cache_file_meta_changed(fs_of(req)->cache, fd, 0);
+		cache_file_meta_changed(fs_of(req)->cache, fd, 0, &before);
 	fs_inode_fd_put(in, fd);
 	fuse_reply_err(req, ret);
 }

@@ -314,3 +314,30 @@ def test_a_name_made_on_another_node_is_seen_at_once(make_cache):
     n1.flush()
     assert get(n2, "g") == data
     unmount_all(n1, n2)
+
+
+def test_times_set_after_a_change_elsewhere(make_cache):
+    """Node 1 rewrites two files at the same size; node 2 then sets their times through its mount (utimensat
+    by name). The change stays node 1's (issue 25, finding 5: with the times set only the size was compared, and
+    node 2 took node 1's change for its own): node 2's next open serves node 1's bytes, and its dirty data over the
+    change is a conflict, found and counted."""
+    n1, n2 = two_nodes(make_cache, destage__idle_after="60min", destage__max_dirty_age="60min")
+    a, b, y = os.urandom(256 * KiB), os.urandom(256 * KiB), os.urandom(64 * KiB)
+    for name in ("f", "g"):
+        put(n1, name, a)
+    n1.flush()
+    assert get(n2, "f") == a and get(n2, "g") == a  # node 2 caches both
+    put(n2, "g", y, offset=0)  # node 2: dirty, not flushed
+    for name in ("f", "g"):
+        put(n1, name, b)  # same size: only the times tell
+    n1.flush()
+    for name in ("f", "g"):  # by name, no open (GNU touch opens the file first: that open would find it)
+        os.utime(n2.path(name), (1000000000, 1000000000))
+    assert get(n2, "f") == b
+    n2.flush()
+    assert n2.stats()["conflicts"] == 1
+    assert re.search(r"conflict \((open|destage)\): \S+/g was changed elsewhere", n2.log_text())
+    assert backing(n1, "g") == y + b[len(y):]  # overwrite: node 2's dirty pages over node 1's file
+    assert get(n2, "g") == y + b[len(y):]
+    assert get(n1, "g") == y + b[len(y):]
+    unmount_all(n2, n1)

@@ -3,6 +3,7 @@
  * the cache's own changes are never taken for another node's. */
 #define _GNU_SOURCE
 #include "env.h"
+#include "engine.h" /* frw_rdlock: the file's lock held meanwhile */
 
 #include <pthread.h>
 #include <sys/stat.h>
@@ -279,6 +280,7 @@ static void test_conflict_keep_both_at_destage(void)
  */
 static void test_own_changes_are_not_changes(void)
 {
+	struct stat before;
 	struct env e;
 	char *a = malloc(256 * KiB);
 	struct cfile *f;
@@ -315,11 +317,13 @@ static void test_own_changes_are_not_changes(void)
 	CHECK_EQ(cache_write(e.c, f, a, 64 * KiB, 600 * KiB), 0);
 	SETTLED();
 	e.cfg.mode = MODE_WRITEBACK;
+	cache_file_meta_before(fd, &before);
 	CHECK_EQ(fchmod(fd, 0600), 0);
-	cache_file_meta_changed(e.c, fd, 0);
+	cache_file_meta_changed(e.c, fd, 0, &before);
 	SETTLED();
+	cache_file_meta_before(fd, &before);
 	CHECK_EQ(futimens(fd, ts), 0);
-	cache_file_meta_changed(e.c, fd, 1);
+	cache_file_meta_changed(e.c, fd, 1, &before);
 	SETTLED();
 	/* and the file's data is all there */
 	CHECK(same(&e, f, a, 64 * KiB, 600 * KiB));
@@ -365,6 +369,7 @@ static void test_change_while_idle(void)
  * recovery must not take the new mtime for a change made elsewhere. */
 static void test_times_set_then_crash(void)
 {
+	struct stat before;
 	struct env e;
 	char *a = malloc(128 * KiB);
 	struct timespec ts[2] = { { 0, UTIME_OMIT }, { 12345, 0 } };
@@ -377,8 +382,9 @@ static void test_times_set_then_crash(void)
 	CHECK_EQ(cache_write(e.c, f, a, 64 * KiB, 0), 0);
 	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
 	CHECK_EQ(cache_write(e.c, f, a + 64 * KiB, 64 * KiB, 64 * KiB), 0);
+	cache_file_meta_before(fd, &before);
 	CHECK_EQ(futimens(fd, ts), 0);
-	cache_file_meta_changed(e.c, fd, 1);
+	cache_file_meta_changed(e.c, fd, 1, &before);
 	cache_abandon(e.c); /* still open: no record written at its close */
 	close(fd);
 	env_open(&e);
@@ -548,6 +554,193 @@ static void test_file_flush(void)
 	free(a);
 }
 
+/* Holds f->rw for reading until told to stop (a read under way). */
+struct holder {
+	struct cfile *f;
+	int held, stop;
+};
+
+static void *holder_main(void *arg)
+{
+	struct holder *h = arg;
+
+	frw_rdlock(h->f);
+	__atomic_store_n(&h->held, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	frw_unlock(h->f);
+	return NULL;
+}
+
+/*
+ * Issue 25, finding 17: a revalidation drop without f->wgen++.  A read's
+ * fill deferred past its reply (backing.async_fill) fetched the old bytes;
+ * another node rewrites the file; the destage that finds the conflict
+ * cannot have the file's lock (a read holds it), so the clean data is left
+ * stale for the next open to drop.  That drop (coh_settle, the look
+ * unchanged) bumped nothing, and the fill, run after the open, put the old
+ * bytes back: served for good.
+ */
+static void test_deferred_fill_after_stale_drop(void)
+{
+	struct holder h = { 0 };
+	struct env e;
+	char *a = malloc(256 * KiB), *b = malloc(256 * KiB),
+	     *d = malloc(64 * KiB), *want = malloc(256 * KiB), *data,
+	     *buf = dev_alloc_buf(128 * KiB + 2 * NVC_PAGE);
+	struct cfile *f;
+	pthread_t t;
+	size_t n;
+	int fd, changed;
+
+	env_init(&e, 64, 64 * KiB);
+	e.cfg.async_fill = 1;
+	fill(a, 256 * KiB, 17);
+	fill(b, 256 * KiB, 18);
+	fill(d, 64 * KiB, 19);
+	fd = openat(e.backing_fd, "f", O_RDWR | O_CREAT, 0644);
+	CHECK_EQ(pwrite(fd, a, 256 * KiB, 0), 256 * KiB);
+	close(fd);
+	f = file_open(&e, "f", &fd);
+	open_settled(&e, f);
+	CHECK_EQ(cache_write(e.c, f, d, 64 * KiB, 192 * KiB), 0); /* dirty */
+	CHECK_EQ(cache_read_defer(e.c, f, buf, 128 * KiB, 0, &data, &n, 1),
+		 0);
+	CHECK_EQ(n, 128 * KiB);
+	CHECK(!memcmp(data, a, 128 * KiB)); /* its fill is deferred */
+	behind(&e, "f", b, 256 * KiB, 0);
+	h.f = f;
+	CHECK_EQ(pthread_create(&t, NULL, holder_main, &h), 0);
+	while (!__atomic_load_n(&h.held, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0); /* conflict, overwrite */
+	__atomic_store_n(&h.stop, 1, __ATOMIC_RELEASE);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	CHECK_EQ(cnt(&e, STAT_C_conflicts), 1);
+	CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
+	CHECK_EQ(changed, COH_CHANGED);
+	cache_read_finish(e.c); /* the read's fill, after the open */
+	memcpy(want, b, 256 * KiB);
+	memcpy(want + 192 * KiB, d, 64 * KiB);
+	CHECK(backing_same(fd, want, 256 * KiB));
+	CHECK(same(&e, f, want, 256 * KiB, 0));
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(a);
+	free(b);
+	free(d);
+	free(want);
+	free(buf);
+}
+
+/*
+ * Issue 25, finding 17: can a note of the look lower f->bsize below a
+ * completed write of this node?  Write A notes the look: its fstat comes
+ * before write B's pwrite (the hook starts B there), and A takes the look
+ * while B has ended its backing write (coh_bk_done; the hook holds B there)
+ * but not begun its own note.  bsize must stay at B's end.
+ */
+struct lowering {
+	struct env *e;
+	struct cfile *f;
+	const char *b;
+	pthread_t t;
+	int phase, b_done, release, ret;
+};
+
+static struct lowering *low;
+static __thread int low_is_b;
+
+static void wait_for(int *flag)
+{
+	int i;
+
+	for (i = 0; i < 2000 && !__atomic_load_n(flag, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+}
+
+static void *low_b_main(void *arg)
+{
+	struct lowering *w = arg;
+
+	low_is_b = 1;
+	w->ret = cache_write(w->e->c, w->f, w->b, 64 * KiB, 64 * KiB);
+	return NULL;
+}
+
+static void low_fstat_hook(struct cache *c, struct cfile *f)
+{
+	struct lowering *w = low;
+
+	(void)c;
+	if (!w || w->f != f || low_is_b || w->phase)
+		return;
+	w->phase = 1;
+	CHECK_EQ(pthread_create(&w->t, NULL, low_b_main, w), 0);
+	wait_for(&w->b_done);
+	CHECK(w->b_done);
+}
+
+static void low_done_hook(struct cache *c, struct cfile *f)
+{
+	struct lowering *w = low;
+
+	(void)c;
+	if (!w || w->f != f || !low_is_b || w->b_done)
+		return;
+	__atomic_store_n(&w->b_done, 1, __ATOMIC_RELEASE);
+	wait_for(&w->release);
+}
+
+static void test_note_never_lowers_bsize(void)
+{
+	struct lowering w = { 0 };
+	struct env e;
+	char *a = malloc(4 * KiB), *b = malloc(64 * KiB),
+	     *want = calloc(1, 128 * KiB);
+	struct cfile *f;
+	uint64_t bsize;
+	int fd;
+
+	env_init(&e, 64, 64 * KiB);
+	e.cfg.mode = MODE_WRITETHROUGH;
+	fill(a, 4 * KiB, 20);
+	fill(b, 64 * KiB, 21);
+	f = file_open(&e, "f", &fd);
+	open_settled(&e, f);
+	/* its record and identity stamp first: their note is not A's */
+	CHECK_EQ(cache_write(e.c, f, a, 4 * KiB, 0), 0);
+	w.e = &e;
+	w.f = f;
+	w.b = b;
+	low = &w;
+	e.c->test_look_fstat = low_fstat_hook;
+	e.c->test_bk_done = low_done_hook;
+	CHECK_EQ(cache_write(e.c, f, a, 4 * KiB, 0), 0); /* A */
+	CHECK(w.b_done);
+	pthread_mutex_lock(&e.c->lock);
+	bsize = f->bsize;
+	pthread_mutex_unlock(&e.c->lock);
+	CHECK_EQ(bsize, 128 * KiB); /* B's backing write is done */
+	__atomic_store_n(&w.release, 1, __ATOMIC_RELEASE);
+	CHECK_EQ(pthread_join(w.t, NULL), 0);
+	CHECK_EQ(w.ret, 0);
+	e.c->test_look_fstat = NULL;
+	e.c->test_bk_done = NULL;
+	low = NULL;
+	memcpy(want, a, 4 * KiB);
+	memcpy(want + 64 * KiB, b, 64 * KiB);
+	CHECK(backing_same(fd, want, 128 * KiB));
+	CHECK(same(&e, f, want, 128 * KiB, 0));
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(a);
+	free(b);
+	free(want);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -565,6 +758,8 @@ int main(void)
 	RUN(test_conflict_while_writer_waits_overwrite);
 	RUN(test_conflict_while_writer_waits_keep_both);
 	RUN(test_file_flush);
+	RUN(test_deferred_fill_after_stale_drop);
+	RUN(test_note_never_lowers_bsize);
 	free(rbuf);
 	return CHECK_DONE();
 }

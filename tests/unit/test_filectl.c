@@ -1,6 +1,10 @@
 /* tests: per-file control (cache/filectl.c) — pins that survive reopen and
  * crash, evict, warm past the sequential cutoff, the cache.max_pinned cap. */
 #include "env.h"
+#include "engine.h" /* test_pin_persist */
+
+#include <pthread.h>
+#include <unistd.h>
 
 /* A backing file of len bytes of pattern seed, and its cache object. */
 static struct cfile *backing_file(struct env *e, const char *name, size_t len,
@@ -291,6 +295,90 @@ static void test_pinned_growth_past_cap(void)
 	env_fini(&e);
 }
 
+/*
+ * Issue 25, finding 4: another node rewrites a pinned file while a warm of
+ * it persists its slots, and an open revalidates meanwhile.  The warm
+ * pinned every slot without f->rw, so the revalidation, finding the change,
+ * skipped them all and took the new look: the old bytes were served for
+ * good.  The hook runs the open in the window and gives it time to end.
+ */
+struct warm_race {
+	struct env *e;
+	struct cfile *f;
+	const char *theirs;
+	size_t len;
+	pthread_t t;
+	int started, done;
+};
+
+static struct warm_race *race;
+
+static void *race_open(void *arg)
+{
+	struct warm_race *r = arg;
+	int changed;
+
+	CHECK_EQ(cache_file_revalidate(r->e->c, r->f, NULL, &changed), 0);
+	CHECK_EQ(changed, COH_CHANGED);
+	__atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void race_hook(struct cache *c, struct cfile *f)
+{
+	struct warm_race *r = race;
+	int fd, i;
+
+	(void)c;
+	if (!r || r->f != f || r->started)
+		return;
+	r->started = 1;
+	fd = openat(r->e->backing_fd, "p", O_WRONLY);
+	CHECK(fd >= 0);
+	CHECK_EQ(pwrite(fd, r->theirs, r->len, 0), (ssize_t)r->len);
+	CHECK_EQ(fsync(fd), 0);
+	close(fd);
+	CHECK_EQ(pthread_create(&r->t, NULL, race_open, r), 0);
+	for (i = 0; i < 100 && !__atomic_load_n(&r->done, __ATOMIC_ACQUIRE);
+	     i++)
+		usleep(2000);
+}
+
+static void test_warm_of_pinned_changed_elsewhere(void)
+{
+	struct warm_race r = { 0 };
+	struct cache_room room;
+	struct env e;
+	struct cfile *f;
+	char *ours, *theirs = malloc(MiB + 64 * KiB);
+	int fd, changed;
+
+	env_init(&e, 64, 64 * KiB);
+	f = backing_file(&e, "p", MiB, 13, &fd, &ours);
+	CHECK_EQ(cache_file_pin(e.c, f, 1, &room), 0);
+	fill(theirs, MiB + 64 * KiB, 14); /* longer: the look differs */
+	r.e = &e;
+	r.f = f;
+	r.theirs = theirs;
+	r.len = MiB + 64 * KiB;
+	race = &r;
+	e.c->test_pin_persist = race_hook;
+	warm(&e, f, MiB);
+	CHECK(r.started);
+	CHECK_EQ(pthread_join(r.t, NULL), 0);
+	e.c->test_pin_persist = NULL;
+	race = NULL;
+	CHECK(same(&e, f, theirs, MiB + 64 * KiB, 0));
+	/* and at every later open */
+	CHECK_EQ(cache_file_revalidate(e.c, f, NULL, &changed), 0);
+	CHECK(same(&e, f, theirs, MiB + 64 * KiB, 0));
+	cache_file_put(e.c, f);
+	close(fd);
+	free(ours);
+	free(theirs);
+	env_fini(&e);
+}
+
 int main(void)
 {
 	rbuf = dev_alloc_buf(2 * MiB + 8192);
@@ -300,5 +388,6 @@ int main(void)
 	RUN(test_max_pinned);
 	RUN(test_pinned_deleted);
 	RUN(test_pinned_growth_past_cap);
+	RUN(test_warm_of_pinned_changed_elsewhere);
 	return CHECK_DONE();
 }
