@@ -131,7 +131,7 @@ static void aio_unpin(struct cache_aio *a)
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < a->nsp; i++)
 		slot_unpin_locked(c, a->f, a->sp[i].s);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	a->nsp = 0;
 }
 
@@ -161,7 +161,7 @@ static int aread_lock(struct cache_aio *a)
 
 		slot_touch_locked(c, s);
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (hit)
 		return 0;
 	for (i = a->nsp - 1; i >= 0; i--)
@@ -179,7 +179,7 @@ static int aread_begin(struct cache_aio *a)
 	pthread_mutex_lock(&c->lock);
 	size = a->f->size;
 	if (a->off >= size || !a->len) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		a->len = 0;
 		return 0;
 	}
@@ -188,7 +188,7 @@ static int aread_begin(struct cache_aio *a)
 	pend = (a->off + a->len + NVC_PAGE - 1) & ~(uint64_t)(NVC_PAGE - 1);
 	ret = pend - a->pstart > IO_BUF_BYTES ? -EAGAIN
 					      : aio_pin_locked(a, a->pstart, pend);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (ret)
 		return ret;
 	ret = aread_lock(a);
@@ -230,7 +230,7 @@ static int awrite_begin(struct cache_aio *a, const char *src)
 	pthread_mutex_lock(&c->lock);
 	ret = aio_pin_locked(a, a->off & ~(uint64_t)(NVC_PAGE - 1),
 			     (end + NVC_PAGE - 1) & ~(uint64_t)(NVC_PAGE - 1));
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (ret)
 		return ret;
 	memset(&a->w, 0, sizeof(a->w));

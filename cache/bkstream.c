@@ -503,7 +503,7 @@ static void bks_snap(struct cache *c, struct cfile *f, uint64_t *size,
 	pthread_mutex_lock(&c->lock);
 	*size = f->size;
 	*wgen = f->wgen;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	*bks_gen = __atomic_load_n(&f->bks_gen, __ATOMIC_ACQUIRE);
 }
 

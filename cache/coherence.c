@@ -73,7 +73,7 @@ static uint64_t look_gen(struct cache *c, struct cfile *f)
 
 	pthread_mutex_lock(&c->lock);
 	gen = f->coh.gen;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return gen;
 }
 
@@ -113,7 +113,7 @@ void coh_bk_begin(struct cache *c, struct cfile *f)
 {
 	pthread_mutex_lock(&c->lock);
 	f->coh.inflight++;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 void coh_bk_done(struct cache *c, struct cfile *f)
@@ -122,7 +122,7 @@ void coh_bk_done(struct cache *c, struct cfile *f)
 	assert(f->coh.inflight > 0);
 	f->coh.inflight--;
 	f->coh.gen++; /* a fstat before now may predate it (look_take) */
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (c->test_bk_done)
 		c->test_bk_done(c, f);
 }
@@ -136,7 +136,7 @@ int coh_note_look(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	gen = ++f->coh.gen;
 	busy = f->coh.inflight;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (busy)
 		return 0; /* the change under way notes the look when done */
 	if (fstat(f->fd, &st))
@@ -146,7 +146,7 @@ int coh_note_look(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	if (look_current_locked(f, gen))
 		look_take_locked(f, &st, gen);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return 0;
 }
 
@@ -209,18 +209,18 @@ void cache_file_meta_changed(struct cache *c, int fd, int times_set,
 		times_set = 0;
 	}
 	if (!times_set) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		return;
 	}
 	/* recovery compares the mtime: the record must say it is ours */
 	f->refs++;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (coh_persist(c, f))
 		log_msg(LOG_ERR, "cannot persist the record of inode %llu",
 			(unsigned long long)f->ino);
 	pthread_mutex_lock(&c->lock);
 	file_put_locked(c, f);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 /*
@@ -254,7 +254,7 @@ int cache_file_attr_st(struct cache *c, struct stat *st)
 	if (f && !f->ndirty && !f->coh.inflight && look_differs_locked(f, st))
 		f = NULL;
 	if (!f) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		return -ENOENT;
 	}
 	st->st_size = f->size;
@@ -271,7 +271,7 @@ int cache_file_attr_st(struct cache *c, struct stat *st)
 	if (blocks > cap)
 		blocks = cap > bk ? cap : bk;
 	st->st_blocks = blocks;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return 0;
 }
 
@@ -384,7 +384,7 @@ static int coh_drop_clean(struct cache *c, struct cfile *f)
 		slot_pin_locked(c, f, s);
 		keep[n++] = s;
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	for (i = 0; i < n; i++) {
 		srw_wrlock(&keep[i]->rw);
 		if (slot_persist(c, keep[i]))
@@ -394,7 +394,7 @@ static int coh_drop_clean(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < n; i++)
 		slot_unpin_locked(c, f, keep[i]);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	free(keep);
 	return ret;
 }
@@ -427,7 +427,7 @@ static int coh_overwrite(struct cache *c, struct cfile *f,
 		f->size = st->st_size;
 	if (look_current_locked(f, gen)) /* else its change notes it */
 		look_take_locked(f, st, gen); /* coh_drop_clean bumped wgen */
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return coh_persist(c, f) ? -EIO : ret;
 }
 
@@ -546,7 +546,7 @@ static int coh_keep_both(struct cache *c, struct cfile *f,
 	f->wgen++;
 	if (look_current_locked(f, gen))
 		look_take_locked(f, st, gen);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return coh_persist(c, f);
 }
 
@@ -567,7 +567,7 @@ static void coh_conflict_note(struct cache *c, struct cfile *f,
 	counted = f->coh.conflict;
 	f->coh.conflict = 1;
 	dirty = dirty_bytes_locked(c, f);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (!counted) {
 		CNT_ADD(c, conflicts, 1);
 		log_msg(LOG_WARNING,
@@ -605,7 +605,7 @@ static int coh_conflict(struct cache *c, struct cfile *f, const struct stat *st,
 	pthread_mutex_lock(&c->lock);
 	f->coh.conflict = 0;
 	f->coh.kinval = 1;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return 0;
 }
 
@@ -630,7 +630,7 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 	stale = f->coh.stale;
 	f->coh.stale = 0;
 	unsettled = !f->coh.inflight && look_unsettled_locked(c, f, &st);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (!differs && (stale || unsettled)) {
 		/* a conflict resolved without the lock left clean data, or a
 		 * change elsewhere could hide in the same second */
@@ -640,7 +640,7 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 			pthread_mutex_lock(&c->lock);
 			if (look_current_locked(f, gen))
 				look_take_locked(f, &st, gen);
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 		}
 		return ret;
 	}
@@ -655,7 +655,7 @@ static int coh_settle(struct cache *c, struct cfile *f, const char *when,
 	f->mtime_set = 0;
 	if (look_current_locked(f, gen)) /* else its change notes it */
 		look_take_locked(f, &st, gen); /* coh_drop_clean bumped wgen */
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	CNT_ADD(c, revalidate_drops, 1);
 	if (!ret)
 		ret = coh_persist(c, f);
@@ -682,7 +682,7 @@ int cache_file_revalidate(struct cache *c, struct cfile *f,
 	f->coh.kinval = 0;
 	differs = look_differs_locked(f, &st) || f->coh.stale ||
 		  look_unsettled_locked(c, f, &st);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (differs) {
 		/* own changes under way end before the write lock is had */
 		file_rw_wrlock(f);
@@ -811,7 +811,7 @@ static int coh_conflict_busy(struct cache *c, struct cfile *f)
 	f->coh.conflict = 0;
 	f->coh.stale = 1;
 	f->coh.kinval = 1;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return coh_persist(c, f);
 }
 
@@ -824,7 +824,7 @@ int coh_destage_check(struct cache *c, struct cfile *f)
 		return -errno;
 	pthread_mutex_lock(&c->lock);
 	differs = look_differs_locked(f, &st);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (!differs)
 		return 0;
 	if (coh_wrlock_timed(f))
@@ -834,7 +834,7 @@ int coh_destage_check(struct cache *c, struct cfile *f)
 	if (changed != COH_UNCHANGED) {
 		pthread_mutex_lock(&c->lock);
 		f->coh.kinval = 1;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 	}
 	return ret;
 }
@@ -883,19 +883,20 @@ int cache_file_flush(struct cache *c, struct cfile *f)
 			break;
 		}
 		if (f->destaging) {
-			pthread_cond_wait(&c->flush_cond, &c->lock);
+			if (!freeq_before_wait_locked(c))
+				pthread_cond_wait(&c->flush_cond, &c->lock);
 			continue;
 		}
 		f->destaging = 1;
 		c->active++;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		ret = destage_file(c, f, UINT64_MAX);
 		pthread_mutex_lock(&c->lock);
 		c->active--;
 		f->destaging = 0;
 		pthread_cond_broadcast(&c->flush_cond);
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (!ret)
 		ret = file_bk_sync(c, f);
 	return ret;

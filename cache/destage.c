@@ -142,7 +142,7 @@ static int destage_lost(struct cache *c, struct cfile *f, uint64_t useq)
 		f->unlinked = 1;
 		f->lost = 0;
 		pthread_cond_broadcast(&c->flush_cond);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 	} else {
 		CNT_ADD(c, destage_errors, 1);
 	}
@@ -199,7 +199,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	snap = calloc(n ? n : 1, sizeof(*snap));
 	skip = calloc(n ? n : 1, 1);
 	if (!v || !gens || !eps || !snap || !skip) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		ret = -ENOMEM;
 		goto out_free;
 	}
@@ -214,7 +214,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		v[n++] = s;
 		bytes += c->bs;
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	qsort(v, n, sizeof(*v), cmp_blk);
 	ret = n ? file_bk_busy(c, f, 1) : 0;
 	if (ret)
@@ -238,7 +238,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		gens[i] = s->gen;
 		eps[i] = c->epoch;
 		pb_get(c, slot_dirty(c, s), snap[i]);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		while (p < c->ppb && !ret) {
 			uint64_t at;
 			uint32_t len;
@@ -303,7 +303,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	/* the backing file gets the cached size and mtime, then goes durable */
 	pthread_mutex_lock(&c->lock);
 	size = f->size;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (fstat(f->fd, &st)) {
 		ret = -errno;
 		goto out_error;
@@ -356,7 +356,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 			slot_settle(c, s);
 			changed = 1;
 		}
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		if (changed && slot_persist(c, s))
 			log_msg(LOG_ERR, "cannot persist a cleaned slot");
 		if (changed && c->test_cleaned)
@@ -378,7 +378,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 			if (s->twin && !pb_any(c, slot_dirty(c, s)) &&
 			    s->pins == 1)
 				twin_free_locked(c, s);
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 		}
 		srw_unlock(&s->rw);
 	}
@@ -407,7 +407,7 @@ out_unpin:
 		slot_unpin_locked(c, f, v[i]);
 	pthread_cond_broadcast(&c->space_cond);
 	pthread_cond_broadcast(&c->flush_cond);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 out_free:
 	free(b);
 	free(v);
@@ -502,6 +502,8 @@ static void *destage_main(void *arg)
 		int ret;
 
 		if (!f || backoff) {
+			if (freeq_before_wait_locked(c))
+				continue;
 			if (backoff)
 				wait_ms = 1000;
 			backoff = 0;
@@ -521,7 +523,7 @@ static void *destage_main(void *arg)
 		/* go to the back of the line, so that other files get a turn */
 		list_del(&f->dlink);
 		list_add_tail(&c->dirty_files, &f->dlink);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		ret = destage_file(c, f, DESTAGE_BATCH);
 		pthread_mutex_lock(&c->lock);
 		c->active--;
@@ -536,14 +538,14 @@ static void *destage_main(void *arg)
 		file_put_locked(c, f);
 		if (idle_fd >= 0) {
 			/* a close may flush (NFS): not under c->lock */
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 			close(idle_fd);
 			pthread_mutex_lock(&c->lock);
 		}
 		pthread_cond_broadcast(&c->flush_cond);
 		pthread_cond_broadcast(&c->space_cond);
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return NULL;
 }
 
@@ -572,7 +574,7 @@ void destage_stop(struct cache *c)
 	pthread_cond_broadcast(&c->destage_cond);
 	pthread_cond_broadcast(&c->space_cond);
 	pthread_cond_broadcast(&c->flush_cond);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	for (i = 0; i < c->ndestagers; i++)
 		pthread_join(c->destagers[i], NULL);
 	c->ndestagers = 0;
@@ -627,7 +629,7 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 		uint64_t dirty = c->dirty_pages * NVC_PAGE;
 
 		if (fn) {
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 			fn(arg, dirty, CNT_GET(c, destaged_bytes));
 			pthread_mutex_lock(&c->lock);
 		}
@@ -649,6 +651,8 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 			ret = c->last_destage_err;
 			break;
 		}
+		if (freeq_before_wait_locked(c))
+			continue;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 200 * 1000000;
 		if (ts.tv_nsec >= 1000000000) {
@@ -660,7 +664,7 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 	if (!ret && flush_owed_locked(c, epoch))
 		ret = -EIO;
 	c->flush_waiters--;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (fn && !ret)
 		fn(arg, 0, CNT_GET(c, destaged_bytes));
 	return ret;

@@ -114,7 +114,7 @@ static int run_write(struct dpipe *p, const char *buf, uint64_t off,
 		return 0;
 	pthread_mutex_lock(&c->lock);
 	size = f->size;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (off >= size)
 		len = 0;
 	else if (off + len > size)

@@ -76,7 +76,7 @@ void detach_at_mount(struct cache *c)
 		for (f = c->fhash[b]; f; f = f->hnext)
 			if (!f->nslots)
 				detach_file_born_locked(c, f);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (used) /* a detach leaves none: the metadata was changed since */
 		log_msg(LOG_CRIT,
 			"detached, but the metadata maps %llu cache blocks: "
@@ -126,7 +126,7 @@ static struct cfile **files_hold(struct cache *c, size_t *n)
 
 	pthread_mutex_lock(&c->lock);
 	v = files_hold_locked(c, n);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return v;
 }
 
@@ -165,7 +165,7 @@ static int file_detach(struct cache *c, struct cfile *f)
 		f->mode_saved = mode;
 		f->detach_gen = c->detach_gen;
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	/* bypass already (by its policy, or born detached): no slot */
 	if (mode == MODE_BYPASS)
 		return 0;
@@ -205,7 +205,7 @@ static void detach_undo(struct cache *c)
 	pthread_mutex_lock(&c->lock);
 	c->detached = 0;
 	files_restore_locked(c);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 /*
@@ -235,7 +235,7 @@ static int devices_release(struct cache *c)
 	/* step 3's promise: no slot, so no device I/O can start */
 	pthread_mutex_lock(&c->lock);
 	assert(c->nfree == c->nslots);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	for (d = 0; d < c->ndevs; d++) {
 		ret = dev_missing_create(dev_path(c->devs[d]), UINT64_MAX,
 					 &standin);
@@ -257,14 +257,14 @@ int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
 	pthread_mutex_lock(&devlife_lock);
 	pthread_mutex_lock(&c->lock);
 	if (c->detached) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		snprintf(err, errlen, "already detached");
 		ret = -EALREADY;
 		goto out_unlock;
 	}
 	c->detached = 1;
 	c->detach_gen++;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	log_msg(LOG_NOTICE, "detach: destaging everything, then closing the "
 			    "cache devices");
 	ret = meta_set_detached(&c->meta, META_DETACHING); /* step 0 */
@@ -284,7 +284,7 @@ int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
 		goto err_undo;
 	pthread_mutex_lock(&c->lock);
 	used = c->nslots - c->nfree;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (used) {
 		snprintf(err, errlen,
 			 "%llu cache blocks are still in use; try again",
@@ -400,7 +400,7 @@ int cache_attach(struct cache *c, char *err, size_t errlen)
 	pthread_mutex_lock(&c->lock);
 	c->detached = 0;
 	files_restore_locked(c);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	for (d = 0; d < c->ndevs; d++)
 		dev_close(old[d]);
 	stats_attach_devs(c);

@@ -204,7 +204,7 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 		STAT_DEV_GAUGE(s, d, rebuild_left_bytes) =
 			rebuild_left(c, d, &STAT_DEV_GAUGE(s, d, rebuild_bytes));
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	for (d = 0; d < c->ndevs; d++) {
 		/* attach and detach swap devices under it (detach.c) */
 		pthread_mutex_lock(&c->dsync[d].lock);
@@ -282,7 +282,7 @@ void cache_kick(struct cache *c)
 {
 	pthread_mutex_lock(&c->lock);
 	pthread_cond_broadcast(&c->destage_cond);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 int ctl_socket_path(const char *mountpoint, char *out, size_t len)

@@ -77,7 +77,8 @@ struct slink {
  * whoever changes a file's level moves its clean slots (file_relist_locked),
  * under c->lock, and every slot put on an LRU list goes on slot_lru()'s.
  */
-enum { SL_FREE, SL_LRU_LOW, SL_LRU, SL_LRU_HIGH, SL_PIN, SL_NHEADS };
+enum { SL_FREE, SL_LRU_LOW, SL_LRU, SL_LRU_HIGH, SL_PIN, SL_FREEING,
+       SL_NHEADS };
 #define SL_LRU_FIRST SL_LRU_LOW /* the unpinned LRU lists, in eviction order */
 #define SL_LRU_LAST SL_LRU_HIGH
 _Static_assert(SL_LRU_LOW + PRIO_NORMAL == SL_LRU &&
@@ -93,7 +94,9 @@ _Static_assert(SL_LRU_LOW + PRIO_NORMAL == SL_LRU &&
  * dirty: on the LRU list, evictable when unpinned) or DIRTY (some dirty page: on no list; only the destager makes it
  * CLEAN again, and only after the backing file was fsynced).  A slot goes on
  * the free list only once an entry saying free is on the media (persisted ==
- * 0, asserted where slots are taken); one whose free entry could not be
+ * 0, asserted where slots are taken); until then a freed slot that an entry
+ * on the media maps is FREE on the SL_FREEING list, the free queue (map.c,
+ * "Free entries"); one whose free entry could not be
  * persisted stays FREE off the list (counted in nlimbo) until the next mount,
  * so that it never receives another file's data while an entry on the media
  * may still map it to the old file.  File records likewise.
@@ -101,8 +104,9 @@ _Static_assert(SL_LRU_LOW + PRIO_NORMAL == SL_LRU &&
  * Lock order: file->rw, then slot->rw (several slots of one file in ascending
  * block order), then c->lock, then file->rec_lock is never taken under
  * c->lock.  A slot's persistent entry is written only
- * by a thread holding slot->rw for writing, or by the evictor under c->lock
- * with pins == 0 (nobody can hold slot->rw without a pin).  slot->rw is the
+ * by a thread holding slot->rw for writing, or, once the slot is freed
+ * (unmapped, pins == 0: nobody can hold slot->rw without a pin), by the
+ * free queue's drainer, which took it off SL_FREEING (map.c).  slot->rw is the
  * four-byte futex lock of srw.h; like the pthread_rwlock_t it replaced, it
  * lets readers in while a writer waits.
  */
@@ -333,6 +337,10 @@ struct cache {
 	struct cfile **recs;
 	uint32_t *free_recs;
 	uint32_t nfree_recs;
+	/* the free queue (map.c, "Free entries"): records freed whose zeroed
+	 * record is not yet known durable, oldest first; c->lock */
+	uint32_t *freeing_recs;
+	uint32_t nfreeing_recs;
 	struct slink lheads[SL_NHEADS]; /* the free list and the LRU lists */
 	uint64_t lcount[SL_NHEADS]; /* slots on each list */
 	struct list pinned_files; /* files pinned (filectl.c) */
@@ -382,12 +390,10 @@ struct cache {
 	 * devices' nolock), mirror persists (meta_put_slot(s), meta_put_file,
 	 * by the meta's nolock), the backing file's reads, writes, syncs, its
 	 * opens by handle or path and an unlink's fstat (cache_blocking),
-	 * and the detach of a direct read stream (file_free).  One exception
-	 * is left, and the assertions let it through: the persist of a free
-	 * slot entry or a freed file record (slot drops, twin frees and
-	 * evictions in map.c, a file's last put in file.c) still runs under
-	 * c->lock, which orders it before the slot or record is used again
-	 * (README, Limits).
+	 * and the detach of a direct read stream (file_free).  Without an
+	 * exception: a slot or record freed under c->lock goes to the free
+	 * queue, and its free entry is persisted after the unlock
+	 * (cache_unlock, map.c "Free entries"), before it is used again.
 	 */
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
@@ -413,6 +419,15 @@ struct cache {
 	uint64_t meta_repaired;
 	uint64_t nlimbo; /* freed slots whose free entry could not be persisted:
 			    never reused while mounted */
+	/* the free queue (map.c, "Free entries"): slots and records freed,
+	 * counted (freeq_enq) and those known durable (freeq_done), both
+	 * under c->lock (freeq_done also read atomically); slots queued or
+	 * being persisted (nfreeing); a free entry that failed (freeq_failed:
+	 * no freed record is handed out again while mounted); freeq_lock
+	 * makes one thread at a time persist the queue, across its I/O */
+	pthread_mutex_t freeq_lock;
+	uint64_t freeq_enq, freeq_done, nfreeing;
+	int freeq_failed;
 	const struct cache_bk_hooks *bk;
 	/* backing-file identity (ident.c) */
 	char *root; /* the backing directory's path ("" for /) */
@@ -828,6 +843,15 @@ void wseg_unlock(struct wseg *w);
 struct cslot *slot_find(struct cache *c, uint32_t rec, uint64_t blk);
 void slot_hash_add(struct cache *c, struct cslot *s);
 void slot_settle(struct cache *c, struct cslot *s);
+/* The free queue (map.c, "Free entries"). */
+void freeq_note_locked(struct cache *c);
+void freeq_rec_locked(struct cache *c, uint32_t r);
+void freeq_drain(struct cache *c, uint64_t want);
+void freeq_flush(struct cache *c);
+int freeq_wait_locked(struct cache *c);
+int freeq_before_wait_locked(struct cache *c);
+/* Drop c->lock, then persist the free entries this thread waits for. */
+void cache_unlock(struct cache *c);
 int slot_persist(struct cache *c, struct cslot *s);
 int slots_persist(struct cache *c, struct cslot **v, int n);
 void slot_drop_locked(struct cache *c, struct cslot *s);

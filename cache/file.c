@@ -227,7 +227,7 @@ int file_persist_record(struct cache *c, struct cfile *f)
 
 	pthread_mutex_lock(&c->lock);
 	file_fill_record(f, &r);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (file_record_held(c, f, &r)) {
 		__atomic_store_n(&f->psize, r.size, __ATOMIC_RELEASE);
 		return 0;
@@ -308,15 +308,11 @@ void file_put_locked(struct cache *c, struct cfile *f)
 		return;
 	assert(!f->dirty_pages); /* counted in its slots, which are gone */
 	if (f->rec) {
-		struct meta_file r;
-
-		memset(&r, 0, sizeof(r));
 		c->recs[f->rec - 1] = NULL;
-		/* a record the media may still hold is not handed out again */
-		if (meta_put_file(&c->meta, f->rec - 1, &r))
-			log_msg(LOG_ERR, "cannot persist a freed file record");
-		else
-			c->free_recs[c->nfree_recs++] = f->rec - 1;
+		/* a record the media may still hold is not handed out again:
+		 * zeroed on the media after its slots' free entries, by the
+		 * free queue (map.c, "Free entries") */
+		freeq_rec_locked(c, f->rec - 1);
 		f->rec = 0;
 	}
 	file_hash_del(c, f);
@@ -427,7 +423,7 @@ static void file_stale(struct cache *c, struct cfile *f)
 		f->lost = 1;
 	fd = f->fd;
 	f->fd = -1;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	frw_unlock(f);
 	if (fd >= 0)
 		close(fd);
@@ -511,7 +507,7 @@ static int file_get(struct cache *c, int fd, int rwfd, const struct stat *stp,
 again:
 	pthread_mutex_lock(&c->lock);
 	f = file_lookup_locked(c, &st, &h, &stale);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (stale) {
 		file_stale(c, f);
 		goto again;
@@ -547,21 +543,21 @@ again:
 	pthread_mutex_lock(&c->lock);
 	other = file_lookup_locked(c, &st, &h, &stale);
 	if (stale) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		file_free(c, f);
 		file_stale(c, other);
 		goto again;
 	}
 	if (other) {
 		/* another open made it meanwhile */
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		file_free(c, f);
 		f = other;
 		goto found;
 	}
 	file_hash_add(c, f);
 	detach_file_born_locked(c, f);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	*out = f;
 	return 0;
 found:
@@ -634,7 +630,7 @@ again:
 	/* its stream's descriptor came from f->fd: it goes first */
 	if (file_detach_stream_locked(c, f))
 		goto again;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	/* the look noted at this node's last change, not the backing file's
 	 * now: a change made elsewhere meanwhile is found at the next open */
 	pthread_mutex_lock(&f->rec_lock);
@@ -661,7 +657,7 @@ int file_detach_stream_locked(struct cache *c, struct cfile *f)
 	int dropped = 0;
 
 	while (f->refs == 1 && __atomic_load_n(&f->bks, __ATOMIC_RELAXED)) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		file_rw_wrlock(f);
 		file_bks_detach(c, f);
 		frw_unlock(f);
@@ -679,7 +675,7 @@ void cache_file_put(struct cache *c, struct cfile *f)
 	fd = file_idle_fd_locked(c, f);
 	file_detach_stream_locked(c, f);
 	file_put_locked(c, f);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (fd >= 0)
 		close(fd);
 }
@@ -700,7 +696,7 @@ int file_reopen_ident(struct cache *c, struct cfile *f)
 		f->ro = 0;
 		fd = -1;
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (fd >= 0)
 		close(fd);
 	return 0;
@@ -716,7 +712,7 @@ static int file_take_fd(struct cache *c, struct cfile *f, int nfd, int ro)
 		f->ro = ro;
 		nfd = -1;
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (nfd >= 0)
 		close(nfd);
 	return 0;
@@ -761,7 +757,7 @@ int cache_file_attr(struct cache *c, dev_t dev, ino_t ino, uint64_t *size,
 			mtime->tv_nsec = UTIME_OMIT;
 		ret = 0;
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return ret;
 }
 
@@ -773,7 +769,7 @@ void cache_file_times_set(struct cache *c, dev_t dev, ino_t ino)
 	f = file_find(c, dev, ino, 0);
 	if (f)
 		f->mtime_set = 0;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 /*
@@ -832,13 +828,13 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 	pthread_mutex_lock(&c->lock);
 	f = file_find(c, dev, ino, 1);
 	if (!f) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		return;
 	}
 	f->refs++;
 	do {
 		idle = f->fd < 0;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		if (idle) {
 			gone = file_gone(c, f, nlink);
 		} else if (c->by_path) {
@@ -854,7 +850,7 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 	if (gone && !f->unlinked) {
 		f->unlinked = 1;
 		if (!idle) {
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 			/* the unlink moved its ctime: this node's own change,
 			 * not one made elsewhere, for an open of it by handle
 			 * after */
@@ -865,14 +861,14 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 				    (uint64_t)st.st_size == f->bsize &&
 				    ts_ns(&st.st_mtim) == f->bk_mtime_ns)
 					f->bk_ctime_ns = ts_ns(&st.st_ctim);
-				pthread_mutex_unlock(&c->lock);
+				cache_unlock(c);
 			}
 			file_note_unlinked(c, f); /* its record says so too */
 			pthread_mutex_lock(&c->lock);
 		}
 	}
 	file_put_locked(c, f);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 /*
@@ -924,6 +920,9 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 		struct cslot *s, *n;
 		int freed = 0, lru;
 
+		/* records on their way to free_recs: persist, look again */
+		if (freeq_wait_locked(c))
+			continue;
 		/* pinned data is not dropped for a record: the request
 		 * goes around the cache instead */
 		for (lru = SL_LRU_FIRST; lru <= SL_LRU_HIGH && !freed; lru++)
@@ -937,13 +936,13 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 				slot_drop_locked(c, s);
 				CNT_ADD(c, evictions, 1);
 				file_put_locked(c, o);
-				if (c->nfree_recs) {
+				if (c->nfree_recs || c->nfreeing_recs) {
 					freed = 1;
 					break;
 				}
 			}
 		if (freed)
-			break;
+			continue; /* taken, or queued: looked at again */
 		/*
 		 * Every record is held by a file that is open, or that has
 		 * dirty data.  Waiting could deadlock: only a release frees
@@ -953,12 +952,15 @@ int file_ensure_record(struct cache *c, struct cfile *f)
 		 */
 		ret = c->stopping || !meta_writable(&c->meta) ? -EIO : -ENOSPC;
 		pthread_cond_broadcast(&c->destage_cond);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		goto out_unlock;
 	}
 	f->rec = c->free_recs[--c->nfree_recs] + 1;
 	c->recs[f->rec - 1] = f;
-	pthread_mutex_unlock(&c->lock);
+	/* persisted after the free entries queued so far (map.c) */
+	if (c->freeq_done != c->freeq_enq)
+		freeq_note_locked(c);
+	cache_unlock(c);
 	file_recheck_path(c, f, seq);
 	ret = file_persist_record(c, f);
 out_unlock:

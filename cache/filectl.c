@@ -92,7 +92,7 @@ void cache_room(struct cache *c, struct cache_room *r)
 {
 	pthread_mutex_lock(&c->lock);
 	room_locked(c, r);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 int cache_file_lookup(struct cache *c, int fd, struct cfile **out)
@@ -108,7 +108,7 @@ int cache_file_lookup(struct cache *c, int fd, struct cfile **out)
 	f = file_find(c, st.st_dev, st.st_ino, 1);
 	if (f)
 		f->refs++;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	*out = f;
 	return f ? 0 : -ENOENT;
 }
@@ -158,7 +158,7 @@ void cache_file_info(struct cache *c, struct cfile *f,
 	i->up_to_date = !f->ndirty && !f->destaging &&
 			(f->bk_synced >= f->bk_wgen ||
 			 (f->bk_wgen == 1 && !f->created));
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 uint64_t cache_file_warm_need(struct cache *c, struct cfile *f, uint64_t size)
@@ -176,7 +176,7 @@ uint64_t cache_file_warm_need(struct cache *c, struct cfile *f, uint64_t size)
 
 		held += on < SL_LRU_FIRST + 1 || on > SL_LRU_LAST + 1;
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return (need > held ? need - held : 0) * c->bs;
 }
 
@@ -192,7 +192,7 @@ static int warm_revalidate(struct cache *c, struct cfile *f)
 	if (!ret && changed != COH_UNCHANGED) {
 		pthread_mutex_lock(&c->lock);
 		f->coh.kinval = 1;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 	}
 	return ret;
 }
@@ -226,7 +226,7 @@ static int pin_persist_slots(struct cache *c, struct cfile *f)
 		v[n] = list_entry(l, struct cslot, flink);
 		slot_pin_locked(c, f, v[n++]);
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (c->test_pin_persist)
 		c->test_pin_persist(c, f);
 	for (i = 0; i < n; i++) {
@@ -240,7 +240,7 @@ static int pin_persist_slots(struct cache *c, struct cfile *f)
 		slot_unpin_locked(c, f, v[i]);
 	free(v);
 unlock:
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	frw_unlock(f);
 	return ret;
 }
@@ -312,7 +312,7 @@ int cache_file_pin(struct cache *c, struct cfile *f, int pin,
 	pthread_mutex_lock(&c->lock);
 	room_locked(c, r);
 	if (!!f->pinned == !!pin) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		return 0;
 	}
 	if (pin) {
@@ -320,7 +320,7 @@ int cache_file_pin(struct cache *c, struct cfile *f, int pin,
 
 		if (r->pinned + want > r->max_pinned) {
 			r->want = want;
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 			return -ENOSPC;
 		}
 		f->pinned = 1;
@@ -329,7 +329,7 @@ int cache_file_pin(struct cache *c, struct cfile *f, int pin,
 	} else {
 		file_unpin_locked(c, f);
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	pthread_mutex_lock(&f->rec_lock);
 	if (f->rec)
 		ret = file_persist_record(c, f);
@@ -348,7 +348,7 @@ int cache_file_evict(struct cache *c, struct cfile *f, uint64_t *dropped)
 	*dropped = 0;
 	pthread_mutex_lock(&c->lock);
 	if (f->pinned) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		return -EBUSY;
 	}
 	for (l = f->slots.next; l != &f->slots; l = n) {
@@ -360,7 +360,7 @@ int cache_file_evict(struct cache *c, struct cfile *f, uint64_t *dropped)
 		*dropped += slot_bytes(c, s, slot_valid(c, s), f->size);
 		slot_drop_locked(c, s);
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return 0;
 }
 
@@ -404,11 +404,12 @@ int cache_file_flush_progress(struct cache *c, struct cfile *f,
 			break;
 		}
 		if (f->destaging) {
-			pthread_cond_wait(&c->flush_cond, &c->lock);
+			if (!freeq_before_wait_locked(c))
+				pthread_cond_wait(&c->flush_cond, &c->lock);
 		} else {
 			f->destaging = 1;
 			c->active++;
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 			ret = destage_file(c, f, FLUSH_CHUNK);
 			pthread_mutex_lock(&c->lock);
 			c->active--;
@@ -416,7 +417,7 @@ int cache_file_flush_progress(struct cache *c, struct cfile *f,
 			pthread_cond_broadcast(&c->flush_cond);
 		}
 		dirty = dirty_owed_locked(c, f, epoch, &owed);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		*destaged = first > dirty ? first - dirty : 0;
 		if (fn)
 			fn(arg, dirty, *destaged);
@@ -424,7 +425,7 @@ int cache_file_flush_progress(struct cache *c, struct cfile *f,
 			ret = -EINTR;
 		pthread_mutex_lock(&c->lock);
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	*destaged = first > dirty ? first - dirty : 0;
 	if (!ret && f->fd < 0)
 		ret = file_reopen_ident(c, f); /* for the fsync */
@@ -459,7 +460,7 @@ void pin_reload_tails(struct cache *c)
 			v[k++] = f;
 		}
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	buf = aligned_alloc(NVC_PAGE, 3 * NVC_PAGE);
 	for (i = 0; v && i < k; i++) {
 		struct cfile *f = v[i];

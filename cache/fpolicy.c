@@ -116,7 +116,7 @@ int file_to_bypass(struct cache *c, struct cfile *f)
 	for (tries = 0; tries < BYPASS_TRIES && !done && !ret; tries++) {
 		pthread_mutex_lock(&c->lock);
 		ndirty = f->ndirty;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		if (ndirty)
 			ret = cache_file_flush(c, f);
 		if (ret)
@@ -124,7 +124,7 @@ int file_to_bypass(struct cache *c, struct cfile *f)
 		frw_wrlock(f);
 		pthread_mutex_lock(&c->lock);
 		done = bypass_settle_locked(c, f);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		frw_unlock(f);
 	}
 	return done ? 0 : ret ? ret : -EBUSY;
@@ -146,7 +146,7 @@ int cache_file_policy_match(struct cache *c, struct cfile *f)
 	set = pol_live_get(&c->cfg->policies);
 	pthread_mutex_lock(&c->lock);
 	size = f->size;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	ret = f->fd >= 0 ? ident_rel_path(c, f->fd, path, sizeof(path))
 			 : -EBADF;
 	pol_match(set, ret ? NULL : path, size, &m);
@@ -180,6 +180,6 @@ int cache_file_policy_match(struct cache *c, struct cfile *f)
 		c->pol_min_age = m.age_ms;
 	if (f->ndirty) /* its age may be due sooner now */
 		pthread_cond_signal(&c->destage_cond);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return 0;
 }

@@ -101,7 +101,7 @@ static void grow_publish(struct cache *c, int k, struct dev *nd,
 		slot_settle(c, &c->slots[i]); /* free, on the free list */
 	grow_interleave_locked(c);
 	space_freed_locked(c); /* writers waiting for room have it */
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	stats_attach_devs(c);
 }
 

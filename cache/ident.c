@@ -749,7 +749,7 @@ void ident_renamed(struct cache *c, const char *from, const char *to)
 		f->refs++;
 		v[n++] = f;
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	for (i = 0; i < n; i++) {
 		struct cfile *f = v[i];
 		char *p;
@@ -776,7 +776,7 @@ void ident_renamed(struct cache *c, const char *from, const char *to)
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < n; i++)
 		file_put_locked(c, v[i]);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	free(v);
 }
 

@@ -104,7 +104,7 @@ int backing_write_fd(struct cache *c, struct cfile *f, int fd, const void *buf,
 		pthread_mutex_lock(&c->lock);
 		if (off + len > f->bsize)
 			f->bsize = off + len;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 	}
 	bks_changed(f); /* after the change: bkstream.c */
 	CNT_ADD(c, backing_write_bytes, len);
@@ -286,24 +286,30 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 
 		if (!x->miss)
 			continue;
+again:
 		pthread_mutex_lock(&c->lock);
 		if (f->wgen != wgen0 || c->stopping) {
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 			return;
 		}
 		s = slot_find(c, f->rec, x->blk);
 		if (s && slot_failed(c, s)) {
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 			continue;
 		}
 		if (!s)
 			s = slot_alloc_locked(c, f, x->blk);
+		if (!s && freeq_wait_locked(c)) {
+			/* freed slots were on their way to the free list */
+			cache_unlock(c);
+			goto again;
+		}
 		if (!s) {
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 			return; /* cache full of dirty data: don't wait */
 		}
 		slot_pin_locked(c, f, s);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 
 		srw_wrlock(&s->rw);
 		rbseq = rebuild_seq(c);
@@ -313,7 +319,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 				if (!bm_test(x->valid, p) &&
 				    !pb_test(slot_valid(c, s), p))
 					bm_set(want, p);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		for (p = x->p0; p < x->p1 && !ret;) {
 			if (!bm_test(want, p)) {
 				p++;
@@ -357,7 +363,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 			slot_settle(c, s);
 			pinned = file_pinned(f);
 		}
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		/* except a pinned file's, which survives a remount
 		 * (filectl.c): its entry claims the pages once the device
 		 * holds them (slot_persist flushes first), s->rw held; a
@@ -367,7 +373,7 @@ static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 		srw_unlock(&s->rw);
 		pthread_mutex_lock(&c->lock);
 		slot_unpin_locked(c, f, s);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 	}
 }
 
@@ -454,7 +460,7 @@ static int fill_defer(struct cache *c, struct cfile *f, struct span *sp,
 	if (!d->nchunks) {
 		pthread_mutex_lock(&c->lock);
 		f->refs++;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		d->f = f;
 		d->wgen0 = wgen0;
 	}
@@ -538,7 +544,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		if (x->s)
 			slot_pin_locked(c, f, x->s);
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 
 	for (i = 0; i < nsp; i++) {
 		struct span *x = &sp[i];
@@ -549,7 +555,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		pthread_mutex_lock(&c->lock);
 		pb_get(c, slot_valid(c, x->s), x->valid);
 		slot_touch_locked(c, x->s);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		for (p = x->p0; p < x->p1;) {
 			if (!bm_test(x->valid, p)) {
 				p++;
@@ -603,7 +609,7 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 				hit -= NVC_PAGE;
 			}
 		}
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		for (k = 0; k < nio; k++) {
 			struct span *x = &sp[io_span[k]];
 
@@ -699,7 +705,7 @@ out_unpin:
 	for (i = 0; i < nsp; i++)
 		if (sp[i].s)
 			slot_unpin_locked(c, f, sp[i].s);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return ret;
 }
 
@@ -723,7 +729,7 @@ static int range_uncached(struct cache *c, struct cfile *f, uint64_t off,
 		for (; s && p < p1 && ok; p++)
 			ok = !pb_test(slot_valid(c, s), p);
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return ok;
 }
 
@@ -785,7 +791,7 @@ int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 	pthread_mutex_lock(&c->lock);
 	size = f->size;
 	wgen0 = f->wgen;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (off >= size || !len)
 		goto out_unlock;
 	if (len > size - off)

@@ -87,7 +87,7 @@ static void slot_unclaim_unsynced(struct cache *c, struct cslot *s, int err)
 			file_mark_clean(c, c->recs[s->file - 1], s);
 	}
 	slot_settle(c, s);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 /*
@@ -204,6 +204,192 @@ int slots_persist(struct cache *c, struct cslot **v, int n)
 	return ret;
 }
 
+/* ------------------------------------------------------------ free queue */
+
+/*
+ * Free entries.  A slot whose entry on the media maps it (persisted) must not
+ * receive new data before an entry saying free is durable, or after a crash
+ * the old entry would claim the new bytes for its file (PRODUCT §4.4); a file
+ * record is not handed out again before its zeroed record is durable, and is
+ * zeroed only after the free entries of the slots it had (a slot entry whose
+ * record is reused would claim a block of the new file: recover.c takes an
+ * entry whose record is free for a free slot).  Those persists are mirror
+ * writes (FUA page writes on block devices), so they never run under
+ * c->lock (its essay in engine.h).  Whoever frees a slot or a record under
+ * c->lock puts it on the free queue instead: the slot on the SL_FREEING list
+ * (FREE, not counted free, never taken: free_take_locked looks at SL_FREE
+ * only), the record on c->freeing_recs; each bumps c->freeq_enq, and the
+ * thread notes that count as what it waits for (freeq_note_locked).  Its
+ * cache_unlock() then persists the queue (freeq_drain) before it goes on,
+ * so that what it acknowledges or persists next comes after the free
+ * entries: a truncate's dropped blocks stay dropped after a crash.  An
+ * allocation made while the queue is not empty notes it too (slot_claim,
+ * file_ensure_record): the new entry for a block must not reach the media
+ * before an older entry that maps the same block goes free (recovery
+ * refuses two entries for one block).  An allocator that finds only queued
+ * slots does not evict more: it drains the queue and looks again
+ * (freeq_wait_locked; a writer does so before it writes the blocks it has
+ * gathered, which would otherwise end up in two segments).  A thread about
+ * to wait with c->lock held drains what it queued first
+ * (freeq_before_wait_locked: the destager's idle wait could be long).
+ * Where slots are taken, free_take_locked asserts that no entry maps them.
+ *
+ * One thread drains at a time (freeq_lock, held across the persists; never
+ * taken under c->lock): it takes, under c->lock, the records queued and the
+ * count of slots queued, persists those slots' free entries (c->lock
+ * dropped), then the records' zeroed ones, and only then puts them on the
+ * free list and free_recs and sets c->freeq_done to the count it started
+ * from.  Every slot of a queued record was queued before it (its nslots was
+ * 0), so it is among the slots persisted first.  A free entry that fails
+ * leaves its slot out of use until the next mount (nlimbo, as before), and
+ * from then on no freed record is handed out again (freeq_failed).
+ */
+static __thread struct cache *fq_cache;
+static __thread uint64_t fq_want;
+
+void freeq_note_locked(struct cache *c)
+{
+	fq_cache = c;
+	fq_want = c->freeq_enq;
+}
+
+/* Queue file record r (0-based), freed (c->lock held). */
+void freeq_rec_locked(struct cache *c, uint32_t r)
+{
+	c->freeing_recs[c->nfreeing_recs++] = r;
+	c->freeq_enq++;
+	freeq_note_locked(c);
+}
+
+#define FQ_BATCH 64
+
+/* Persist the free queue until freeq_done >= want (c->lock not held). */
+void freeq_drain(struct cache *c, uint64_t want)
+{
+	struct cslot *v[FQ_BATCH], *s;
+	struct meta_slot m[FQ_BATCH];
+	uint64_t idx[FQ_BATCH], upto, left;
+	int res[FQ_BATCH], n, i;
+	uint32_t k0, r, *ok = NULL;
+
+	assert(!cache_lock_mine(c));
+	pthread_mutex_lock(&c->freeq_lock);
+	pthread_mutex_lock(&c->lock);
+	if (c->freeq_done >= want)
+		goto out_unlock;
+	upto = c->freeq_enq;
+	k0 = c->nfreeing_recs;
+	/* the list is in queue order: its first `left` are older than upto */
+	for (left = c->lcount[SL_FREEING]; left;) {
+		for (n = 0; n < FQ_BATCH && left; n++, left--) {
+			s = slot_list_next(c, SL_FREEING, NULL);
+			slot_list_del(c, s);
+			v[n] = s;
+		}
+		pthread_mutex_unlock(&c->lock);
+		qsort(v, n, sizeof(*v), slot_idx_cmp);
+		for (i = 0; i < n; i++) {
+			memset(&m[i], 0, sizeof(m[i]));
+			idx[i] = slot_idx(c, v[i]);
+		}
+		meta_put_slots(&c->meta, idx, m, n, res);
+		pthread_mutex_lock(&c->lock);
+		for (i = 0; i < n; i++) {
+			/* the slot is on no list and unmapped: ours alone */
+			slot_persist_done(c, v[i], &m[i], res[i]);
+			c->nfreeing--;
+			if (res[i]) {
+				c->nlimbo++;
+				c->freeq_failed = 1;
+				continue;
+			}
+			slot_settle(c, v[i]);
+		}
+	}
+	if (k0 && !c->freeq_failed)
+		ok = calloc(k0, sizeof(*ok));
+	pthread_mutex_unlock(&c->lock);
+	/* [0, k0) of freeing_recs stays as it is: only appended to */
+	for (r = 0; ok && r < k0; r++) {
+		struct meta_file mf;
+
+		memset(&mf, 0, sizeof(mf));
+		ok[r] = !meta_put_file(&c->meta, c->freeing_recs[r], &mf);
+		if (!ok[r])
+			log_msg(LOG_ERR, "cannot persist a freed file record");
+	}
+	pthread_mutex_lock(&c->lock);
+	for (r = 0; r < k0; r++)
+		if (ok && ok[r] && !c->freeq_failed)
+			c->free_recs[c->nfree_recs++] = c->freeing_recs[r];
+	if (k0 && !ok)
+		log_msg(LOG_ERR, "%u freed file records kept out of use", k0);
+	memmove(c->freeing_recs, c->freeing_recs + k0,
+		(c->nfreeing_recs - k0) * sizeof(*c->freeing_recs));
+	c->nfreeing_recs -= k0;
+	__atomic_store_n(&c->freeq_done, upto, __ATOMIC_RELEASE);
+	space_freed_locked(c);
+out_unlock:
+	if (fq_cache == c && fq_want <= c->freeq_done)
+		fq_want = 0;
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->freeq_lock);
+	free(ok);
+}
+
+void cache_unlock(struct cache *c)
+{
+	uint64_t want = fq_cache == c ? fq_want : 0;
+	int pending = want && c->freeq_done < want;
+
+	pthread_mutex_unlock(&c->lock);
+	if (pending)
+		freeq_drain(c, want);
+}
+
+/* Persist the whole free queue (c->lock not held). */
+void freeq_flush(struct cache *c)
+{
+	uint64_t want;
+
+	pthread_mutex_lock(&c->lock);
+	want = c->freeq_enq;
+	pthread_mutex_unlock(&c->lock);
+	freeq_drain(c, want);
+}
+
+/*
+ * Before a wait with c->lock held: the free entries this thread queued are
+ * persisted first (the wait could be long: the destager's idle one), c->lock
+ * dropped meanwhile.  1 if it was dropped: the caller looks again instead
+ * of waiting, as what it waits for may have come meanwhile.
+ */
+int freeq_before_wait_locked(struct cache *c)
+{
+	uint64_t want = fq_cache == c ? fq_want : 0;
+
+	if (!want || c->freeq_done >= want)
+		return 0;
+	cache_unlock(c);
+	pthread_mutex_lock(&c->lock);
+	return 1;
+}
+
+/*
+ * An allocation found no free slot (or record) while some are queued: drop
+ * c->lock, persist the queue, take c->lock again.  1 if it did (the caller
+ * looks again: anything may have changed), 0 if nothing is queued.
+ */
+int freeq_wait_locked(struct cache *c)
+{
+	if (!c->nfreeing && !c->nfreeing_recs)
+		return 0;
+	freeq_note_locked(c);
+	cache_unlock(c);
+	pthread_mutex_lock(&c->lock);
+	return 1;
+}
+
 /* The slot no longer holds page p, valid or dirty (c->lock held). */
 void page_forget_locked(struct cache *c, struct cslot *s, uint32_t p)
 {
@@ -223,9 +409,13 @@ void slot_settle(struct cache *c, struct cslot *s)
 	if (s->state == SLOT_CLEAN)
 		slot_list_del(c, s);
 	if (!s->file && s->persisted) {
-		/* its entry on the media may still map it: never reused */
+		/* its entry on the media may still map it: not reused before
+		 * an entry saying free is durable ("Free entries" above) */
 		s->state = SLOT_FREE;
-		c->nlimbo++;
+		slot_list_add_tail(c, SL_FREEING, s);
+		c->nfreeing++;
+		c->freeq_enq++;
+		freeq_note_locked(c);
 	} else if (!s->file) {
 		s->state = SLOT_FREE;
 		slot_list_add_tail(c, SL_FREE, s);
@@ -265,11 +455,7 @@ void file_mark_clean(struct cache *c, struct cfile *f, struct cslot *s)
 		list_del(&f->dlink);
 }
 
-/*
- * Unmap a slot and persist it free, so that no map entry can find it after a
- * crash before it is reused.  c->lock held, pins == 0.
- */
-/* Free a slot's twin (c->lock held); its entry goes free on the media. */
+/* Free a slot's twin (c->lock held); its entry goes to the free queue. */
 void twin_free_locked(struct cache *c, struct cslot *s)
 {
 	struct cslot *t;
@@ -285,9 +471,7 @@ void twin_free_locked(struct cache *c, struct cslot *s)
 	pb_zero(c, slot_valid(c, t));
 	pb_zero(c, slot_dirty(c, t));
 	t->state = SLOT_FRESH;
-	if (t->persisted)
-		slot_persist(c, t);
-	slot_settle(c, t);
+	slot_settle(c, t); /* persisted: to the free queue */
 }
 
 /* Persist s's twin as a copy of s's dirty pages (s->rw held for writing). */
@@ -300,6 +484,10 @@ int twin_persist(struct cache *c, struct cslot *s)
 	return slot_persist(c, t);
 }
 
+/*
+ * Unmap a slot; an entry on the media that maps it goes free through the
+ * free queue before the slot is reused.  c->lock held, pins == 0.
+ */
 void slot_drop_locked(struct cache *c, struct cslot *s)
 {
 	struct cfile *f = c->recs[s->file - 1];
@@ -320,9 +508,7 @@ void slot_drop_locked(struct cache *c, struct cslot *s)
 	pb_zero(c, slot_valid(c, s));
 	pb_zero(c, slot_dirty(c, s));
 	s->state = SLOT_FRESH;
-	if (s->persisted)
-		slot_persist(c, s);
-	slot_settle(c, s);
+	slot_settle(c, s); /* persisted: to the free queue */
 }
 
 /* ----------------------------------------------------------- allocation */
@@ -400,6 +586,10 @@ static void slot_claim(struct cache *c, struct cslot *s, uint32_t rec,
 	pb_zero(c, slot_valid(c, s));
 	pb_zero(c, slot_dirty(c, s));
 	pb_zero(c, slot_unsynced(c, s));
+	/* its entry must not be persisted before older free entries: one
+	 * of them may map the same block (recovery refuses two) */
+	if (c->freeq_done != c->freeq_enq)
+		freeq_note_locked(c);
 }
 
 /* Take a free slot, or evict the least recently used clean one.  c->lock held. */
@@ -411,9 +601,14 @@ struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 	/* a bypass file has no slot (fpolicy.c) */
 	assert(__atomic_load_n(&f->pol.mode, __ATOMIC_RELAXED) != MODE_BYPASS);
 	/* blocks spread over the devices by position, first copies too */
-	while (!(s = free_take_locked(c, -1, (blk + f->rec) % c->ndevs)))
+	while (!(s = free_take_locked(c, -1, (blk + f->rec) % c->ndevs))) {
+		/* freed slots on their way to the free list: the caller
+		 * persists them and looks again (freeq_wait_locked) */
+		if (c->nfreeing)
+			return NULL;
 		if (evict_one_locked(c, -1, NULL))
 			return NULL;
+	}
 	slot_claim(c, s, f->rec, blk);
 	slot_hash_add(c, s);
 	list_add_tail(&f->slots, &s->flink);
@@ -466,9 +661,12 @@ struct cslot *twin_alloc_locked(struct cache *c, struct cslot *s)
 	int dev = slot_member(c, slot_idx(c, s));
 	struct cslot *t;
 
-	while (!(t = free_take_locked(c, dev, -1)))
+	while (!(t = free_take_locked(c, dev, -1))) {
+		if (c->nfreeing) /* as in slot_alloc_locked */
+			return NULL;
 		if (evict_one_locked(c, dev, s))
 			return NULL;
+	}
 	slot_claim(c, t, s->file, s->blk);
 	t->is_twin = 1;
 	s->twin = slot_idx(c, t) + 1;
@@ -512,9 +710,7 @@ void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s)
 		list_del(&s->flink);
 		f->nslots--;
 		s->file = 0;
-		if (s->persisted)
-			slot_persist(c, s);
-		slot_settle(c, s);
+		slot_settle(c, s); /* persisted: to the free queue */
 	}
 }
 

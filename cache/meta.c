@@ -1394,8 +1394,8 @@ int meta_put_slot(struct meta *m, uint64_t i, struct meta_slot *s)
 {
 	uint8_t buf[128];
 
-	/* not under c->lock but for a free entry (cache/engine.h) */
-	assert(!s->file || !dev_mutex_mine(m->nolock));
+	/* never under c->lock (cache/engine.h) */
+	assert(!dev_mutex_mine(m->nolock));
 	s->seq = __atomic_fetch_add(&m->seq, 1, __ATOMIC_RELAXED);
 	slot_encode(m, s, buf);
 	return meta_put(m, m->slots_off + i * m->slot_size, buf, m->slot_size);
@@ -1419,7 +1419,7 @@ void meta_put_slots(struct meta *m, const uint64_t *idx, struct meta_slot *s,
 		int ret;
 
 		assert(j == 0 || idx[j] > idx[j - 1]);
-		assert(!s[j].file || !dev_mutex_mine(m->nolock));
+		assert(!dev_mutex_mine(m->nolock));
 		for (k = j; k < n && k - j < SLOTS_RUN_MAX &&
 			    idx[k] == idx[j] + (uint64_t)(k - j);
 		     k++) {
@@ -1468,8 +1468,8 @@ int meta_slot_same(struct meta *m, uint64_t i, const struct meta_slot *s)
 
 int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f)
 {
-	/* not under c->lock but for a freed record (cache/engine.h) */
-	assert(!(f->flags & MF_USED) || !dev_mutex_mine(m->nolock));
+	/* never under c->lock (cache/engine.h) */
+	assert(!dev_mutex_mine(m->nolock));
 	f->seq = __atomic_fetch_add(&m->seq, 1, __ATOMIC_RELAXED);
 	f->csum = meta_csum(f, offsetof(struct meta_file, csum));
 	return meta_put(m, m->files_off + (uint64_t)i * META_FILE_SIZE, f,

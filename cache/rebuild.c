@@ -143,7 +143,7 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 
 	pthread_mutex_lock(&c->lock);
 	if (!v->file) {
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		return 1;
 	}
 	/* FRESH only while whoever fills it pins it (the essay above) */
@@ -152,7 +152,7 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 	blk = v->blk;
 	r->f = c->recs[rec - 1];
 	r->f->refs++;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (wait)
 		frw_rdlock(r->f);
 	else if (frw_tryrdlock(r->f))
@@ -165,12 +165,12 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 		p = NULL;
 	if (p)
 		slot_pin_locked(c, r->f, p);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (!p) {
 		frw_unlock(r->f);
 		pthread_mutex_lock(&c->lock);
 		file_put_locked(c, r->f);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		return 1;
 	}
 	if (wait)
@@ -182,7 +182,7 @@ static int rb_lock(struct cache *c, uint64_t s, struct rb_slot *r, int wait)
 	/* nothing committed into it, and any write from now on is shadowed */
 	pthread_mutex_lock(&c->lock);
 	empty = v == p && p->state == SLOT_FRESH;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (empty) {
 		rb_unlock(c, r);
 		return 1;
@@ -193,12 +193,12 @@ err_unpin:
 	pthread_mutex_lock(&c->lock);
 	slot_unpin_locked(c, r->f, p);
 	file_put_locked(c, r->f);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return 2;
 err_put:
 	pthread_mutex_lock(&c->lock);
 	file_put_locked(c, r->f);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return 2;
 }
 
@@ -209,7 +209,7 @@ static void rb_unlock(struct cache *c, struct rb_slot *r)
 	pthread_mutex_lock(&c->lock);
 	slot_unpin_locked(c, r->f, r->p);
 	file_put_locked(c, r->f);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 /* Read slot x's block from its device into buf. */
@@ -247,7 +247,7 @@ static int rb_forget_rest(struct cache *c, struct cslot *p, struct cslot *t)
 		}
 	if (n)
 		slot_settle(c, p);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return n && p->persisted ? slot_persist(c, p) : 0;
 }
 
@@ -404,7 +404,7 @@ static uint64_t rb_used(struct cache *c, int k)
 	pthread_mutex_lock(&c->lock);
 	for (j = 0; j < member_slots(c, k); j++)
 		n += c->slots[layout_slot(&c->meta.layout, k, j)].file != 0;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return n;
 }
 
@@ -497,12 +497,15 @@ static int rb_twin(struct cache *c, uint64_t s)
 	if (rb_lock(c, s, &r, 1))
 		return 0;
 	pthread_mutex_lock(&c->lock);
-	if (r.v == r.p && r.p->state == SLOT_DIRTY && !r.p->twin &&
-	    !slot_failed(c, r.p)) {
+	while (r.v == r.p && r.p->state == SLOT_DIRTY && !r.p->twin &&
+	       !slot_failed(c, r.p)) {
 		t = twin_alloc_locked(c, r.p);
 		ret = !t;
+		/* freed slots on their way to the free list: look again */
+		if (t || !freeq_wait_locked(c))
+			break;
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (t) {
 		pb_get(c, slot_dirty(c, r.p), mask);
 		ret = twin_copy(c, r.p, t, mask) || twin_persist(c, r.p);

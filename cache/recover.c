@@ -84,7 +84,7 @@ void file_check_backing(struct cache *c, struct cfile *f)
 		}
 		if (!f->ndirty)
 			f->size = st.st_size;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		if (f->ndirty)
 			coh_recovery_conflict(c, f, &st);
 	}
@@ -465,8 +465,9 @@ static int cache_alloc(struct cache *c)
 	c->fmask = hsize - 1;
 	c->recs = calloc(c->meta.nfiles, sizeof(*c->recs));
 	c->free_recs = calloc(c->meta.nfiles, sizeof(*c->free_recs));
+	c->freeing_recs = calloc(c->meta.nfiles, sizeof(*c->freeing_recs));
 	if (!c->slots || !c->pbits || !c->shash || !c->fhash || !c->recs ||
-	    !c->free_recs)
+	    !c->free_recs || !c->freeing_recs)
 		return -ENOMEM;
 	for (i = 0; i < NVC_MAX_DEVS; i++)
 		pthread_mutex_init(&c->dsync[i].lock, NULL);
@@ -477,6 +478,7 @@ static int cache_alloc(struct cache *c)
 	list_init(&c->pinned_files);
 	list_init(&c->dirty_files);
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->freeq_lock, NULL);
 	pthread_mutex_init(&c->rate_lock, NULL);
 	pthread_mutex_init(&c->stats_lock, NULL);
 	pthread_cond_init(&c->space_cond, NULL);
@@ -520,6 +522,7 @@ static void cache_free(struct cache *c)
 	free(c->fhash);
 	free(c->recs);
 	free(c->free_recs);
+	free(c->freeing_recs);
 	for (int d = 0; d < c->ndevs; d++)
 		if (c->own_devs || (c->made_devs >> d & 1))
 			dev_close(c->devs[d]);
@@ -833,7 +836,7 @@ int cache_open_devs(struct cache_config *cfg, struct dev **devs, int ndev,
 		 * in slot order would use them last (grow.c) */
 		pthread_mutex_lock(&c->lock);
 		grow_interleave_locked(c);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 	}
 	c->last_io = now_ms();
 	ret = destage_start(c);
@@ -1093,6 +1096,7 @@ int cache_close(struct cache *c, int flush)
 	destage_stop(c);
 	devlife_resume_join(c); /* it stops with the destagers */
 	bks_stop(c);
+	freeq_flush(c); /* no entry left mapping a freed slot */
 	/* remember how every backing file looked, for the check at the next
 	 * mount */
 	for (i = 0; i <= c->fmask; i++) {

@@ -81,7 +81,7 @@ static uint64_t drop_clean_on(struct cache *c, int k)
 			file_put_locked(c, o);
 		}
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return left;
 }
 
@@ -618,7 +618,7 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 	meta_set_removing(&c->meta, 0);
 	pthread_mutex_lock(&c->lock);
 	c->removed_slots += member_slots(c, k);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	c->made_devs |= 1u << k;
 	ret = swap_in(c, k, standin, STAT_DEV_REMOVED, fn, arg);
 	if (ret)
@@ -689,13 +689,13 @@ static int add_run(struct cache *c, int k, uint8_t removed[NVC_MAX_DEVS],
 	}
 	pthread_mutex_lock(&c->lock);
 	c->removed_slots -= member_slots(c, k);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	dev_close(cache_dev_swap(c, k, nd, STAT_DEV_OK));
 	c->made_devs &= ~(1u << k); /* nd is its caller's, as the others */
 	stats_attach_devs(c);
 	pthread_mutex_lock(&c->lock);
 	space_freed_locked(c); /* writers waiting for room have it */
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	log_msg(LOG_NOTICE,
 		"add: %s is member %d, in use now; name it in that place of "
 		"cache.devices (entry %d)",

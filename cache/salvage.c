@@ -150,7 +150,7 @@ static struct cslot **salvage_pin(struct cache *c, struct cfile *f,
 		slot_pin_locked(c, f, s);
 		v[(*n)++] = s;
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return v;
 }
 
@@ -176,7 +176,7 @@ int salvage_copy(struct cache *c, struct cfile *f, int srcfd, int dirfd,
 	}
 	pthread_mutex_lock(&c->lock);
 	size = f->size;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (srcfd >= 0)
 		ret = salvage_base(srcfd, dfd, size, buf);
 	for (i = 0; i < n && !ret; i++) {
@@ -192,7 +192,7 @@ out_unpin:
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; v && i < n; i++)
 		slot_unpin_locked(c, f, v[i]);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	free(v);
 	free(buf);
 	if (ret)
@@ -221,7 +221,7 @@ void salvage_drop(struct cache *c, struct cfile *f)
 		slot_drop_locked(c, s);
 	}
 	space_freed_locked(c);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 }
 
 /* A name for f's data in lost+found: its last path component (or its inode

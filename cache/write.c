@@ -143,7 +143,7 @@ static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
 
 	pthread_mutex_lock(&c->lock);
 	end = f->size > hi ? f->size : hi;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (end > s1)
 		end = s1; /* the last page, but not past the file's end */
 	coh_bk_begin(c, f);
@@ -167,7 +167,7 @@ static int write_fallback(struct cache *c, struct cfile *f, struct span *sp,
 	if (end > f->bsize)
 		f->bsize = end;
 	file_bk_changed(f); /* the next fsync must reach the backing file */
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	for (i = 0; i < nsp && !ret; i++)
 		if (sp[i].s->persisted || pb_any(c, slot_valid(c, sp[i].s)))
 			ret = slot_persist(c, sp[i].s);
@@ -256,7 +256,7 @@ static int seg_mark_intent(struct cache *c, struct cfile *f, struct span *sp,
 		}
 	}
 	f->wgen++;
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	for (i = 0; i < nsp && !ret; i++) {
 		if (!sp[i].miss)
 			continue;
@@ -542,7 +542,7 @@ int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err)
 	clock_gettime(CLOCK_REALTIME, &f->mtime);
 	f->mtime_set = w->mode == MODE_WRITEBACK;
 	coh_ctime_now_locked(f, &f->mtime);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 
 	for (i = 0; i < nsp && !sp[i].s->twin; i++)
 		v[i] = sp[i].s;
@@ -657,6 +657,10 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 				s = NULL;
 			}
 			if (!s) {
+				/* freed slots on their way to the free list
+				 * (the ones held stay pinned meanwhile) */
+				if (freeq_wait_locked(c))
+					continue;
 				if (nsp)
 					break; /* write what we hold first */
 				/* no mirror left: no space will ever come */
@@ -664,6 +668,8 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 					ret = -EIO;
 					break;
 				}
+				if (freeq_before_wait_locked(c))
+					continue;
 				c->waiting_writers++;
 				pthread_cond_broadcast(&c->destage_cond);
 				pthread_cond_wait(&c->space_cond, &c->lock);
@@ -679,7 +685,7 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 			nsp++;
 			cur = e;
 		}
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		if (nsp) {
 			uint64_t segoff =
 				sp[0].blk * c->bs + sp[0].p0 * NVC_PAGE;
@@ -691,7 +697,7 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 			pthread_mutex_lock(&c->lock);
 			for (i = 0; i < nsp; i++)
 				slot_unpin_locked(c, f, sp[i].s);
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 		}
 	}
 	frw_unlock(f);
@@ -728,13 +734,13 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 
 		if (s && pb_any(c, slot_dirty(c, s))) {
 			/* dirty data from an earlier mode: keep it coherent */
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 			frw_unlock(f);
 			return write_any(c, f, src, len, off,
 					 MODE_WRITETHROUGH);
 		}
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	ret = backing_write(c, f, src, len, off);
 	pthread_mutex_lock(&c->lock);
 	if (!ret) {
@@ -758,7 +764,7 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
 		f->wgen++;
 		file_bk_changed(f); /* only the backing file's fsync keeps it */
 	}
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (!ret)
 		ret = file_note_backing(c, f);
 	frw_unlock(f);
@@ -862,7 +868,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 	}
 	f->wgen++;
 	frw_owe_wgen(f);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 
 	if (edge) {
 		uint32_t p, first_gone = tail_page + (size % NVC_PAGE ? 1 : 0);
@@ -876,7 +882,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 			 * backing */
 			pthread_mutex_lock(&c->lock);
 			page_forget_locked(c, edge, tail_page);
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock(c);
 		} else if (size % NVC_PAGE &&
 			   pb_test(slot_valid(c, edge), tail_page)) {
 			ret = edge_zero_tail(c, edge, tail_page, size);
@@ -891,7 +897,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 					pages_valid(c, edge, -1);
 					ret = 0;
 				}
-				pthread_mutex_unlock(&c->lock);
+				cache_unlock(c);
 			}
 		}
 		pthread_mutex_lock(&c->lock);
@@ -903,7 +909,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 		slot_settle(c, edge);
 		if (edge->twin && !pb_any(c, slot_dirty(c, edge)))
 			twin_free_locked(c, edge);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		/* the twin first: it keeps every page its slot calls dirty */
 		if (edge->twin && twin_persist(c, edge))
 			ret = -EIO;
@@ -912,7 +918,7 @@ int file_trim(struct cache *c, struct cfile *f, uint64_t size)
 		srw_unlock(&edge->rw);
 		pthread_mutex_lock(&c->lock);
 		slot_unpin_locked(c, f, edge);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 	}
 	return ret;
 }
@@ -939,7 +945,7 @@ int cache_truncate(struct cache *c, struct cfile *f, uint64_t size)
 	clock_gettime(CLOCK_REALTIME, &f->mtime);
 	f->mtime_set = 0;
 	coh_ctime_now_locked(f, &f->mtime);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	if (f->rec) {
 		pthread_mutex_lock(&f->rec_lock);
 		f->bk_busy = 1; /* with the new size, in one persist */
@@ -983,7 +989,7 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 		pthread_mutex_lock(&c->lock);
 		if (end > f->size)
 			end = f->size;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		for (ret = 0; cur < end && !ret; cur += 1024 * 1024) {
 			uint64_t n = end - cur < 1024 * 1024 ? end - cur
 							     : 1024 * 1024;
@@ -1003,7 +1009,7 @@ int cache_fallocate(struct cache *c, struct cfile *f, int mode, uint64_t off,
 		if (!(mode & FALLOC_FL_KEEP_SIZE) && off + len > f->size)
 			f->size = off + len;
 		coh_ctime_now_locked(f, &now);
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 	}
 	if (!ret) {
 		file_bk_changed(f);
@@ -1047,7 +1053,7 @@ int cache_fsync(struct cache *c, struct cfile *f)
 			     slot_failed(c, &c->slots[s->twin - 1])))
 				ret = -EIO;
 		}
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock(c);
 		if (ret)
 			return ret;
 	}

@@ -326,5 +326,8 @@ int pm_rec_create(struct rec_log *l, int target, size_t len,
  * pages, each logged as a write that starts and later completes. */
 int pm_rec_create_blk(struct rec_log *l, int target, size_t len,
 		      struct pm_region *out);
+/* Tests: run as a recording block-device mirror's page write at off starts
+ * (NULL: nothing); it may hold the write. */
+extern void (*pm_test_page_write)(const struct pm_region *r, size_t off);
 
 #endif

@@ -461,6 +461,8 @@ static void page_locks_assert(const struct pm_region *r, size_t start,
 #endif
 }
 
+void (*pm_test_page_write)(const struct pm_region *r, size_t off);
+
 /* Write pages [start, end) of the RAM copy: FUA writes, or, for a recording
  * region, a logged start and completion of each page's write. */
 static int pm_write_pages(const struct pm_region *r, size_t start, size_t end)
@@ -476,6 +478,8 @@ static int pm_write_pages(const struct pm_region *r, size_t start, size_t end)
 		int ret;
 
 		page_locks_assert(r, start, start + n);
+		if (r->rec_blk && pm_test_page_write)
+			pm_test_page_write(r, start);
 		if (r->rec_blk) {
 			size_t b = rec_log_add(
 				r->rec, REC_PM_PAGE_BEGIN, r->rec_id, start,
