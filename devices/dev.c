@@ -109,13 +109,11 @@ int dev_open(const char *path, struct dev **out)
 	 * torn down its io_uring, which happens after the process is gone:
 	 * "busy" is retried for up to 3 s before it is believed.
 	 */
-	for (tries = 0;; tries++) {
+	tries = 0;
+	do
 		d->fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC |
 					   (S_ISBLK(st.st_mode) ? O_EXCL : 0));
-		if (d->fd >= 0 || errno != EBUSY || tries >= 60)
-			break;
-		usleep(50000);
-	}
+	while (d->fd < 0 && errno == EBUSY && dev_busy_wait(&tries));
 	if (d->fd < 0) {
 		ret = -errno;
 		goto err_path;
@@ -401,6 +399,14 @@ void dev_io_mem(struct dev_io *io)
 }
 
 static uint64_t ring_refusals;
+
+int dev_busy_wait(int *tries)
+{
+	if (++*tries > 60)
+		return 0;
+	usleep(50000);
+	return 1;
+}
 
 uint64_t dev_ring_refusals(void)
 {

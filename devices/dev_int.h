@@ -26,6 +26,10 @@ struct dev {
 
 /* 0, or why io cannot be issued (out of range, an injected fault). */
 int dev_io_check(const struct dev_io *io);
+/* A device or mirror found busy (O_EXCL, flock) by a daemon that is going
+ * away: 1 after waiting a little, while up to 3 s have gone (*tries from 0);
+ * 0 when "busy" is to be believed. */
+int dev_busy_wait(int *tries);
 /* Carry out io on an in-memory device. */
 void dev_io_mem(struct dev_io *io);
 /* Do io from its byte done on synchronously, with plain system calls, as

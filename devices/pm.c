@@ -306,12 +306,12 @@ int pm_map_err(const char *path, size_t len, int create, struct pm_region *out,
 		ret = out->lock_fd;
 		goto out_close;
 	}
-	for (tries = 0; flock(out->lock_fd, LOCK_EX | LOCK_NB); tries++) {
-		if (errno != EWOULDBLOCK || tries >= 60) {
+	tries = 0;
+	while (flock(out->lock_fd, LOCK_EX | LOCK_NB)) {
+		if (errno != EWOULDBLOCK || !dev_busy_wait(&tries)) {
 			ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
 			goto err_lock;
 		}
-		usleep(50000);
 	}
 	/* libpmem maps the file through the descriptor, never by its name */
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", out->lock_fd);
