@@ -823,7 +823,7 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 {
 	struct cfile *f;
 	struct stat st;
-	int idle, gone;
+	int idle, gone, have_st = 0;
 
 	pthread_mutex_lock(&c->lock);
 	f = file_find(c, dev, ino, 1);
@@ -843,7 +843,8 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 			gone = nlink <= 1;
 		} else {
 			cache_blocking(c, "fstat");
-			gone = !fstat(f->fd, &st) && st.st_nlink == 0;
+			have_st = !fstat(f->fd, &st);
+			gone = have_st && st.st_nlink == 0;
 		}
 		pthread_mutex_lock(&c->lock);
 	} while (!f->unlinked && idle != (f->fd < 0));
@@ -853,9 +854,13 @@ void cache_file_unlinked(struct cache *c, dev_t dev, ino_t ino, nlink_t nlink)
 			cache_unlock(c);
 			/* the unlink moved its ctime: this node's own change,
 			 * not one made elsewhere, for an open of it by handle
-			 * after */
-			cache_blocking(c, "fstat");
-			if (!fstat(f->fd, &st)) {
+			 * after (the look taken after the unlink above, or by
+			 * path none yet) */
+			if (!have_st) {
+				cache_blocking(c, "fstat");
+				have_st = !fstat(f->fd, &st);
+			}
+			if (have_st) {
 				pthread_mutex_lock(&c->lock);
 				if (!f->coh.inflight &&
 				    (uint64_t)st.st_size == f->bsize &&
