@@ -289,6 +289,24 @@ static int members_ok(const struct meta_hdr *h, char *why, size_t len)
 	return 0;
 }
 
+/* The names members were last found at: each NUL-terminated, none past
+ * ndevs. */
+static int names_ok(const struct meta_hdr *h, char *why, size_t len)
+{
+	uint32_t k;
+
+	for (k = 0; k < NVC_MAX_DEVS; k++) {
+		if (!memchr(h->names[k], 0, META_NAME_LEN))
+			return refuse(why, len, -EUCLEAN,
+				      "header names[%u] is not terminated", k);
+		if (k >= h->ndevs && (h->names[k][0] || h->rdevs[k]))
+			return refuse(why, len, -EUCLEAN,
+				      "header names[%u] set past ndevs %u", k,
+				      h->ndevs);
+	}
+	return 0;
+}
+
 /* The slot entries the header's mirror has room for. */
 static uint64_t hdr_room(const struct meta_hdr *h)
 {
@@ -464,6 +482,9 @@ static int hdr_ok(const struct meta_hdr *h, size_t maplen, char *why,
 			      "path: not a mirror with a path, or none without "
 			      "one",
 			      h->mirror_replacing, h->reserved4);
+	ret = names_ok(h, why, len);
+	if (ret)
+		return ret;
 	return members_ok(h, why, len);
 }
 
@@ -498,46 +519,73 @@ static int hdr_same(const struct meta_hdr *a, const struct meta_hdr *b)
 	       !memcmp(a->members, b->members, sizeof(a->members));
 }
 
-/* The fields a replace (members) or a grow (members, ndevs, nslots, grown,
- * and the version a v2 header takes) change: one struct for the copy. */
-static void hdr_take_set(struct meta_hdr *to, const struct meta_hdr *from)
+/* Two valid headers are mirrors of one cache with one mirror geometry (the
+ * rest, the device set included, the current header says). */
+static int hdr_one_cache(const struct meta_hdr *a, const struct meta_hdr *b)
 {
-	to->version = from->version;
-	to->ndevs = from->ndevs;
-	to->nslots = from->nslots;
-	to->stripe_devs = from->stripe_devs;
-	memcpy(to->grown, from->grown, sizeof(to->grown));
-	memcpy(to->members, from->members, sizeof(to->members));
+	return !memcmp(a->set_uuid, b->set_uuid, 16) &&
+	       a->nfiles == b->nfiles && a->block_size == b->block_size &&
+	       hdr_room(a) == hdr_room(b) && a->total_len == b->total_len;
+}
+
+int meta_current(const struct meta_hdr *h[2], const int valid[2])
+{
+	if (!valid[0] && !valid[1])
+		return -ENODATA;
+	if (!valid[0] || !valid[1])
+		return valid[0] ? 0 : 1;
+	if ((h[0]->failed >> 1 & 1) && (h[1]->failed & 1))
+		return -EUCLEAN;
+	if (h[0]->failed >> 1 & 1)
+		return 0;
+	if (h[1]->failed & 1)
+		return 1;
+	return h[1]->gen > h[0]->gen ? 1 : 0;
+}
+
+/* The header the live mirrors make current; -1 if none is usable. */
+static int cur_idx(struct meta *m)
+{
+	const struct meta_hdr *h[2] = { m->r[0].addr, m->r[1].addr };
+	int k = meta_current(h, m->have);
+
+	/* -EUCLEAN: refused at attach, so only a mirror failed since */
+	return k >= 0 ? k : m->have[0] ? 0 : m->have[1] ? 1 : -1;
+}
+
+const struct meta_hdr *meta_hdr_of(struct meta *m)
+{
+	int k = cur_idx(m);
+
+	return k < 0 ? NULL : m->r[k].addr;
 }
 
 /*
- * hdr_put persists mirror 0's header before mirror 1's, so two valid
- * headers of one cache with the same room that record different device
- * sets are a crash between the two persists of a replace's member table
- * (replace.c, step 2) or of a grow (meta_grow), and mirror 0's is the newer:
- * mirror 1 takes it.  (The crash harness found this state: the mount refused
- * it as two caches' mirrors.)  A grow only ever adds: mirror 0 must hold
- * every member mirror 1 does, in its place.
+ * The two headers of one attached cache are made the same: the older takes
+ * every field of the current one (its own mirror index aside), persisted.
+ * A crash between the two persists of a header write (hdr_apply: the member
+ * set of a replace or an add, a grow, a remove's marks, a detach) leaves
+ * mirror 0 one generation ahead; a write while mirror 0 had failed leaves
+ * mirror 1 ahead (and calling mirror 0 stale, which is rebuilt whole).
  */
-static void members_settle(struct meta *m, const struct meta_hdr *h[2])
+static int hdr_reconcile(struct meta *m, int cur)
 {
-	struct meta_hdr *h1 = m->r[1].addr;
+	struct meta_hdr *to = m->r[!cur].addr;
+	const struct meta_hdr *from = m->r[cur].addr;
+	struct meta_hdr want;
 
-	if (memcmp(h[0]->set_uuid, h[1]->set_uuid, 16) ||
-	    h[0]->nfiles != h[1]->nfiles ||
-	    h[0]->block_size != h[1]->block_size ||
-	    hdr_room(h[0]) != hdr_room(h[1]) || h[0]->ndevs < h[1]->ndevs ||
-	    (h[0]->ndevs > h[1]->ndevs &&
-	     memcmp(h[0]->members, h[1]->members, 16 * h[1]->ndevs)) ||
-	    hdr_same(h[0], h[1]))
-		return;
+	memcpy(&want, from, sizeof(want));
+	want.mirror = !cur;
+	want.csum = meta_csum(&want, offsetof(struct meta_hdr, csum));
+	if (!memcmp(&want, to, sizeof(want)))
+		return 0;
 	log_msg(LOG_NOTICE,
-		"metadata mirror 1 recorded the device set before its last "
-		"change (a crash during a replace or an add): it takes "
-		"mirror 0's");
-	hdr_take_set(h1, h[0]);
-	h1->csum = meta_csum(h1, offsetof(struct meta_hdr, csum));
-	pm_persist(&m->r[1], h1, META_HDR_SIZE);
+		"metadata mirror %d's header (generation %llu) was older than "
+		"mirror %d's (generation %llu): it takes the current one",
+		!cur, (unsigned long long)to->gen, cur,
+		(unsigned long long)from->gen);
+	memcpy(to, &want, sizeof(want));
+	return pm_persist(&m->r[!cur], to, META_HDR_SIZE);
 }
 
 static void meta_geometry(struct meta *m, const struct meta_hdr *h)
@@ -564,11 +612,27 @@ static const char *mname(const char *const names[2], int i, char *buf,
 	return buf;
 }
 
+/* The generation the next header write takes: one past both mirrors'. */
+static uint64_t next_gen(struct meta *m)
+{
+	uint64_t g = 0;
+	int k;
+
+	for (k = 0; k < 2; k++)
+		if (m->have[k] && ((const struct meta_hdr *)m->r[k].addr)->gen > g)
+			g = ((const struct meta_hdr *)m->r[k].addr)->gen;
+	return g + 1;
+}
+
 /* Write mirror k's header with its failed bits set to failed. */
 static int hdr_set_failed(struct meta *m, int k, uint32_t failed)
 {
 	struct meta_hdr *h = m->r[k].addr;
 
+	/* marking the other stale makes this header the newer; the mark's
+	 * clearing, once the other is a copy of this one, does not */
+	if (failed & ~h->failed)
+		h->gen = next_gen(m);
 	h->failed = failed;
 	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 	return pm_persist(&m->r[k], h, META_HDR_SIZE);
@@ -582,8 +646,8 @@ static void hdr_get(struct meta *m, size_t off, void *out, size_t len)
 
 	memset(out, 0, len);
 	pthread_rwlock_rdlock(&m->swap);
-	k = m->have[0] ? 0 : 1;
-	if (m->have[k])
+	k = cur_idx(m);
+	if (k >= 0)
 		memcpy(out, (const char *)m->r[k].addr + off, len);
 	pthread_rwlock_unlock(&m->swap);
 }
@@ -595,14 +659,17 @@ static int hdr_apply(struct meta *m,
 		     const void *arg)
 {
 	int k, ret = 0, done = 0;
+	uint64_t gen;
 
 	pthread_rwlock_rdlock(&m->swap);
+	gen = next_gen(m);
 	for (k = 0; k < 2; k++) {
 		struct meta_hdr *h = m->r[k].addr;
 
 		if (!m->have[k] || m->failed[k])
 			continue;
 		fn(h, arg);
+		h->gen = gen;
 		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
 		ret = pm_persist(&m->r[k], h, META_HDR_SIZE);
 		if (ret)
@@ -909,14 +976,15 @@ static void drop_stale(struct meta *m, const struct meta_hdr *h[2], int ret[2],
 		}
 }
 
-/* Attach without repairing anything: the offline check only reads.  A mirror
- * whose header disagrees with the first valid one is left out. */
+/* Attach without repairing anything: the offline check only reads.  The
+ * current header (meta_current) gives the geometry; the other mirror is
+ * read too only where its header describes the same set. */
 int meta_attach_ro_named(struct meta *m, struct pm_region r[2],
 			 const char *const names[2], char *err, size_t len)
 {
-	const struct meta_hdr *h = NULL, *hh[2] = { r[0].addr, r[1].addr };
+	const struct meta_hdr *hh[2] = { r[0].addr, r[1].addr };
 	char why[2][256], n[2][128];
-	int i, ret[2];
+	int i, ret[2], cur;
 
 	memset(m, 0, sizeof(*m));
 	pthread_rwlock_init(&m->swap, NULL);
@@ -926,14 +994,10 @@ int meta_attach_ro_named(struct meta *m, struct pm_region r[2],
 				      sizeof(why[i]));
 		m->have[i] = !ret[i];
 	}
-	drop_stale(m, hh, ret, why);
-	for (i = 0; i < 2; i++) {
-		if (m->have[i] && h && !hdr_same(h, r[i].addr))
-			m->have[i] = 0;
-		if (m->have[i] && !h)
-			h = r[i].addr;
-	}
-	if (!h) {
+	cur = meta_current(hh, m->have);
+	if (cur == -EUCLEAN)
+		cur = 0; /* check reports it; the records are still read */
+	if (cur < 0) {
 		snprintf(err, len,
 			 "no valid metadata mirror (mirror %s: %s; mirror %s: "
 			 "%s)",
@@ -941,7 +1005,11 @@ int meta_attach_ro_named(struct meta *m, struct pm_region r[2],
 			 mname(names, 1, n[1], sizeof(n[1])), why[1]);
 		return -ENODATA;
 	}
-	meta_geometry(m, h);
+	drop_stale(m, hh, ret, why);
+	m->have[cur] = 1;
+	if (m->have[!cur] && !hdr_same(hh[cur], hh[!cur]))
+		m->have[!cur] = 0;
+	meta_geometry(m, hh[cur]);
 	return 0;
 }
 
@@ -967,17 +1035,13 @@ int meta_attach_named(struct meta *m, struct pm_region r[2],
 		mname(names, i, n[i], sizeof(n[i]));
 		m->have[i] = !ret[i];
 	}
-	if (m->have[0] && m->have[1] && (h[0]->failed >> 1 & 1) &&
-	    (h[1]->failed & 1)) {
+	good = meta_current(h, m->have);
+	if (good == -EUCLEAN) {
 		snprintf(err, len,
 			 "each metadata mirror says the other failed; the "
 			 "cache cannot tell which one is current");
 		return -EUCLEAN;
 	}
-	drop_stale(m, h, ret, why);
-	for (i = 0; i < 2 && good < 0; i++)
-		if (m->have[i])
-			good = i;
 	if (good < 0) {
 		snprintf(err, len,
 			 "neither metadata mirror holds a valid nvcachefs "
@@ -986,14 +1050,24 @@ int meta_attach_named(struct meta *m, struct pm_region r[2],
 			 n[0], why[0], n[1], why[1]);
 		return -ENODATA;
 	}
-	if (m->have[0] && m->have[1])
-		members_settle(m, h);
-	if (m->have[0] && m->have[1] && !hdr_same(h[0], h[1])) {
+	drop_stale(m, h, ret, why);
+	assert(m->have[good]);
+	if (m->have[!good] && !hdr_one_cache(h[good], h[!good])) {
 		snprintf(err, len,
 			 "the two metadata mirrors (%s, %s) belong to "
 			 "different caches",
 			 n[0], n[1]);
 		return -EINVAL;
+	}
+	if (m->have[!good]) {
+		ret[!good] = hdr_reconcile(m, good);
+		if (ret[!good]) {
+			snprintf(err, len,
+				 "cannot bring metadata mirror %s's header up "
+				 "to date: %s",
+				 n[!good], strerror(-ret[!good]));
+			return ret[!good];
+		}
 	}
 	for (i = 0; i < 2; i++) {
 		if (m->have[i])
@@ -1474,4 +1548,65 @@ int meta_put_file(struct meta *m, uint32_t i, struct meta_file *f)
 	f->csum = meta_csum(f, offsetof(struct meta_file, csum));
 	return meta_put(m, m->files_off + (uint64_t)i * META_FILE_SIZE, f,
 			META_FILE_SIZE);
+}
+
+void meta_member_names(struct meta *m, char names[NVC_MAX_DEVS][META_NAME_LEN],
+		       uint64_t rdevs[NVC_MAX_DEVS])
+{
+	hdr_get(m, offsetof(struct meta_hdr, names), names,
+		NVC_MAX_DEVS * META_NAME_LEN);
+	hdr_get(m, offsetof(struct meta_hdr, rdevs), rdevs,
+		NVC_MAX_DEVS * sizeof(uint64_t));
+}
+
+struct member_name {
+	int k;
+	char name[META_NAME_LEN];
+	uint64_t rdev;
+};
+
+static void name_set(struct meta_hdr *h, const void *arg)
+{
+	const struct member_name *n = arg;
+
+	memcpy(h->names[n->k], n->name, META_NAME_LEN);
+	h->rdevs[n->k] = n->rdev;
+}
+
+int meta_set_member_name(struct meta *m, int k, const char *name,
+			 uint64_t rdev)
+{
+	struct member_name n = { .k = k, .rdev = rdev };
+
+	assert(k >= 0 && k < NVC_MAX_DEVS);
+	/* a name too long to keep is not kept: the configuration's stand */
+	if (name && strlen(name) < META_NAME_LEN)
+		strcpy(n.name, name);
+	return hdr_apply(m, name_set, &n);
+}
+
+void meta_replace_id(struct meta *m, struct meta_ident *out)
+{
+	hdr_get(m, offsetof(struct meta_hdr, replace_id), out, sizeof(*out));
+}
+
+int meta_set_replace_id(struct meta *m, const struct meta_ident *id)
+{
+	static const struct meta_ident none;
+
+	return hdr_put(m, offsetof(struct meta_hdr, replace_id),
+		       id ? id : &none, sizeof(*id));
+}
+
+void meta_mirror_id(struct meta *m, struct meta_ident *out)
+{
+	hdr_get(m, offsetof(struct meta_hdr, mirror_id), out, sizeof(*out));
+}
+
+int meta_set_mirror_id(struct meta *m, const struct meta_ident *id)
+{
+	static const struct meta_ident none;
+
+	return hdr_put(m, offsetof(struct meta_hdr, mirror_id),
+		       id ? id : &none, sizeof(*id));
 }

@@ -73,6 +73,23 @@ struct sb_disk {
 	uint64_t csum;
 };
 
+/* a name in the header (meta_hdr.names), its NUL included */
+#define META_NAME_LEN 128u
+
+/*
+ * A device or file by what it is, not what it is called: the UUID written to
+ * it (a superblock's dev_uuid; for a mirror place, its claim header's), its
+ * st_rdev (a block device) or st_dev and st_ino (a regular file), and its
+ * size in bytes.  All zero: none recorded.
+ */
+struct meta_ident {
+	uint8_t uuid[16];
+	uint64_t rdev;
+	uint64_t dev;
+	uint64_t ino;
+	uint64_t size;
+};
+
 struct meta_hdr {
 	uint64_t magic;
 	uint32_t version;
@@ -132,8 +149,26 @@ struct meta_hdr {
 	 * from it; total_len covers it */
 	uint64_t room;
 	uint64_t grown[NVC_MAX_DEVS];
+	/* the header's generation: one more at every write of it, the same in
+	 * both mirrors once both are written; the valid, not stale header of
+	 * the larger one is the current one (meta_current).  0: written before
+	 * headers had generations (the field was reserved, zero) */
+	uint64_t gen;
+	/* where member k (below ndevs) was last found: a name it opened
+	 * under (NUL-terminated, empty: none recorded) and its st_rdev (0: a
+	 * regular file); candidates at the next mount beside cache.devices
+	 * (members.c), never trusted without its superblock's UUID */
+	char names[NVC_MAX_DEVS][META_NAME_LEN];
+	uint64_t rdevs[NVC_MAX_DEVS];
+	/* the identity of a replace's new device (replacing) and of a
+	 * mirror replace's new place (mirror_replacing), recorded before
+	 * anything is copied onto it; all zero: none recorded */
+	struct meta_ident replace_id;
+	struct meta_ident mirror_id;
 	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 17 - 2 * 264 - 16 -
-			 NVC_MAX_DEVS * 8];
+			 NVC_MAX_DEVS * 8 - 8 -
+			 NVC_MAX_DEVS * (META_NAME_LEN + 8) -
+			 2 * sizeof(struct meta_ident)];
 	uint64_t csum;
 };
 
@@ -310,6 +345,20 @@ int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len);
 /* The same; on failure why names the field that is wrong. */
 int meta_hdr_why(const void *addr, size_t len, uint64_t *total_len, char *why,
 		 size_t whylen);
+/*
+ * Which header is current: the one authority that mount, attach, resume,
+ * check and the device commands use.  Of two headers (NULL or not valid:
+ * valid[i] 0), one that the other's failed bits call stale is never current;
+ * else the larger generation wins (a crash between the two persists of a
+ * header write leaves mirror 0 one ahead: it is written first), and at equal
+ * generations mirror 0 (the same header, or two written before headers had
+ * generations, of which mirror 0 was written first).  The index of the
+ * current header, -ENODATA if neither is valid, -EUCLEAN if each calls the
+ * other stale.
+ */
+int meta_current(const struct meta_hdr *h[2], const int valid[2]);
+/* The current header of an attached meta, or NULL if no mirror is usable. */
+const struct meta_hdr *meta_hdr_of(struct meta *m);
 /* Attach to two mapped mirrors; checks headers against each other and
  * rebuilds a damaged mirror from the good one. */
 int meta_attach(struct meta *m, struct pm_region r[2], char *err, size_t len);
@@ -392,6 +441,18 @@ int meta_set_removed(struct meta *m, const uint8_t removed[NVC_MAX_DEVS]);
  * next is touched; m->layout follows.  0, or -errno (-ENOSPC: no room).
  */
 int meta_grow(struct meta *m, int k, const uint8_t uuid[16], uint64_t count);
+/* The names and st_rdevs members were last found at (meta_hdr.names), and
+ * the recording of member k's (name NULL: none). */
+void meta_member_names(struct meta *m, char names[NVC_MAX_DEVS][META_NAME_LEN],
+		       uint64_t rdevs[NVC_MAX_DEVS]);
+int meta_set_member_name(struct meta *m, int k, const char *name,
+			 uint64_t rdev);
+/* The recorded identity of a replace's new device and of a mirror replace's
+ * new place (all zero: none), and their writing (id NULL: cleared). */
+void meta_replace_id(struct meta *m, struct meta_ident *out);
+int meta_set_replace_id(struct meta *m, const struct meta_ident *id);
+void meta_mirror_id(struct meta *m, struct meta_ident *out);
+int meta_set_mirror_id(struct meta *m, const struct meta_ident *id);
 /* 1 if a file record may hold path (len bytes): see meta.c. */
 int meta_path_ok(const char *path, uint32_t len);
 /* 1 while a mirror still takes writes. */
