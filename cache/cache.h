@@ -147,7 +147,7 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 	      size_t errlen);
 /* The same on open devices and regions; returns the number of problems. */
-int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
+int fmt_check_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		   struct pm_region r[2], FILE *out, int problems);
 
 /* ----------------------------------------------------------------- cache */
