@@ -11,6 +11,9 @@
 #include <xxhash.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -583,4 +586,92 @@ out:
 	for (i = 0; i < NVC_MAX_DEVS; i++)
 		dev_close(devs[i]);
 	return ret;
+}
+
+/* Mirror i's header, read without mapping or locking it (the daemon may
+ * hold it): 0, or -errno. */
+static int hdr_read(const char *path, struct meta_hdr *h)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret = 0;
+	uint64_t size = 0;
+	struct stat st;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st))
+		ret = -errno;
+	else if (S_ISBLK(st.st_mode) ? ioctl(fd, BLKGETSIZE64, &size) : 0)
+		ret = -errno;
+	if (!ret && !S_ISBLK(st.st_mode))
+		size = st.st_size;
+	if (!ret && pread(fd, h, sizeof(*h), 0) != (ssize_t)sizeof(*h))
+		ret = -EIO;
+	close(fd);
+	/* the header's own checks, against the mirror's size */
+	if (!ret && meta_hdr_check(h, size, NULL))
+		ret = -EUCLEAN;
+	return ret;
+}
+
+int fmt_devices_line(const struct cache_config *cfg, char *line, size_t len,
+		     char *err, size_t errlen)
+{
+	static struct meta_hdr hh[2];
+	const struct meta_hdr *h[2] = { &hh[0], &hh[1] };
+	struct dev *devs[NVC_MAX_DEVS] = { 0 };
+	int i, valid[2], missing, ret;
+	uint32_t k;
+	size_t at = 0;
+
+	for (i = 0; i < 2; i++)
+		valid[i] = !hdr_read(cfg->meta_paths[i], &hh[i]);
+	i = meta_current(h, valid);
+	if (i < 0) {
+		snprintf(err, errlen,
+			 i == -EUCLEAN ? "each metadata mirror says the other "
+					 "failed: run nvcachectl check"
+				       : "neither metadata mirror (%s, %s) holds "
+					 "a valid header",
+			 cfg->meta_paths[0], cfg->meta_paths[1]);
+		return i;
+	}
+	if (!members_recorded(h[i])) {
+		snprintf(err, errlen,
+			 "this cache was formatted before its devices had "
+			 "UUIDs: cache.devices must list them in order");
+		return -EINVAL;
+	}
+	/* unmounted: where the members are now; mounted (the devices are
+	 * the daemon's): where the daemon recorded finding them */
+	ret = members_open(cfg, h[i], NULL, 0, NVC_MAX_DEVS, devs, &missing,
+			   err, errlen);
+	if (!ret) {
+		for (k = 0; k < h[i]->ndevs; k++) {
+			struct sb_disk sb;
+
+			if (!h[i]->removed[k] && sb_read(devs[k], &sb)) {
+				dev_close(devs[k]); /* a stand-in: not found */
+				devs[k] = NULL;
+			}
+		}
+		members_line(h[i], devs, line, len);
+		for (k = 0; k < NVC_MAX_DEVS; k++)
+			dev_close(devs[k]);
+		return 0;
+	}
+	if (ret != -EBUSY)
+		return ret;
+	line[0] = 0;
+	for (k = 0; k < h[i]->ndevs && at < len; k++) {
+		char u[37];
+
+		at += snprintf(line + at, len - at, "%s%s%s", k ? ", " : "",
+			       h[i]->removed[k] || h[i]->names[k][0] ? ""
+								     : "UUID=",
+			       h[i]->removed[k]	   ? CFG_SPARE
+			       : h[i]->names[k][0] ? h[i]->names[k]
+						   : members_uuid_str(
+							     h[i]->members[k], u));
+	}
+	return 0;
 }

@@ -441,6 +441,17 @@ static void log_stale_config(const struct cache_config *cfg,
 		line);
 }
 
+/* 1 if d is one of the candidates (opened by name), not a stand-in. */
+static int is_candidate(const struct dev *d, const struct cand *cs, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (cs[i].dev == d)
+			return 1;
+	return 0;
+}
+
 int members_open(const struct cache_config *cfg, const struct meta_hdr *h,
 		 const char *const *extra, int nextra, int allow_missing,
 		 struct dev **devs, int *missing, char *err, size_t errlen)
@@ -505,12 +516,13 @@ again:
 	for (k = 0; k < h->ndevs; k++) {
 		if (devs[k] || h->removed[k])
 			continue;
-		if (nmiss++ || !allow_missing) {
+		if (nmiss++ >= allow_missing) {
 			missing_why(h, (int)k, cs, n, err, errlen);
 			ret = -ENODEV;
 			goto out_close;
 		}
-		*missing = (int)k + 1;
+		if (!*missing)
+			*missing = (int)k + 1;
 	}
 	for (k = 0; k < h->ndevs; k++)
 		if (devs[k] && h->names[k][0] &&
@@ -538,7 +550,7 @@ again:
 		for (j = 0; j < h->ndevs && !h->removed[k]; j++)
 			if (devs[j] && !strcmp(dev_path(devs[j]), name))
 				name = members_uuid_str(h->members[k], uu + 5) - 5;
-		if ((int)k + 1 == *missing) {
+		if (!h->removed[k]) {
 			log_msg(LOG_CRIT,
 				"member %u of %u (UUID %s, last found at %s) "
 				"is not found: mounting degraded, from the "
@@ -554,7 +566,7 @@ again:
 		snprintf(err, errlen, "cannot open the cache: %s",
 			 strerror(-ret));
 		for (k = 0; k < h->ndevs; k++)
-			if (devs[k] && (h->removed[k] || (int)k + 1 == *missing))
+			if (devs[k] && !is_candidate(devs[k], cs, n))
 				dev_close(devs[k]);
 	}
 out_close:

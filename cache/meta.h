@@ -349,9 +349,9 @@ int members_parse_uuid(const char *s, uint8_t out[16]);
 int members_pick(const struct meta_hdr *h, struct dev **cand, int ncand,
 		 struct dev **devs, int *kof, char *err, size_t errlen);
 /* The members of h opened by identity from cache.devices' names, the names h
- * recorded and extra (members.c); removed members and (allow_missing) one
- * missing member (*missing: its index + 1) get fenced stand-ins.  0, or
- * -errno with err set and nothing left open. */
+ * recorded and extra (members.c); removed members and up to allow_missing
+ * missing members (*missing: the first one's index + 1) get fenced
+ * stand-ins.  0, or -errno with err set and nothing left open. */
 int members_open(const struct cache_config *cfg, const struct meta_hdr *h,
 		 const char *const *extra, int nextra, int allow_missing,
 		 struct dev **devs, int *missing, char *err, size_t errlen);

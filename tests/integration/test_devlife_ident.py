@@ -59,6 +59,8 @@ def test_replace_add_remove_detach_attach_with_names_changing(make_cache):
     assert paths_of(c) == [loop_of(img[0]), loop_of(img[2])], (paths_of(c), c.log_text()[-2000:])
     read_all(c, blobs)
     assert "cache.devices is out of date" in c.log_text()
+    r = sh(CTL, "devices", "-c", c.conf)             # mounted: where the daemon found them
+    assert r.stdout == f"devices = {loop_of(img[0])}, {loop_of(img[2])}\n", r.stdout
 
     r = c.ctl("add", c.mnt, loop_of(img[3]))         # a third member (a grow)
     more = {f"g{i}": os.urandom(MiB + i) for i in range(3)}
@@ -99,6 +101,9 @@ def test_replace_add_remove_detach_attach_with_names_changing(make_cache):
     r = sh(CTL, "check", "-c", c.conf, check=False)
     assert r.returncode == 0 and "no problems found" in r.stdout, r.stdout + r.stderr
     assert open(c.conf).read().count(f"{c.loops[0]}, {c.loops[1]}") == 1   # never edited
+    renumber(c)
+    r = sh(CTL, "devices", "-c", c.conf)             # unmounted: found as a mount finds them
+    assert r.stdout == f"devices = {loop_of(img[0])}, spare, {loop_of(img[3])}\n", r.stdout
 
 
 def mirror0_on_a_link(c, devices):
