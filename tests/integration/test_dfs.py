@@ -320,6 +320,7 @@ def test_same_node_reader_sees_the_flush(store, make_cache):
     for name, b in new.items():
         got = read(os.path.join(d1, name))
         if got != bytes(b):
-            first = next(i for i in range(len(b)) if got[i:i + 1] != b[i:i + 1])
-            raise AssertionError(f"{name} through the cache's own client after the flush: first difference "
-                                 f"at byte {first} (old bytes there: {got[first:first + 8] == old[name][first:first + 8]})")
+            first = next((i for i in range(min(len(b), len(got))) if got[i] != b[i]), min(len(b), len(got)))
+            raise AssertionError(f"{name} through the cache's own client after the flush: size {len(got)} (want "
+                                 f"{len(b)}), first difference at byte {first} (the old bytes there: "
+                                 f"{got[first:first + 8] == old[name][first:first + 8]})")
