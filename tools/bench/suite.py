@@ -944,8 +944,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="short runs and a small working set: under 5 minutes")
     ap.add_argument("--out", help="results folder (default results/DATE-quick|full)")
     ap.add_argument("--dfs", metavar="STORES", help="instead: nvcachefs over distributed stores "
-                    "(gluster,moosefs,cephfs) against each store alone, the FUSE floor and the raw DIMM; an MPI-IO checkpoint on two nodes; "
-                    "metadata rates (tools/bench/dfsbench.py)")
+                    "(gluster,moosefs,cephfs) against each store alone, the FUSE floor and the raw DIMM; an MPI-IO "
+                    "checkpoint on two nodes; metadata rates (tools/bench/dfsbench.py)")
     ap.add_argument("--before", metavar="BUILD", help="with --dfs: also measure the creates of this build "
                     "directory's daemon")
     ap.add_argument("--no-mpi", action="store_true", help="with --dfs: the checkpoint by plain processes")
