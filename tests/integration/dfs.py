@@ -1,5 +1,6 @@
 """Real distributed stores as test fixtures: a two-host GlusterFS volume, a MooseFS cluster and a CephFS cluster,
-each in network namespaces on this machine, with two client mounts (two "nodes") that the tests see in the root namespace.
+each in network namespaces on this machine, with two client mounts (two "nodes") that the tests see in the root
+namespace.
 
 Layout (one store): a client namespace holds a bridge (10.213.N.1/24); each host is a network namespace with
 a veth pair to that bridge (10.213.N.11, .12). Servers run inside the host namespaces; the client mounts are
