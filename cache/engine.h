@@ -442,6 +442,8 @@ struct cache {
 	const char *probe_risk;
 	int probe_err;
 	int by_path; /* files are found by path, not by handle */
+	int bk_fuse; /* the store is a FUSE file system: destage writes go
+		      * through its page cache (destage_io.c) */
 	uint64_t rename_seq; /* renames through the mount (atomic) */
 	/* tests only: run by file_ensure_record between the path's reading
 	 * and the record's publication (the window a rename can fall in) */

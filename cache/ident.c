@@ -420,6 +420,7 @@ int ident_setup(struct cache *c)
 		return -ENOTSUP;
 	}
 	c->by_path = !handles;
+	c->bk_fuse = sfs.f_type == FUSE_SUPER_MAGIC;
 	ident_store(c);
 	log_msg(LOG_INFO,
 		"backing store %s (type %#lx): files are found by %s, identity "

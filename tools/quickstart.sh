@@ -10,7 +10,8 @@ PKGS="gcc meson ninja-build pkg-config libfuse3-dev fuse3 liburing-dev libpmem-d
 libinih-dev libblkid-dev libjson-c-dev libxxhash-dev libsystemd-dev systemd python3-pytest fio strace
 util-linux e2fsprogs acl valgrind gdb prometheus rclone mergerfs bindfs bonnie++ python3-matplotlib
 clang libclang-rt-dev iproute2 glusterfs-server glusterfs-client moosefs-master moosefs-chunkserver
-moosefs-client mpich libmpich-dev debhelper dpkg-dev lintian groff-base bash-completion"
+moosefs-client ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common mpich libmpich-dev debhelper
+dpkg-dev lintian groff-base bash-completion"
 
 install() {
 	if [ "$(id -u)" != 0 ]; then
@@ -19,8 +20,8 @@ install() {
 	fi
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
-	# The GlusterFS and MooseFS servers are test fixtures that the tests start themselves: their packages
-	# must not start glusterd or mfsmaster as services. policy-rc.d (exit 101: "action forbidden") stops
+	# The GlusterFS, MooseFS and Ceph servers are test fixtures that the tests start themselves: their packages
+	# must not start glusterd, mfsmaster or ceph-mon as services. policy-rc.d (exit 101: "action forbidden") stops
 	# invoke-rc.d from starting any; one the machine already has is left alone.
 	local policy=""
 	if [ ! -e /usr/sbin/policy-rc.d ]; then

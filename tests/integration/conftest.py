@@ -238,7 +238,8 @@ def make_cache(tmp_path):
 def _start_store(kind):
     import shutil
     from dfs import STORES
-    need = {"gluster": ["glusterd", "glusterfs"], "moosefs": ["mfsmaster", "mfschunkserver", "mfsmount"]}[kind]
+    need = {"gluster": ["glusterd", "glusterfs"], "moosefs": ["mfsmaster", "mfschunkserver", "mfsmount"],
+            "ceph": ["ceph-mon", "ceph-mgr", "ceph-osd", "ceph-mds", "ceph-fuse", "ceph"]}[kind]
     missing = [b for b in need if not shutil.which(b)]
     if missing:
         pytest.skip(f"{kind}: {', '.join(missing)} not installed (tools/quickstart.sh installs them)")
@@ -269,7 +270,15 @@ def moosefs_store():
     s.stop()
 
 
-DFS_KINDS = ["gluster", "moosefs"]
+@pytest.fixture(scope="module")
+def ceph_store():
+    """A CephFS cluster (mon, mgr, MDS, one OSD) with two ceph-fuse mounts (dfs.py), once per test module."""
+    s = _start_store("ceph")
+    yield s
+    s.stop()
+
+
+DFS_KINDS = ["gluster", "moosefs", "ceph"]
 
 
 @pytest.fixture(params=DFS_KINDS)
@@ -280,7 +289,7 @@ def store(request):
 
 @pytest.fixture
 def cache(make_cache, request):
-    """A formatted, mounted cache. Parametrized indirectly with "gluster" or "moosefs", its backing
+    """A formatted, mounted cache. Parametrized indirectly with "gluster", "moosefs" or "ceph", its backing
     directory is a fresh directory on that store's client mount 1 instead of a local one."""
     kind = getattr(request, "param", "local")
     extra = None

@@ -1,5 +1,6 @@
-"""Real distributed stores as test fixtures: a two-host GlusterFS volume and a MooseFS cluster, each in network
-namespaces on this machine, with two client mounts (two "nodes") that the tests see in the root namespace.
+"""Real distributed stores as test fixtures: a two-host GlusterFS volume, a MooseFS cluster and a CephFS cluster,
+each in network namespaces on this machine, with two client mounts (two "nodes") that the tests see in the root
+namespace.
 
 Layout (one store): a client namespace holds a bridge (10.213.N.1/24); each host is a network namespace with
 a veth pair to that bridge (10.213.N.11, .12). Servers run inside the host namespaces; the client mounts are
@@ -76,7 +77,7 @@ TMP = "/tmp"
 def sweep_orphans():
     """Remove what stores of dead test runs left (a run killed with SIGKILL runs no teardown): each store's
     temp dir names its namespaces (by tag) and holds the PID of the process that started it."""
-    for kind in ("gluster", "moosefs"):
+    for kind in STORES:
         for tmp in glob.glob(os.path.join(TMP, f"nvc-{kind}-*")):
             try:
                 with open(os.path.join(tmp, "owner")) as f:
@@ -170,6 +171,7 @@ class Store:
 
     kind = "?"
     nhosts = 2
+    grace = 5  # seconds between SIGTERM and SIGKILL at teardown
 
     def __init__(self):
         sweep_orphans()
@@ -247,14 +249,15 @@ class Store:
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()
+        deadline = time.time() + self.grace
         for p in self.procs:
             try:
-                p.wait(timeout=10)
+                p.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=10)
         self.procs = []
-        self.ns.kill_all()
+        self.ns.kill_all(self.grace)
         for m in self.mounts:  # a client killed before its unmount leaves a dead FUSE mount
             if mounted(m):
                 run("umount", "-l", m, check=False)
@@ -512,7 +515,163 @@ NICE_LEVEL = 0
         return "\n".join(out)
 
 
-STORES = {"gluster": Gluster, "moosefs": MooseFS}
+class Ceph(Store):
+    """A CephFS cluster: mon, mgr and MDS on host 1, one BlueStore OSD (on a sparse file in its directory) on
+    host 2, pools of size 1; two ceph-fuse clients. One ceph.conf (passed with -c) puts every data, log,
+    socket and pid file in the temp dir, and one keyring made before the mon's mkfs holds every key (no
+    `auth get-or-create` round trips). The clients run with ceph-fuse's defaults: coherence between them
+    comes from the MDS's capabilities, with no client option."""
+
+    kind = "ceph"
+    grace = 1  # OSDs and the MDS outlive SIGTERM by seconds: nothing of theirs is kept
+    client_options = []
+
+    def path(self, *p):
+        return os.path.join(self.tmp, *p)
+
+    def _write_conf(self):
+        t = self.tmp
+        mon = self.ns.addr(0)
+        self.fsid = str(uuid.uuid4())
+        self.conf = self.path("ceph.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"""[global]
+fsid = {self.fsid}
+mon_host = [v2:{mon}:3300,v1:{mon}:6789]
+public_network = 10.213.{self.ns.net}.0/24
+ms_bind_ipv6 = false
+keyring = {t}/keyring
+run_dir = {t}/run
+log_file = {t}/log/$name.$pid.log
+admin_socket = {t}/run/$name.$pid.asok
+pid_file = {t}/run/$name.pid
+crash_dir = {t}/crash
+mon_data = {t}/mon/$cluster-$id
+osd_data = {t}/osd/$cluster-$id
+mds_data = {t}/mds/$cluster-$id
+mgr_data = {t}/mgr/$cluster-$id
+exporter_sock_dir = {t}/run
+auth_allow_insecure_global_id_reclaim = false
+mon_allow_pool_size_one = true
+mon_allow_pool_delete = true
+mon_warn_on_pool_no_redundancy = false
+osd_pool_default_size = 1
+osd_pool_default_min_size = 1
+osd_pool_default_pg_num = 8
+osd_pool_default_pgp_num = 8
+osd_pool_default_pg_autoscale_mode = off
+osd_crush_chooseleaf_type = 0
+paxos_propose_interval = 0.1
+mon_data_avail_warn = 2
+mon_data_avail_crit = 1
+osd_objectstore = bluestore
+bluestore_block_create = true
+bluestore_block_size = 4294967296
+bluestore_fsck_on_mkfs = false
+osd_memory_target = 1073741824
+mgr_initial_modules = iostat
+""")
+
+    def ceph(self, *args, check=True, timeout=30):
+        """The ceph CLI as client.admin, from the clients' namespace."""
+        r = run(*self.ns.nsenter_client(), "ceph", "-c", self.conf, "--connect-timeout", "10", *args,
+                check=False, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"ceph {' '.join(args)}: rc={r.returncode}\n{r.stdout}{r.stderr}\n"
+                                 + self.logs())
+        return r
+
+    def _spawn(self, ns, name, argv):
+        logf = open(self.path("log", f"{name}.out"), "w")
+        p = subprocess.Popen(["ip", "netns", "exec", ns, *argv, "-c", self.conf], stdout=logf, stderr=logf)
+        logf.close()
+        p.nvc_name = name
+        self.procs.append(p)
+        return p
+
+    def _dead(self):
+        for p in self.procs:
+            if p.poll() is not None:
+                raise AssertionError(f"{p.nvc_name} exited rc={p.returncode}\n" + self.logs())
+        return False
+
+    def start_servers(self):
+        for d in ("run", "log", "crash", "mon", "osd/ceph-0", "mds/ceph-a", "mgr/ceph-x"):
+            os.makedirs(self.path(d))
+        self._write_conf()
+        h1, h2 = self.ns.hosts
+        kr = self.path("keyring")
+        caps = {"mon.": ["mon", "allow *"],
+                "client.admin": ["mon", "allow *", "osd", "allow *", "mds", "allow *", "mgr", "allow *"],
+                "mgr.x": ["mon", "allow profile mgr", "osd", "allow *", "mds", "allow *"],
+                "mds.a": ["mon", "allow profile mds", "osd", "allow *", "mds", "allow", "mgr",
+                          "allow profile mds"],
+                "osd.0": ["mon", "allow profile osd", "mgr", "allow profile osd", "osd", "allow *"]}
+        first = True
+        for name, c in caps.items():
+            argv = ["ceph-authtool", kr, "--gen-key", "-n", name]
+            if first:
+                argv.insert(1, "--create-keyring")
+                first = False
+            for i in range(0, len(c), 2):
+                argv += ["--cap", c[i], c[i + 1]]
+            run(*argv)
+        mon = self.ns.addr(0)
+        run("monmaptool", "--create", "--fsid", self.fsid, "--addv", "a", f"[v2:{mon}:3300,v1:{mon}:6789]",
+            self.path("monmap"))
+        # mkfs inside the host's namespace: else public_network matches none of its addresses
+        run("ip", "netns", "exec", h1, "ceph-mon", "-c", self.conf, "--mkfs", "-i", "a", "--monmap",
+            self.path("monmap"), "--keyring", kr)
+        self.osd_uuid = str(uuid.uuid4())
+        osd_mkfs = subprocess.Popen(["ip", "netns", "exec", h2, "ceph-osd", "-c", self.conf, "-i", "0", "--mkfs",
+                                     "--osd-uuid", self.osd_uuid], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+        try:
+            self._spawn(h1, "mon.a", ["ceph-mon", "-f", "-i", "a"])
+            self._spawn(h1, "mgr.x", ["ceph-mgr", "-f", "-i", "x"])
+            wait_for("mon quorum", lambda: self._dead() or self.ceph("mon", "stat", check=False,
+                                                                    timeout=15).returncode == 0,
+                     30, self.logs, interval=0.2)
+            out, _ = osd_mkfs.communicate(timeout=60)
+        finally:
+            if osd_mkfs.poll() is None:
+                osd_mkfs.kill()
+                osd_mkfs.wait()
+        if osd_mkfs.returncode != 0:
+            raise AssertionError(f"ceph-osd --mkfs: rc={osd_mkfs.returncode}\n{out}\n" + self.logs())
+        self.ceph("osd", "new", self.osd_uuid, "0")
+        self._spawn(h2, "osd.0", ["ceph-osd", "-f", "-i", "0"])
+        self.ceph("osd", "pool", "create", "cephfs_meta", "8")
+        self.ceph("osd", "pool", "create", "cephfs_data", "8")
+        self.ceph("fs", "new", "cephfs", "cephfs_meta", "cephfs_data")
+        self._spawn(h1, "mds.a", ["ceph-mds", "-f", "-i", "a"])
+        wait_for("OSD up", lambda: self._dead() or '"num_up_osds":1' in self.ceph(
+            "osd", "stat", "--format", "json", check=False).stdout.replace(" ", ""), 40, self.logs, interval=0.3)
+        wait_for("MDS active", lambda: self._dead() or "up:active" in self.ceph(
+            "mds", "stat", check=False).stdout, 40, self.logs, interval=0.3)
+
+    def mount_clients(self):
+        self.clients = []
+        for n, m in enumerate(self.mounts):
+            name = f"client{n + 1}"
+            logf = open(self.path("log", f"{name}.out"), "a")
+            p = subprocess.Popen([*self.ns.nsenter_client(), "ceph-fuse", "-f", "-c", self.conf, "-n", "client.admin",
+                                  *self.client_options, m], stdout=logf, stderr=logf)
+            logf.close()
+            p.nvc_name = name
+            self.procs.append(p)
+            self.clients.append(p)
+            wait_for(f"client mount {m}", lambda m=m: (mounted(m) and os.statvfs(m)) or self._dead(), 30,
+                     self.logs)
+
+    def logs(self):
+        out = []
+        for f in sorted(glob.glob(self.path("log", "*"))):
+            out.append(f"--- {os.path.basename(f)}\n" + tail(f, 25))
+        return "\n".join(out)
+
+
+STORES = {"gluster": Gluster, "moosefs": MooseFS, "ceph": Ceph}
 
 
 def start_store(kind):

@@ -21,7 +21,7 @@ def created(cache, d):
     return data
 
 
-@pytest.mark.parametrize("cache", ["local", "gluster", "moosefs"], indirect=True)
+@pytest.mark.parametrize("cache", ["local", "gluster", "moosefs", "ceph"], indirect=True)
 def test_create_by_the_daemons_user_asks_only_what_it_must(cache):
     """A file created by the daemon's own user (root here) is already the caller's: no chown. The
     descriptor that made it serves its writes: it is not reopened. It cannot carry an identity stamp yet:

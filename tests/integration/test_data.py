@@ -8,7 +8,7 @@ import pytest
 from workload import MiB, assert_same_tree, run_workload
 
 # these run three times: over a local backing directory, and over GlusterFS and MooseFS (dfs.py, conftest)
-ON_STORES = pytest.mark.parametrize("cache", ["local", "gluster", "moosefs"], indirect=True)
+ON_STORES = pytest.mark.parametrize("cache", ["local", "gluster", "moosefs", "ceph"], indirect=True)
 
 
 @ON_STORES
@@ -72,7 +72,7 @@ def test_sparse_holes_and_truncate(cache):
 
 
 # not over GlusterFS: its client itself answers fchmod and fsetxattr on an open, unlinked file with ESTALE
-@pytest.mark.parametrize("cache", ["local", "moosefs"], indirect=True)
+@pytest.mark.parametrize("cache", ["local", "moosefs", "ceph"], indirect=True)
 def test_unlink_open_file_and_hard_links(cache):
     a, b = cache.path("a"), cache.path("b")
     with open(a, "wb") as f:

@@ -77,7 +77,8 @@ def writer(mnt, model, wid, stop, seed):
 
 # over a local backing directory, and over GlusterFS and MooseFS (dfs.py) with the kernel's caches dropped
 # before each mount, so that the daemon finds its files on a store that has forgotten their handles
-@pytest.mark.parametrize("copies,store", [("1", "local"), ("2", "local"), ("1", "gluster"), ("1", "moosefs")])
+@pytest.mark.parametrize("copies,store", [("1", "local"), ("2", "local"), ("1", "gluster"), ("1", "moosefs"),
+                                         ("1", "ceph")])
 def test_kill9_rounds(make_cache, request, copies, store):
     extra = {"destage.idle_after": "50ms", "destage.high_watermark": "30", "destage.low_watermark": "10",
              "cache.dirty_copies": copies}

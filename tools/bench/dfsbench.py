@@ -1,4 +1,4 @@
-"""tools/bench/dfsbench.py: suite.py --dfs — nvcachefs over GlusterFS and MooseFS against each store alone, the FUSE floor and the raw DIMM, a two-node MPI-IO checkpoint and the metadata rate."""
+"""tools/bench/dfsbench.py: suite.py --dfs — nvcachefs over GlusterFS, MooseFS and CephFS against each store alone, the FUSE floor and the raw DIMM, a two-node MPI-IO checkpoint and the metadata rate."""
 import json
 import multiprocessing
 import os
@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import dfs  # noqa: E402  the distributed-store fixtures of the integration tests
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NAMES = {"gluster": "GlusterFS", "moosefs": "MooseFS"}
+NAMES = {"gluster": "GlusterFS", "moosefs": "MooseFS", "ceph": "CephFS"}
 BLK = 4096
 PER_NODE = 4  # checkpoint processes per node; two nodes
 
@@ -313,8 +313,9 @@ class DfsBench(Bench):
           f"before each cell); {self.nfiles} files per metadata round, best of two rounds. nvcachefs: two "
           f"{self.dimm // MiB} MiB emulated DIMMs each (loop devices over /dev/shm, direct I/O), default "
           f"configuration. Stores: dfs.py's fixtures (two hosts in network namespaces on this machine; "
-          f"GlusterFS 2-brick distribute volume, MooseFS master + 2 chunkservers, goal 2; client caches off "
-          f"as the fixtures set them). FUSE floor: bindfs over the local disk. Taken on a shared 2-core "
+          f"GlusterFS 2-brick distribute volume, MooseFS master + 2 chunkservers, goal 2, client caches off "
+          f"as the fixtures set them; CephFS mon + mgr + MDS and one BlueStore OSD, pools of size 1, ceph-fuse "
+          f"with its default options). FUSE floor: bindfs over the local disk. Taken on a shared 2-core "
           f"machine with other jobs running: single cells move by 2x between runs; read the ratios.\n")
         for n in self.notes:
             w(f"- {n}")

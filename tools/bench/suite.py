@@ -943,9 +943,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="short runs and a small working set: under 5 minutes")
     ap.add_argument("--out", help="results folder (default results/DATE-quick|full)")
-    ap.add_argument("--dfs", metavar="STORES", help="instead: nvcachefs over distributed stores (gluster,moosefs) "
-                    "against each store alone, the FUSE floor and the raw DIMM; an MPI-IO checkpoint on two nodes; "
-                    "metadata rates (tools/bench/dfsbench.py)")
+    ap.add_argument("--dfs", metavar="STORES", help="instead: nvcachefs over distributed stores "
+                    "(gluster,moosefs,cephfs) against each store alone, the FUSE floor and the raw DIMM; an MPI-IO "
+                    "checkpoint on two nodes; metadata rates (tools/bench/dfsbench.py)")
     ap.add_argument("--before", metavar="BUILD", help="with --dfs: also measure the creates of this build "
                     "directory's daemon")
     ap.add_argument("--no-mpi", action="store_true", help="with --dfs: the checkpoint by plain processes")
@@ -963,9 +963,9 @@ def main():
     out = a.out or os.path.join(ROOT, "results", time.strftime("%Y%m%d-%H%M%S") + ("-dfs" if a.dfs else "") + kind)
     if a.dfs:
         from dfsbench import DfsBench
-        kinds = a.dfs.split(",")
-        if any(k not in ("gluster", "moosefs") for k in kinds):
-            sys.exit("suite.py: --dfs takes gluster, moosefs or both")
+        kinds = [{"cephfs": "ceph"}.get(k, k) for k in a.dfs.split(",")]
+        if any(k not in ("gluster", "moosefs", "ceph") for k in kinds):
+            sys.exit("suite.py: --dfs takes gluster, moosefs, cephfs, or several of them comma-separated")
         b = DfsBench(a.quick, out, kinds, before=a.before and os.path.abspath(a.before), mpi=not a.no_mpi)
     else:
         only = a.only.split(",") if a.only else None
