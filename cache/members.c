@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -273,8 +274,9 @@ static int cand_add(struct cand *cs, int *n, int max, const char *name,
 /*
  * 1 if name's superblock copies (read without opening it for use: no
  * O_EXCL, nothing written) name set as their cache, 0 if not, -1 if
- * neither copy is an nvcachefs superblock.  Only a filter: a device that
- * passes is opened and its superblock checked in full (sb_read).
+ * neither copy is an nvcachefs superblock, -errno - 1 if it cannot be
+ * opened.  Only a filter: a device that passes is opened for use (dev_open:
+ * O_EXCL for a block device) and its superblock checked in full (sb_read).
  */
 static int peek_ours(const char *name, const uint8_t set[16])
 {
@@ -282,7 +284,7 @@ static int peek_ours(const char *name, const uint8_t set[16])
 	int fd = open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK), copy, any = 0;
 
 	if (fd < 0)
-		return 0;
+		return -errno - 1; /* below -1: why it could not be read */
 	for (copy = 0; copy < SB_COPIES; copy++) {
 		if (pread(fd, &sb, sizeof(sb), 4096 * (copy + 1)) !=
 			    (ssize_t)sizeof(sb) ||
@@ -299,7 +301,8 @@ static int peek_ours(const char *name, const uint8_t set[16])
 }
 
 /* Every block device of the machine, for members no name found. */
-static int cand_scan(struct cand *cs, int *n, int max, char (*names)[64])
+static int cand_scan(struct cand *cs, int *n, int max, char (*names)[64],
+		     int nnames)
 {
 	DIR *dir = opendir("/sys/class/block");
 	struct dirent *e;
@@ -307,10 +310,27 @@ static int cand_scan(struct cand *cs, int *n, int max, char (*names)[64])
 
 	if (!dir)
 		return 0;
-	while ((e = readdir(dir)) && used < 64 && *n < max) {
+	while ((e = readdir(dir)) && used < nnames && *n < max) {
+		char p[300], size[32] = "";
+		char *c;
+		FILE *f;
+
 		if (e->d_name[0] == '.')
 			continue;
+		/* no medium (an unbound loop device, an empty drive): skip */
+		snprintf(p, sizeof(p), "/sys/class/block/%s/size", e->d_name);
+		f = fopen(p, "re");
+		if (f) {
+			if (!fgets(size, sizeof(size), f))
+				size[0] = 0;
+			fclose(f);
+		}
+		if (!strtoull(size, NULL, 10))
+			continue;
 		snprintf(names[used], 64, "/dev/%.58s", e->d_name);
+		for (c = names[used]; *c; c++)
+			if (*c == '!') /* cciss!c0d0: /dev/cciss/c0d0 */
+				*c = '/';
 		cand_add(cs, n, max, names[used++], 0);
 	}
 	closedir(dir);
@@ -456,15 +476,28 @@ int members_open(const struct cache_config *cfg, const struct meta_hdr *h,
 		 const char *const *extra, int nextra, int allow_missing,
 		 struct dev **devs, int *missing, char *err, size_t errlen)
 {
-	enum { MAXC = 3 * NVC_MAX_DEVS + 64 };
-	struct cand cs[MAXC];
-	struct dev *cd[MAXC];
-	char scanned[64][64];
-	int kof[MAXC], n = 0, i, ret = 0, nmiss = 0, want_scan = 0;
+	enum { NSCAN = 1024, MAXC = 3 * NVC_MAX_DEVS + NSCAN };
+	struct work {
+		struct cand cs[MAXC];
+		struct dev *cd[MAXC];
+		char scanned[NSCAN][64];
+		int kof[MAXC];
+	} *w = calloc(1, sizeof(*w));
+	struct cand *cs;
+	struct dev **cd;
+	int n = 0, i, ret = 0, nmiss = 0, want_scan = 0, *kof;
 	char u[37];
 	uint32_t k;
 
 	*missing = 0;
+	if (!w) {
+		snprintf(err, errlen, "cannot look for the cache devices: %s",
+			 strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	cs = w->cs;
+	cd = w->cd;
+	kof = w->kof;
 	for (i = 0; i < cfg->ndevs; i++)
 		cand_add(cs, &n, MAXC, cfg->dev_paths[i], 1);
 	for (k = 0; k < h->ndevs; k++)
@@ -477,12 +510,16 @@ again:
 		if (cs[i].dev || cs[i].err || cs[i].peeked)
 			continue;
 		cs[i].peeked = peek_ours(cs[i].name, h->set_uuid);
+		if (cs[i].peeked < -1)
+			cs[i].err = cs[i].peeked + 1;
 		if (cs[i].peeked < 1) {
-			cs[i].sb_bad = cs[i].peeked < 0;
+			cs[i].sb_bad = cs[i].peeked == -1;
 			continue;
 		}
 		cs[i].err = dev_open(cs[i].name, &cs[i].dev);
-		if (cs[i].err == -EBUSY && cs[i].listed) {
+		if (cs[i].err == -EBUSY) {
+			/* this cache's superblock, held by someone: the
+			 * cache is mounted, or being checked */
 			snprintf(err, errlen,
 				 "%s: cannot open cache device: in use "
 				 "(mounted, or by another nvcachefs)",
@@ -510,7 +547,7 @@ again:
 		want_scan = !devs[k] && !h->removed[k];
 	if (want_scan == 1) {
 		want_scan = 2; /* once */
-		cand_scan(cs, &n, MAXC, scanned);
+		cand_scan(cs, &n, MAXC, w->scanned, NSCAN);
 		goto again;
 	}
 	for (k = 0; k < h->ndevs; k++) {
@@ -581,6 +618,7 @@ out_close:
 	if (ret)
 		for (k = 0; k < h->ndevs; k++)
 			devs[k] = NULL;
+	free(w);
 	return ret;
 }
 

@@ -561,6 +561,22 @@ const struct meta_hdr *meta_hdr_of(struct meta *m)
 }
 
 /*
+ * 1 if old (valid, of the same cache, not marked stale) is behind cur (the
+ * current header, mirror c) no more than a crash between the two persists
+ * of one header write leaves it: the same generation (the same writes, or
+ * two headers written before generations), or mirror 0 one ahead (written
+ * first).  Anything else (mirror 1 ahead without calling mirror 0 stale, or
+ * a larger gap: a place that missed writes, found again) is not a torn write
+ * but a stale mirror, rebuilt whole: its records may have missed writes
+ * too.
+ */
+static int hdr_torn(const struct meta_hdr *cur, const struct meta_hdr *old,
+		    int c)
+{
+	return cur->gen == old->gen || (c == 0 && cur->gen == old->gen + 1);
+}
+
+/*
  * The two headers of one attached cache are made the same: the older takes
  * every field of the current one (its own mirror index aside), persisted.
  * A crash between the two persists of a header write (hdr_apply: the member
@@ -629,9 +645,8 @@ static int hdr_set_failed(struct meta *m, int k, uint32_t failed)
 {
 	struct meta_hdr *h = m->r[k].addr;
 
-	/* marking the other stale makes this header the newer; the mark's
-	 * clearing, once the other is a copy of this one, does not */
-	if (failed & ~h->failed)
+	/* a header write like any other: a generation of its own */
+	if (failed != h->failed)
 		h->gen = next_gen(m);
 	h->failed = failed;
 	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
@@ -782,10 +797,27 @@ static int meta_rebuild(struct meta *m, int bad, int good, uint64_t total)
 	if (!ret)
 		ret = pm_persist(&m->r[bad], h, META_HDR_SIZE);
 	/* a stand-in for a missing device is no copy: the mark stays */
-	if (!ret && !m->r[bad].missing &&
-	    ((const struct meta_hdr *)m->r[good].addr)->failed)
-		ret = hdr_set_failed(m, good, 0);
-	return ret;
+	if (ret || m->r[bad].missing ||
+	    !((const struct meta_hdr *)m->r[good].addr)->failed)
+		return ret;
+	/* the mark goes (a generation of its own, so that a place that was
+	 * stale before, found again, is never one generation behind), then
+	 * the copy takes that header too */
+	ret = hdr_set_failed(m, good, 0);
+	if (ret)
+		return ret;
+	memcpy(h, m->r[good].addr, META_HDR_SIZE);
+	h->mirror = bad;
+	h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
+	return pm_persist(&m->r[bad], h, META_HDR_SIZE);
+}
+
+int meta_mark_stale(struct meta *m, int i)
+{
+	struct meta_hdr *h = m->r[!i].addr;
+
+	assert(m->have[!i]);
+	return hdr_set_failed(m, !i, h->failed | 1u << i);
 }
 
 /* A mirror that a valid header of the other calls stale is not trusted. */
@@ -1058,6 +1090,16 @@ int meta_attach_named(struct meta *m, struct pm_region r[2],
 			 "different caches",
 			 n[0], n[1]);
 		return -EINVAL;
+	}
+	if (m->have[!good] && !hdr_torn(h[good], h[!good], good)) {
+		/* it missed header writes, so maybe records too */
+		m->have[!good] = 0;
+		ret[!good] = -ESTALE;
+		snprintf(why[!good], sizeof(why[!good]),
+			 "stale: its header's generation %llu is behind the "
+			 "other's %llu by more than one interrupted write",
+			 (unsigned long long)h[!good]->gen,
+			 (unsigned long long)h[good]->gen);
 	}
 	if (m->have[!good]) {
 		ret[!good] = hdr_reconcile(m, good);

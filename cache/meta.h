@@ -381,6 +381,9 @@ int meta_hdr_why(const void *addr, size_t len, uint64_t *total_len, char *why,
  * other stale.
  */
 int meta_current(const struct meta_hdr *h[2], const int valid[2]);
+/* Mirror i is marked stale in the other's header (a generation of its own);
+ * the other must be usable.  0 or -errno. */
+int meta_mark_stale(struct meta *m, int i);
 /* The current header of an attached meta, or NULL if no mirror is usable. */
 const struct meta_hdr *meta_hdr_of(struct meta *m);
 /* Attach to two mapped mirrors; checks headers against each other and

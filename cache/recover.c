@@ -735,16 +735,12 @@ static int mirrors_missing(struct meta *m)
 	int i;
 
 	for (i = 0; i < 2; i++) {
-		struct meta_hdr *h = m->r[!i].addr;
-
 		if (!m->r[i].missing)
 			continue;
 		assert(m->have[!i] && !m->r[!i].missing);
 		m->have[i] = 0;
 		m->rebuilt[i] = STAT_MIRROR_MISSING;
-		h->failed |= 1u << i;
-		h->csum = meta_csum(h, offsetof(struct meta_hdr, csum));
-		return pm_persist(&m->r[!i], h, META_HDR_SIZE);
+		return meta_mark_stale(m, i);
 	}
 	return 0;
 }
@@ -966,7 +962,9 @@ void cache_note_member_names(struct cache *c)
 	uint8_t removed[NVC_MAX_DEVS];
 	int d;
 
-	if (!members_recorded(meta_hdr_of(&c->meta)))
+	const struct meta_hdr *h = meta_hdr_of(&c->meta);
+
+	if (!h || !members_recorded(h))
 		return;
 	meta_member_names(&c->meta, names, rdevs);
 	meta_removed(&c->meta, removed);
