@@ -134,6 +134,7 @@ static int grow_refused(struct cache *c, char *err, size_t errlen)
 int grow_run(struct cache *c, struct dev *nd, char *err, size_t errlen)
 {
 	uint8_t members[NVC_MAX_DEVS][16];
+	struct meta_ident id;
 	uint64_t fits, count, room = c->meta.layout.room - c->nslots;
 	int k = c->ndevs, ret = grow_refused(c, err, errlen);
 	char b[2][32];
@@ -151,7 +152,7 @@ int grow_run(struct cache *c, struct dev *nd, char *err, size_t errlen)
 	}
 	count = fits < room ? fits : room;
 	meta_members(&c->meta, members);
-	ret = member_sb_write(c, k, count, nd, members, err, errlen);
+	ret = member_sb_write(c, k, count, nd, members, NULL, err, errlen);
 	if (ret)
 		goto err_log;
 	ret = meta_grow(&c->meta, k, members[k], count);
@@ -162,12 +163,14 @@ int grow_run(struct cache *c, struct dev *nd, char *err, size_t errlen)
 	}
 	free(c->grown_names[k]);
 	c->grown_names[k] = strdup(dev_path(nd));
+	devid_of(nd, members[k], &id);
+	meta_set_member_name(&c->meta, k, dev_path(nd), id.rdev);
 	grow_publish(c, k, nd, count);
 	stat_fmt_bytes(count * c->bs, b[0], sizeof(b[0]));
 	stat_fmt_bytes(usable_slots(c) * c->bs, b[1], sizeof(b[1]));
 	log_msg(LOG_NOTICE,
 		"add: %s is member %d, in use now with %s%s; the cache holds "
-		"%s; add it to cache.devices",
+		"%s (it is found by its UUID at the next mount)",
 		dev_path(nd), k + 1, b[0],
 		count < fits ? " (what the metadata has room for)" : "", b[1]);
 	return 0;
