@@ -578,23 +578,25 @@ void devlife_resume_join(struct cache *c)
  * under way (meta_hdr.removing, written before the drain): the next mount
  * runs it again (resume_main); after, it is removed.
  */
-int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
+int cache_remove_dev(struct cache *c, const char *name, cache_progress_fn fn,
 		     void *arg, char *err, size_t errlen)
 {
 	uint8_t removed[NVC_MAX_DEVS];
+	char path[PATH_MAX]; /* the device's own name, whatever name was given */
 	struct dev *standin;
 	int k, d, left = 0, ret;
 
 	err[0] = 0;
 	pthread_mutex_lock(&devlife_lock);
-	k = devid_member(c, path);
+	k = devid_member(c, name);
 	meta_removed(&c->meta, removed);
 	if (k == c->ndevs || removed[k]) {
 		snprintf(err, errlen, "%s is not a device of this cache%s",
-			 path, k < c->ndevs ? " any more (removed)" : "");
+			 name, k < c->ndevs ? " any more (removed)" : "");
 		ret = -EINVAL;
 		goto out_unlock;
 	}
+	snprintf(path, sizeof(path), "%s", dev_path(c->devs[k]));
 	for (d = 0; d < c->ndevs; d++)
 		left += d != k && !removed[d] && !c->dev_failed[d];
 	if (c->detached || !left || (c->cfg->dirty_copies > 1 && left < 2)) {
@@ -653,7 +655,7 @@ err_record:
 	if (!devlife_stopping(c))
 		meta_set_removing(&c->meta, 0);
 err_log:
-	log_msg(LOG_ERR, "remove of %s failed: %s", path, err);
+	log_msg(LOG_ERR, "remove of %s failed: %s", name, err);
 out_unlock:
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;
