@@ -134,18 +134,18 @@ static int is_member_dev(struct cache *c, int d, const struct thing *t)
 	       same_thing(&m, t);
 }
 
-/* t is this cache's: a member's device, a name a member has, was listed or
- * was last found at, or a metadata mirror.  0, or -EINVAL with err set. */
+/* t is this cache's: a member's device, what a name a member has or was
+ * listed by names now, or a metadata mirror (not the names members were
+ * last found at: after a renumbering they may name a new device); place:
+ * judged as a mirror's new place.  0, or -EINVAL with err set. */
 static int of_this_cache(struct cache *c, const char *path,
-			 const struct thing *t, char *err, size_t errlen)
+			 const struct thing *t, int place, char *err,
+			 size_t errlen)
 {
-	char names[NVC_MAX_DEVS][META_NAME_LEN];
-	uint64_t rdevs[NVC_MAX_DEVS];
 	struct thing o;
 	struct stat st;
 	int d, k;
 
-	meta_member_names(&c->meta, names, rdevs);
 	for (d = 0; d < c->ndevs; d++) {
 		const char *as = NULL;
 
@@ -157,16 +157,11 @@ static int of_this_cache(struct cache *c, const char *path,
 		else if (thing_named(cache_listed_name(c, d), &o) &&
 			 same_thing(&o, t))
 			as = cache_listed_name(c, d);
-		else if (memchr(names[d], 0, META_NAME_LEN) &&
-			 thing_named(names[d], &o) && same_thing(&o, t))
-			as = names[d];
-		else if (rdevs[d] && t->blk && t->rdev == (dev_t)rdevs[d])
-			as = names[d][0] ? names[d] : "its recorded device";
 		if (as) {
 			snprintf(err, errlen,
-				 "%s is a device of this cache (member %d, "
+				 "%s is a %sdevice of this cache (member %d, "
 				 "as %s)",
-				 path, d + 1, as);
+				 path, place ? "cache " : "", d + 1, as);
 			return -EINVAL;
 		}
 	}
@@ -367,7 +362,7 @@ static int judge_name(struct cache *c, const char *path, struct thing *t,
 			 path);
 		return -ENODEV;
 	}
-	return of_this_cache(c, path, t, err, errlen);
+	return of_this_cache(c, path, t, 0, err, errlen);
 }
 
 /* nd, opened on path, is still what t was judged (no name changed
@@ -431,11 +426,24 @@ int devid_new_place(struct cache *c, const char *path, char *err,
 	struct dev *nd;
 	struct thing t;
 	struct stat st;
-	int ret;
+	int fd, created, ret;
 
-	if (stat(path, &st) && errno == ENOENT)
+	/* as the mirror is opened: no link followed (pm_open_place) */
+	fd = pm_open_place(path, 0, &st, &created, err, errlen);
+	if (fd == -ENOENT)
 		return 0; /* a new file: made O_EXCL, never through a link */
-	ret = judge_name(c, path, &t, err, errlen);
+	if (fd < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "%s: %s", path, strerror(-fd));
+		return fd;
+	}
+	close(fd);
+	if (!thing_of(&st, &t)) {
+		snprintf(err, errlen, "%s is not a block device or regular file",
+			 path);
+		return -ENODEV;
+	}
+	ret = of_this_cache(c, path, &t, 1, err, errlen);
 	if (ret)
 		return ret;
 	if (!t.blk) {
@@ -665,7 +673,7 @@ int devid_prove_place(struct cache *c, const char *path,
 		return fd;
 	}
 	ret = !thing_of(&st, &t) ? -ENODEV
-				 : of_this_cache(c, path, &t, err, errlen);
+				 : of_this_cache(c, path, &t, 1, err, errlen);
 	if (ret == -ENODEV)
 		snprintf(err, errlen, "%s is not a block device or regular file",
 			 path);

@@ -186,6 +186,13 @@ int mirror_replace(struct cache *c, const char *old, const char *new_path,
 		ret = -ENODATA;
 		goto out_unlock;
 	}
+	if (mirror_index(c, new_path) >= 0) {
+		snprintf(err, errlen,
+			 "%s is already a metadata mirror of this cache",
+			 new_path);
+		ret = -EINVAL;
+		goto out_unlock;
+	}
 	meta_mirror_id(&c->meta, &id);
 	ret = resumed ? resumed_place(c, k, new_path, &id, err, errlen)
 		      : devid_new_place(c, new_path, err, errlen);
