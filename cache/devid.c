@@ -134,21 +134,25 @@ static int is_member_dev(struct cache *c, int d, const struct thing *t)
 	       same_thing(&m, t);
 }
 
-/* t is this cache's: a member's device, what a name a member has or was
- * listed by names now, or a metadata mirror (not the names members were
+/* t is this cache's: a member's device, what a name a member (not removed)
+ * has or was listed by names now, or a metadata mirror (not the names members were
  * last found at: after a renumbering they may name a new device); place:
  * judged as a mirror's new place.  0, or -EINVAL with err set. */
 static int of_this_cache(struct cache *c, const char *path,
 			 const struct thing *t, int place, char *err,
 			 size_t errlen)
 {
+	uint8_t removed[NVC_MAX_DEVS];
 	struct thing o;
 	struct stat st;
 	int d, k;
 
+	meta_removed(&c->meta, removed);
 	for (d = 0; d < c->ndevs; d++) {
 		const char *as = NULL;
 
+		if (removed[d])
+			continue; /* its place holds nothing: its names are free */
 		if (is_member_dev(c, d, t))
 			as = dev_path(c->devs[d]);
 		else if (thing_named(dev_path(c->devs[d]), &o) &&

@@ -302,10 +302,11 @@ static int replace_run(struct cache *c, int k, const char *old, struct dev *nd,
 		       cache_progress_fn fn, void *arg, int *placed, char *err,
 		       size_t errlen)
 {
+	static const uint8_t none[16];
 	struct meta_ident id;
 	int ret = 0;
 
-	if (resumed)
+	if (resumed && memcmp(resumed->uuid, none, 16))
 		id = *resumed;
 	else /* step 0: nd known by what it is before anything is copied */
 		ret = replace_claim(c, k, nd, &id, err, errlen);
