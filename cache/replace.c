@@ -17,26 +17,31 @@
 /*
  * Replace.  The new device takes member k's place with k's blocks on it:
  *
- *   0. both headers record the replace under way (member, new device's
- *      path); the next mount resumes it on a thread of its own
- *      (devlife_resume_start), so a kill -9 or an unmount during the
- *      rebuild does not leave it half done; a replace that fails
- *      otherwise clears it;
+ *   0. the new device, judged new by what it is (devid.c), gets member
+ *      k's superblock under a UUID no member has, then both headers record
+ *      its identity (that UUID, its st_rdev or file, its size: replace_id)
+ *      and then the replace under way (member, new device's path); the
+ *      next mount resumes it on a thread of its own (devlife_resume_start),
+ *      onto the recorded path only once it proves to hold that identity
+ *      (devid_prove_dev; else nothing is written there and the replace
+ *      stays recorded, logged), so that a kill -9 or an unmount during the
+ *      rebuild does not leave it half done; a replace that fails otherwise
+ *      clears it;
  *   1. k's blocks are copied onto the new device at their offsets, which
  *      shadows k meanwhile (rebuild.c: from the old device, or from the
  *      second copies if it has failed);
- *   2. the new device gets member k's superblock with a new UUID, then both
- *      headers record that UUID for member k: the old device is a former
- *      member from then on (members.c refuses it by name);
+ *   2. the new device gets member k's superblock again, under the UUID of
+ *      step 0, then both headers record that UUID for member k (and the
+ *      name it was found at): the old device is a former member from then
+ *      on;
  *   3. the new device is swapped in (cache_dev_swap: under the flush lock),
  *      every I/O begun on the old one waited for, the old one closed;
  *   4. if the old device had failed, data written with one copy while it
  *      was failed gets its second copy (rebuild_twins), or, where there is
  *      no room for one, is destaged.
  * A crash before 2 leaves the old device member k and the new one scratch
- * (the resumed replace copies again); after 2, the new device is member k,
- * and a mount with the configuration naming the old one is refused with the
- * former member's name (change cache.devices, mount again).
+ * under the recorded identity (the resumed replace copies again); after 2,
+ * the new device is member k.
  */
 
 /*
@@ -572,9 +577,8 @@ void devlife_resume_join(struct cache *c)
  * headers mark it removed (meta_hdr.removed), and its device is swapped for
  * a fenced stand-in and closed, so that it can be pulled.  Its slots stay
  * in the layout, never used (slot_failed; usable_slots leaves them out of
- * the capacity and the watermarks).  cache.devices keeps an entry for it:
- * the mount takes any name it cannot open, or a device it identifies as the
- * removed member, for that place.  A crash before the headers say removed
+ * the capacity and the watermarks); a mount identifies the old device, if
+ * still there, as the removed member (members.c).  A crash before the headers say removed
  * leaves member k in use, emptier, and both headers recording the remove
  * under way (meta_hdr.removing, written before the drain): the next mount
  * runs it again (resume_main); after, it is removed.
