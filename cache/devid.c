@@ -689,11 +689,16 @@ int devid_prove_place(struct cache *c, const char *path,
 	size = st.st_size;
 	if (!ret && t.blk && ioctl(rfd, BLKGETSIZE64, &size))
 		size = 0;
-	if (!ret && ident_zero(id)) {
-		/* recorded before identities were: only a place that holds
-		 * nothing (a file it made is made again) */
-		ret = t.reg ? place_head_ours(c, rfd, path, id, err, errlen)
-			    : 0;
+	if (!ret && ident_zero(id) && t.reg) {
+		/* recorded before identities were: a file there cannot be
+		 * told from another one */
+		snprintf(err, errlen,
+			 "%s exists, and the replace recorded no identity to "
+			 "prove it is the file it made",
+			 path);
+		ret = -ESTALE;
+	} else if (!ret && ident_zero(id)) {
+		ret = place_head_ours(c, rfd, path, id, err, errlen);
 	} else if (!ret) {
 		ret = ident_matches(path, &t, size, id, err, errlen);
 		if (!ret)

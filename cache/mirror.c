@@ -85,9 +85,16 @@ static int resumed_place(struct cache *c, int k, const char *path,
 	struct stat st;
 	int gone, ret = devid_prove_place(c, path, id, &gone, err, errlen);
 
-	if (!ret && !gone && !lstat(path, &st) && S_ISREG(st.st_mode) &&
-	    unlink(path))
-		ret = -errno;
+	/* a file proven the one it made (id), if the name still holds it */
+	if (!ret && !gone && !lstat(path, &st) && S_ISREG(st.st_mode)) {
+		if (st.st_dev != (dev_t)id->dev || st.st_ino != id->ino) {
+			snprintf(err, errlen, "%s changed while it was checked",
+				 path);
+			ret = -EAGAIN;
+		} else if (unlink(path)) {
+			ret = -errno;
+		}
+	}
 	if (!ret)
 		return 0;
 	if (!err[0])
