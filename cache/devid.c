@@ -213,7 +213,8 @@ int devid_member(struct cache *c, const char *name)
 	uint8_t members[NVC_MAX_DEVS][16], u[16];
 	static const uint8_t zero[16];
 	struct thing t;
-	int k;
+	struct stat st;
+	int k, named;
 
 	if (!strncmp(name, "UUID=", 5)) {
 		if (parse_uuid(name + 5, u) || !memcmp(u, zero, 16))
@@ -224,14 +225,16 @@ int devid_member(struct cache *c, const char *name)
 		return k;
 	}
 	/* what the name is now, against each member's open device */
-	if (thing_named(name, &t))
-		for (k = 0; k < c->ndevs; k++)
-			if (is_member_dev(c, k, &t))
-				return k;
-	/* a member with no device open (missing, removed) by its name */
+	named = thing_named(name, &t);
+	for (k = 0; named && k < c->ndevs; k++)
+		if (is_member_dev(c, k, &t))
+			return k;
+	/* a member with no device open (missing, removed) by its name; one
+	 * whose device is open only by what the name is, if it is anything */
 	for (k = 0; k < c->ndevs; k++)
-		if (!strcmp(dev_path(c->devs[k]), name) ||
-		    !strcmp(cache_listed_name(c, k), name))
+		if ((!named || dev_stat(c->devs[k], &st)) &&
+		    (!strcmp(dev_path(c->devs[k]), name) ||
+		     !strcmp(cache_listed_name(c, k), name)))
 			return k;
 	return k;
 }
