@@ -312,7 +312,8 @@ static int sb_refused(struct cache *c, struct dev *nd, const char *path,
 			 "another nvcachefs cache, %s: its data would be lost; "
 			 "%s (if that cache is gone for good, zero its first "
 			 "MiB first)",
-			 path, sb.dev_index + 1, members_uuid_str(sb.dev_uuid, v),
+			 path, sb.dev_index + 1,
+			 members_uuid_str(sb.dev_uuid, v),
 			 members_uuid_str(sb.set_uuid, u), REFUSAL);
 		return -EEXIST;
 	}
@@ -365,8 +366,8 @@ static int judge_name(struct cache *c, const char *path, struct thing *t,
 	if (stat(path, &st))
 		return open_err(path, -errno, err, errlen);
 	if (!thing_of(&st, t)) {
-		snprintf(err, errlen, "%s is not a block device or regular file",
-			 path);
+		snprintf(err, errlen,
+			 "%s is not a block device or regular file", path);
 		return -ENODEV;
 	}
 	return of_this_cache(c, path, t, 0, err, errlen);
@@ -427,8 +428,7 @@ int devid_new_dev(struct cache *c, const char *path, uint64_t min_slots,
 	return ret;
 }
 
-int devid_new_place(struct cache *c, const char *path, char *err,
-		    size_t errlen)
+int devid_new_place(struct cache *c, const char *path, char *err, size_t errlen)
 {
 	struct dev *nd;
 	struct thing t;
@@ -446,8 +446,8 @@ int devid_new_place(struct cache *c, const char *path, char *err,
 	}
 	close(fd);
 	if (!thing_of(&st, &t)) {
-		snprintf(err, errlen, "%s is not a block device or regular file",
-			 path);
+		snprintf(err, errlen,
+			 "%s is not a block device or regular file", path);
 		return -ENODEV;
 	}
 	ret = of_this_cache(c, path, &t, 1, err, errlen);
@@ -499,9 +499,8 @@ static int ident_zero(const struct meta_ident *id)
 }
 
 /* t (size bytes) is where id was recorded; else err says what it is. */
-static int ident_matches(const char *path, const struct thing *t,
-			 uint64_t size, const struct meta_ident *id, char *err,
-			 size_t errlen)
+static int ident_matches(const char *path, const struct thing *t, uint64_t size,
+			 const struct meta_ident *id, char *err, size_t errlen)
 {
 	if (id->rdev && !(t->blk && t->rdev == (dev_t)id->rdev)) {
 		char now[32] = "a regular file";
@@ -682,8 +681,8 @@ int devid_prove_place(struct cache *c, const char *path,
 	ret = !thing_of(&st, &t) ? -ENODEV
 				 : of_this_cache(c, path, &t, 1, err, errlen);
 	if (ret == -ENODEV)
-		snprintf(err, errlen, "%s is not a block device or regular file",
-			 path);
+		snprintf(err, errlen,
+			 "%s is not a block device or regular file", path);
 	rfd = ret ? -1 : pm_reopen(fd, O_RDONLY);
 	if (!ret && rfd < 0) {
 		ret = rfd;

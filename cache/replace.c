@@ -220,8 +220,8 @@ static int new_member(struct cache *c, int k, struct dev *nd,
 	int ret;
 
 	meta_members(&c->meta, members);
-	ret = member_sb_write(c, k, member_slots(c, k), nd, members, uuid,
-			      err, errlen);
+	ret = member_sb_write(c, k, member_slots(c, k), nd, members, uuid, err,
+			      errlen);
 	if (ret)
 		return ret;
 	ret = meta_set_members(&c->meta, members);
@@ -286,8 +286,8 @@ static int replace_claim(struct cache *c, int k, struct dev *nd,
 	int ret;
 
 	meta_members(&c->meta, members);
-	ret = member_sb_write(c, k, member_slots(c, k), nd, members, NULL,
-			      err, errlen);
+	ret = member_sb_write(c, k, member_slots(c, k), nd, members, NULL, err,
+			      errlen);
 	if (ret)
 		return ret;
 	devid_of(nd, members[k], id);
@@ -448,8 +448,9 @@ static void resume_replace(struct cache *c, uint32_t m, const char *path)
 		return;
 	meta_replace_id(&c->meta, &id);
 	meta_members(&c->meta, members);
-	if (memcmp(id.uuid, zero, 16) ? !memcmp(members[m - 1], id.uuid, 16)
-				      : !strcmp(dev_path(c->devs[m - 1]), path)) {
+	if (memcmp(id.uuid, zero, 16)
+		    ? !memcmp(members[m - 1], id.uuid, 16)
+		    : !strcmp(dev_path(c->devs[m - 1]), path)) {
 		/* it took member m's place before the record was cleared */
 		meta_set_replacing(&c->meta, 0, NULL);
 		meta_set_replace_id(&c->meta, NULL);
@@ -587,7 +588,8 @@ int cache_remove_dev(struct cache *c, const char *name, cache_progress_fn fn,
 		     void *arg, char *err, size_t errlen)
 {
 	uint8_t removed[NVC_MAX_DEVS];
-	char path[PATH_MAX]; /* the device's own name, whatever name was given */
+	char path
+		[PATH_MAX]; /* the device's own name, whatever name was given */
 	struct dev *standin;
 	int k, d, left = 0, ret;
 
