@@ -588,8 +588,8 @@ int cache_remove_dev(struct cache *c, const char *name, cache_progress_fn fn,
 		     void *arg, char *err, size_t errlen)
 {
 	uint8_t removed[NVC_MAX_DEVS];
-	char path
-		[PATH_MAX]; /* the device's own name, whatever name was given */
+	/* the device's own name, whatever name was given */
+	char path[PATH_MAX];
 	struct dev *standin;
 	int k, d, left = 0, ret;
 
