@@ -1086,6 +1086,10 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes);
 /* 1 while a device-life command is to stop: the cache stops, or an unmount
  * began (cache_devlife_stop). */
 int devlife_stopping(struct cache *c);
+/* destage.c: cache_flush, given up (-ESHUTDOWN) once *stop is set (a
+ * device-life command's flush: &c->devlife_stop); checked every 200 ms. */
+int cache_flush_until(struct cache *c, cache_progress_fn fn, void *arg,
+		      const int *stop);
 /* Member k by a name of it: "UUID=" its UUID, or any name (symbolic links
  * followed) of its open device (st_rdev; st_dev and st_ino of a file), or
  * the name it was opened or listed by; c->ndevs if none. */

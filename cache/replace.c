@@ -107,7 +107,13 @@ static int drain(struct cache *c, int k, cache_progress_fn fn, void *arg,
 			ret = -ESHUTDOWN;
 			break;
 		}
-		ret = cache_flush(c, fn, arg);
+		ret = cache_flush_until(c, fn, arg, &c->devlife_stop);
+		if (ret == -ESHUTDOWN) {
+			snprintf(err, errlen,
+				 "stopped by the unmount; it resumes at the "
+				 "next mount");
+			break;
+		}
 		if (ret) {
 			snprintf(err, errlen,
 				 "its dirty data could not be destaged (%s)%s",

@@ -211,3 +211,36 @@ def test_members_named_by_links_and_uuid(make_cache):
     c.flush()
     in_store(c, blobs)
     assert c.unmount() == 0
+
+
+def test_unmount_stops_a_capped_remove(make_cache):
+    """An unmount during a remove whose destage is capped at 4 MiB/s (12 s of it) returns within seconds, the client
+    told; the next mount resumes the remove to the end, every byte kept."""
+    c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep", "destage.max_rate": "4M"})
+    c.format()
+    c.mount()
+    blobs = {f"f{i}": os.urandom(6 * MiB) for i in range(8)}
+    write_all(c, blobs)
+    p = subprocess.Popen([CTL, "remove", c.mnt, c.loops[2]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.time() + 10
+    while c.stats()["devices"][2]["state"] != "draining" and time.time() < deadline:
+        time.sleep(0.02)
+    assert c.stats()["devices"][2]["state"] == "draining"
+    time.sleep(0.3)
+    t0 = time.time()
+    sh("fusermount3", "-u", c.mnt)
+    rc = c.proc.wait(timeout=60)
+    took = time.time() - t0
+    c.proc = None
+    out, err = p.communicate(timeout=30)
+    assert rc == 0 and took < 6, (rc, took, c.log_text()[-2000:])
+    assert "stopped by the unmount; it resumes at the next mount" in err, (out, err)
+    c.mount("destage.max_rate=0")
+    wait_log(c, f"remove: resuming the remove of member 3 ({c.loops[2]})")
+    wait_log(c, f"remove: member 3 ({c.loops[2]}) is removed")
+    assert [d["state"] for d in c.stats()["devices"]] == ["ok", "ok", "removed"]
+    read_all(c, blobs)
+    c.flush()
+    in_store(c, blobs)
+    assert c.unmount() == 0
