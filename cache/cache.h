@@ -150,8 +150,14 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
  * (err). */
 int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 	      size_t errlen);
+/* The cache.devices line naming today's members (check.c): where each is
+ * found now (unmounted), or where the daemon recorded finding it (mounted);
+ * a member not found as UUID=..., a removed one as spare.  0, or -errno
+ * with err set. */
+int fmt_devices_line(const struct cache_config *cfg, char *line, size_t len,
+		     char *err, size_t errlen);
 /* The same on open devices and regions; returns the number of problems. */
-int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
+int fmt_check_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		   struct pm_region r[2], FILE *out, int problems);
 
 /* ----------------------------------------------------------------- cache */

@@ -11,6 +11,9 @@
 #include <xxhash.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -35,7 +38,8 @@ static void problem(struct chk *k, const char *fmt, ...)
 }
 
 static int check_superblocks(struct chk *k, const struct cache_config *cfg,
-			     struct dev **devs, const struct meta_hdr *h)
+			     struct dev **devs, int n,
+			     const struct meta_hdr *h)
 {
 	struct sb_disk *buf = dev_alloc_buf(sizeof(*buf));
 	char why[256], u[2][37];
@@ -47,14 +51,18 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 	if (h)
 		meta_layout_of(h, &l);
 	fprintf(k->out, "superblocks:\n");
-	for (d = 0; d < cfg->ndevs; d++) {
+	for (d = 0; d < n; d++) {
 		int good = 0;
 
 		if (h && d < NVC_MAX_DEVS && h->removed[d]) {
 			fprintf(k->out, "  member %d: removed (%s)\n", d + 1,
-				dev_path(devs[d]));
+				devs[d] ? dev_path(devs[d])
+					: h->names[d][0] ? h->names[d]
+							 : "gone");
 			continue;
 		}
+		if (!devs[d])
+			continue; /* not found: reported by member_devs */
 
 		for (copy = 0; copy < SB_COPIES; copy++) {
 			int ret = dev_read(devs[d], buf, sizeof(*buf),
@@ -112,9 +120,9 @@ static int check_superblocks(struct chk *k, const struct cache_config *cfg,
 			    (h && buf->ndevs != layout_sb_ndevs(&l, d)))
 				problem(k,
 					"%s: formatted as device %u of %u, "
-					"configured as %d of %d",
+					"checked as %d of %d",
 					dev_path(devs[d]), buf->dev_index + 1,
-					buf->ndevs, d + 1, cfg->ndevs);
+					buf->ndevs, d + 1, n);
 			if (buf->block_size != cfg->block_size)
 				problem(k, "%s: block size %u, configured %llu",
 					dev_path(devs[d]), buf->block_size,
@@ -362,7 +370,8 @@ static void check_map(struct chk *k, struct pm_region r[2],
 		(unsigned long long)h->nslots, (unsigned long long)dirty_slots);
 }
 
-/* The header against the configuration. */
+/* The header against the configuration (the device count only for a
+ * cache without a member table: the others are found by identity). */
 static void check_geometry(struct chk *k, const struct cache_config *cfg,
 			   const struct meta_hdr *h)
 {
@@ -371,39 +380,70 @@ static void check_geometry(struct chk *k, const struct cache_config *cfg,
 			"metadata header block_size %u, configured "
 			"cache.block_size %llu",
 			h->block_size, (unsigned long long)cfg->block_size);
-	if (h->ndevs != (uint32_t)cfg->ndevs)
+	if (!members_recorded(h) && h->ndevs != (uint32_t)cfg->ndevs)
 		problem(k, "metadata header ndevs %u, cache.devices lists %d",
 			h->ndevs, cfg->ndevs);
 }
 
-int fmt_check_open(const struct cache_config *cfg, struct dev **devs,
+/* The ndev devices given in member order into ord, as a mount takes them
+ * (members.c); *n: how many places. */
+static void member_devs(struct chk *k, const struct cache_config *cfg,
+			struct dev **devs, int ndev, const struct meta_hdr *h,
+			struct dev **ord, int *n)
+{
+	char err[512], u[37];
+	int kof[NVC_MAX_DEVS], missing = 0;
+	uint32_t m;
+
+	memcpy(ord, devs, ndev * sizeof(*devs));
+	*n = ndev;
+	if (!h || !members_recorded(h)) {
+		if (h && members_order(h, ord, ndev, &missing, err,
+				       sizeof(err)))
+			problem(k, "%s", err);
+		return;
+	}
+	*n = (int)h->ndevs;
+	if (members_pick(h, devs, ndev, ord, kof, err, sizeof(err))) {
+		problem(k, "%s", err);
+		return;
+	}
+	for (m = 0; m < h->ndevs; m++)
+		if (!ord[m] && !h->removed[m])
+			problem(k,
+				"member %u of %u (UUID %s, last found at %s) is "
+				"not among the devices checked",
+				m + 1, h->ndevs,
+				members_uuid_str(h->members[m], u),
+				h->names[m][0] ? h->names[m] : "no recorded name");
+}
+
+int fmt_check_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		   struct pm_region r[2], FILE *out, int problems)
 {
 	struct chk k = { .out = out, .problems = problems };
-	const struct meta_hdr *h = NULL;
+	const struct meta_hdr *h = NULL, *hh[2] = { r[0].addr, r[1].addr };
+	struct dev *ord[NVC_MAX_DEVS] = { 0 };
 	char why[2][256];
-	int i;
+	int i, n, valid[2];
 
 	for (i = 0; i < 2; i++)
-		if (!meta_hdr_why(r[i].addr, r[i].len, NULL, why[i],
-				  sizeof(why[i])) &&
-		    !h)
-			h = r[i].addr;
-	if (h) {
-		char err[512];
-		int missing = 0;
-
-		/* the listed devices in member order, as a mount takes them */
-		if (members_order(h, devs, cfg->ndevs, &missing, err,
-				  sizeof(err)))
-			problem(&k, "%s", err);
-	}
-	check_superblocks(&k, cfg, devs, h);
+		valid[i] = !meta_hdr_why(r[i].addr, r[i].len, NULL, why[i],
+					 sizeof(why[i]));
+	/* the header a mount takes as current (meta_current) */
+	i = meta_current(hh, valid);
+	if (i == -EUCLEAN)
+		problem(&k, "each metadata mirror's header says the other "
+			    "failed: which one is current cannot be told");
+	else if (i >= 0)
+		h = hh[i];
+	member_devs(&k, cfg, devs, ndev, h, ord, &n);
+	check_superblocks(&k, cfg, ord, n, h);
 	if (h)
 		check_geometry(&k, cfg, h);
 	if (h)
 		check_map(&k, r, h);
-	else
+	else if (i != -EUCLEAN)
 		problem(&k,
 			"neither metadata mirror has a valid header (mirror "
 			"0: %s; mirror 1: %s)",
@@ -456,6 +496,62 @@ static void check_lost_found(const struct cache_config *cfg, FILE *out)
 	free(path);
 }
 
+/* The devices to check: by identity where the current header records
+ * members (members.c, as a mount finds them; one not found is reported by
+ * fmt_check_open), else cache.devices in its order.  0, or -errno with err
+ * set. */
+static int check_open_devs(const struct cache_config *cfg,
+			   struct pm_region r[2], struct chk *k,
+			   struct dev **devs, int *ndev, char *err,
+			   size_t errlen)
+{
+	const struct meta_hdr *hh[2] = { r[0].addr, r[1].addr };
+	int i, ret, valid[2], spare = 0, missing;
+
+	for (i = 0; i < 2; i++)
+		valid[i] = r[i].addr && !meta_hdr_check(r[i].addr, r[i].len, NULL);
+	i = meta_current(hh, valid);
+	if (i >= 0 && members_recorded(hh[i])) {
+		ret = members_open(cfg, hh[i], NULL, 0, 1, devs, &missing, err,
+				   errlen);
+		if (ret == -EBUSY)
+			return ret;
+		if (ret) {
+			problem(k, "%s", err);
+			err[0] = 0;
+			return 0;
+		}
+		if (missing) {
+			/* fmt_check_open names it */
+			dev_close(devs[missing - 1]);
+			devs[missing - 1] = NULL;
+		}
+		*ndev = (int)hh[i]->ndevs;
+		return 0;
+	}
+	if (i >= 0)
+		for (int d = 0; d < NVC_MAX_DEVS; d++)
+			spare += hh[i]->removed[d];
+	for (i = 0; i < cfg->ndevs; i++) {
+		ret = dev_open(cfg->dev_paths[i], &devs[i]);
+		if (ret && ret != -EBUSY && spare) {
+			/* a removed member's name: its device may be gone */
+			spare--;
+			ret = dev_missing_create(cfg->dev_paths[i], UINT64_MAX,
+						 &devs[i]);
+		}
+		if (ret) {
+			snprintf(err, errlen, "%s: %s", cfg->dev_paths[i],
+				 ret == -EBUSY
+					 ? "in use: unmount the cache first"
+					 : strerror(-ret));
+			return ret;
+		}
+	}
+	*ndev = cfg->ndevs;
+	return 0;
+}
+
 int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 	      size_t errlen)
 {
@@ -463,7 +559,7 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 	struct pm_region r[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	struct chk k = { .out = out };
 	uint64_t total;
-	int i, ret = 0, spare = 0;
+	int i, ret = 0, ndev = 0;
 
 	for (i = 0; i < 2; i++) {
 		ret = pm_map(cfg->meta_paths[i], 0, 0, &r[i]);
@@ -478,33 +574,104 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 		if (ret)
 			problem(&k, "mirror %d (%s): cannot map: %s", i,
 				cfg->meta_paths[i], strerror(-ret));
-		else if (!spare && !meta_hdr_check(r[i].addr, r[i].len, NULL))
-			for (int d = 0; d < NVC_MAX_DEVS; d++)
-				spare += ((const struct meta_hdr *)r[i].addr)
-						 ->removed[d];
 	}
-	for (i = 0; i < cfg->ndevs; i++) {
-		ret = dev_open(cfg->dev_paths[i], &devs[i]);
-		if (ret && ret != -EBUSY && spare) {
-			/* a removed member's name: its device may be gone */
-			spare--;
-			ret = dev_missing_create(cfg->dev_paths[i], UINT64_MAX,
-						 &devs[i]);
-		}
-		if (ret) {
-			snprintf(err, errlen, "%s: %s", cfg->dev_paths[i],
-				 ret == -EBUSY
-					 ? "in use: unmount the cache first"
-					 : strerror(-ret));
-			goto out;
-		}
-	}
-	ret = fmt_check_open(cfg, devs, r, out, k.problems) ? 1 : 0;
+	ret = check_open_devs(cfg, r, &k, devs, &ndev, err, errlen);
+	if (ret)
+		goto out;
+	ret = fmt_check_open(cfg, devs, ndev, r, out, k.problems) ? 1 : 0;
 	check_lost_found(cfg, out);
 out:
 	for (i = 0; i < 2; i++)
 		pm_unmap(&r[i]);
-	for (i = 0; i < cfg->ndevs; i++)
+	for (i = 0; i < NVC_MAX_DEVS; i++)
 		dev_close(devs[i]);
 	return ret;
+}
+
+/* Mirror i's header, read without mapping or locking it (the daemon may
+ * hold it): 0, or -errno. */
+static int hdr_read(const char *path, struct meta_hdr *h)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret = 0;
+	uint64_t size = 0;
+	struct stat st;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st))
+		ret = -errno;
+	else if (S_ISBLK(st.st_mode) ? ioctl(fd, BLKGETSIZE64, &size) : 0)
+		ret = -errno;
+	if (!ret && !S_ISBLK(st.st_mode))
+		size = st.st_size;
+	if (!ret && pread(fd, h, sizeof(*h), 0) != (ssize_t)sizeof(*h))
+		ret = -EIO;
+	close(fd);
+	/* the header's own checks, against the mirror's size */
+	if (!ret && meta_hdr_check(h, size, NULL))
+		ret = -EUCLEAN;
+	return ret;
+}
+
+int fmt_devices_line(const struct cache_config *cfg, char *line, size_t len,
+		     char *err, size_t errlen)
+{
+	static struct meta_hdr hh[2];
+	const struct meta_hdr *h[2] = { &hh[0], &hh[1] };
+	struct dev *devs[NVC_MAX_DEVS] = { 0 };
+	int i, valid[2], missing, ret;
+	uint32_t k;
+	size_t at = 0;
+
+	for (i = 0; i < 2; i++)
+		valid[i] = !hdr_read(cfg->meta_paths[i], &hh[i]);
+	i = meta_current(h, valid);
+	if (i < 0) {
+		snprintf(err, errlen,
+			 i == -EUCLEAN ? "each metadata mirror says the other "
+					 "failed: run nvcachectl check"
+				       : "neither metadata mirror (%s, %s) holds "
+					 "a valid header",
+			 cfg->meta_paths[0], cfg->meta_paths[1]);
+		return i;
+	}
+	if (!members_recorded(h[i])) {
+		snprintf(err, errlen,
+			 "this cache was formatted before its devices had "
+			 "UUIDs: cache.devices must list them in order");
+		return -EINVAL;
+	}
+	/* unmounted: where the members are now; mounted (the devices are
+	 * the daemon's): where the daemon recorded finding them */
+	ret = members_open(cfg, h[i], NULL, 0, NVC_MAX_DEVS, devs, &missing,
+			   err, errlen);
+	if (!ret) {
+		for (k = 0; k < h[i]->ndevs; k++) {
+			struct sb_disk sb;
+
+			if (!h[i]->removed[k] && sb_read(devs[k], &sb)) {
+				dev_close(devs[k]); /* a stand-in: not found */
+				devs[k] = NULL;
+			}
+		}
+		members_line(h[i], devs, line, len);
+		for (k = 0; k < NVC_MAX_DEVS; k++)
+			dev_close(devs[k]);
+		return 0;
+	}
+	if (ret != -EBUSY)
+		return ret;
+	line[0] = 0;
+	for (k = 0; k < h[i]->ndevs && at < len; k++) {
+		char u[37];
+
+		at += snprintf(line + at, len - at, "%s%s%s", k ? ", " : "",
+			       h[i]->removed[k] || h[i]->names[k][0] ? ""
+								     : "UUID=",
+			       h[i]->removed[k]	   ? CFG_SPARE
+			       : h[i]->names[k][0] ? h[i]->names[k]
+						   : members_uuid_str(
+							     h[i]->members[k], u));
+	}
+	return 0;
 }

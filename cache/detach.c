@@ -223,6 +223,8 @@ struct dev *cache_dev_swap(struct cache *c, int d, struct dev *dev, int state)
 	__atomic_store_n(&c->devs[d], dev, __ATOMIC_RELEASE);
 	__atomic_store_n(&c->dev_failed[d], state, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&c->dsync[d].lock);
+	if (state == STAT_DEV_OK)
+		cache_note_member_names(c); /* where the next mount looks */
 	return old;
 }
 
@@ -319,46 +321,29 @@ out_unlock:
 	return ret;
 }
 
-/* Open the listed devices, in member order, each checked against the
- * metadata; 0, or -errno with err set and nothing left open. */
+/* The members opened by identity (members.c: cache.devices' names, where
+ * the headers say each was last found, and the names they had in this
+ * mount), each checked against the metadata; 0, or -errno with err set and
+ * nothing left open. */
 static int devices_take(struct cache *c, struct dev **devs,
 			const uint8_t removed[NVC_MAX_DEVS], char *err,
 			size_t errlen)
 {
-	const struct meta_hdr *h;
-	int d, ret, missing = 0, spare = 0;
+	const char *now[NVC_MAX_DEVS];
+	int d, ret, missing = 0;
 
 	for (d = 0; d < c->ndevs; d++)
-		spare += removed[d];
-	memset(devs, 0, c->ndevs * sizeof(*devs));
-	for (d = 0; d < c->ndevs; d++) {
-		ret = dev_open(cache_listed_name(c, d), &devs[d]);
-		if (ret && ret != -EBUSY && spare) {
-			/* a removed member's name: its device may be gone */
-			spare--;
-			ret = dev_missing_create(cache_listed_name(c, d),
-						 UINT64_MAX, &devs[d]);
-		}
-		if (ret) {
-			snprintf(err, errlen,
-				 "%s: cannot open cache device: %s",
-				 cache_listed_name(c, d),
-				 ret == -EBUSY ? "in use" : strerror(-ret));
-			goto err_close;
-		}
-	}
+		now[d] = dev_path(c->devs[d]);
 	/* the header stays put: mirrors are replaced under devlife_lock */
-	h = c->meta.r[c->meta.have[0] ? 0 : 1].addr;
-	ret = members_order(h, devs, c->ndevs, &missing, err, errlen);
+	ret = members_open(c->cfg, meta_hdr_of(&c->meta), now, c->ndevs, 0,
+			   devs, &missing, err, errlen);
+	if (ret)
+		return ret;
 	for (d = 0; d < c->ndevs && !ret; d++)
 		if (!removed[d])
 			ret = cache_sb_fits(c, devs[d], d, err, errlen);
 	if (ret)
-		goto err_close;
-	return 0;
-err_close:
-	for (d = 0; d < c->ndevs; d++)
-		if (devs[d])
+		for (d = 0; d < c->ndevs; d++)
 			dev_close(devs[d]);
 	return ret;
 }

@@ -1068,6 +1068,11 @@ int grow_interleave_locked(struct cache *c);
 /* grow.c: the name cache.devices gives member d's listed place, or the
  * name a member grown since the mount was added by. */
 const char *cache_listed_name(struct cache *c, int d);
+/* Where each working member was found (its device's name, or a by-id link
+ * to it), recorded in the headers where that changed: the next mount's and
+ * attach's candidates (members.c).  recover.c; called at mount and after
+ * every device swap that puts a device in use (replace, add, attach). */
+void cache_note_member_names(struct cache *c);
 /* recover.c: slot i as a mount finds it before recovery: fresh, on no
  * list (a grow readies the slots it adds with it too). */
 void cache_slot_init(struct cache *c, uint64_t i);

@@ -113,8 +113,16 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 		meta_init_hdr(&h, uuid, i, cfg->block_size, nslots, room,
 			      nfiles, ndev);
 		memcpy(h.members, members, sizeof(h.members));
-		for (k = 0; k < ndev; k++)
+		for (k = 0; k < ndev; k++) {
 			h.removed[k] = !devs[k]; /* a spare place */
+			/* where the next mount looks first (members.c) */
+			if (devs[k] &&
+			    members_stable_name(dev_path(devs[k]), h.names[k],
+						META_NAME_LEN, &h.rdevs[k])) {
+				memset(h.names[k], 0, META_NAME_LEN);
+				h.rdevs[k] = 0;
+			}
+		}
 		h.csum = meta_csum(&h, offsetof(struct meta_hdr, csum));
 		memcpy(mirrors[i].addr, &h, sizeof(h));
 		ret = pm_persist(&mirrors[i], mirrors[i].addr, len);

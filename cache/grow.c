@@ -33,8 +33,8 @@
  * A crash before 2 leaves a device whose UUID no header records: the mount
  * does not know it (add it again); one inside 2 leaves mirror 0 with the new
  * member and mirror 1 without, and mirror 1 takes mirror 0's set at mount
- * (meta.c: members_settle); after 2 the cache has k + 1 members, and
- * cache.devices must name the new one (the mount says so).  Nothing was in
+ * (meta.c: hdr_reconcile); after 2 the cache has k + 1 members, which
+ * the next mount finds by their UUIDs (members.c).  Nothing was in
  * the new slots, so no crash point can lose or misplace data.
  *
  * Readers of the layout (slot_member, slot_off) never take a lock: a slot
@@ -42,10 +42,12 @@
  * after step 3's c->lock, and step 2 wrote base[k] and count[k] before it.
  */
 
+/* Members are found by identity (members.c), so the name is the one the
+ * device was opened under, not cache.devices' entry d. */
 const char *cache_listed_name(struct cache *c, int d)
 {
-	if (d < c->cfg->ndevs)
-		return c->cfg->dev_paths[d];
+	if (c->devs[d])
+		return dev_path(c->devs[d]);
 	return c->grown_names[d] ? c->grown_names[d] : "";
 }
 
@@ -134,7 +136,6 @@ static int grow_refused(struct cache *c, char *err, size_t errlen)
 int grow_run(struct cache *c, struct dev *nd, char *err, size_t errlen)
 {
 	uint8_t members[NVC_MAX_DEVS][16];
-	struct meta_ident id;
 	uint64_t fits, count, room = c->meta.layout.room - c->nslots;
 	int k = c->ndevs, ret = grow_refused(c, err, errlen);
 	char b[2][32];
@@ -163,14 +164,13 @@ int grow_run(struct cache *c, struct dev *nd, char *err, size_t errlen)
 	}
 	free(c->grown_names[k]);
 	c->grown_names[k] = strdup(dev_path(nd));
-	devid_of(nd, members[k], &id);
-	meta_set_member_name(&c->meta, k, dev_path(nd), id.rdev);
 	grow_publish(c, k, nd, count);
+	cache_note_member_names(c);
 	stat_fmt_bytes(count * c->bs, b[0], sizeof(b[0]));
 	stat_fmt_bytes(usable_slots(c) * c->bs, b[1], sizeof(b[1]));
 	log_msg(LOG_NOTICE,
 		"add: %s is member %d, in use now with %s%s; the cache holds "
-		"%s (it is found by its UUID at the next mount)",
+		"%s (the next mount finds it by its UUID)",
 		dev_path(nd), k + 1, b[0],
 		count < fits ? " (what the metadata has room for)" : "", b[1]);
 	return 0;

@@ -340,6 +340,30 @@ int members_recorded(const struct meta_hdr *h);
 int members_order(const struct meta_hdr *h, struct dev **devs, int n,
 		  int *missing, char *err, size_t errlen);
 
+/* "8-4-4-4-12" hex (dashes optional) into out; 0 or -EINVAL. */
+int members_parse_uuid(const char *s, uint8_t out[16]);
+/* Which of the ncand devices (NULL entries skipped) is which member of h
+ * (members.c): devs[k] for each member found (NULL: not found, or removed),
+ * kof[i] candidate i's member index, -1 none, -2 a former member.  0, or
+ * -EINVAL with err naming a copied device or a misplaced superblock. */
+int members_pick(const struct meta_hdr *h, struct dev **cand, int ncand,
+		 struct dev **devs, int *kof, char *err, size_t errlen);
+/* The members of h opened by identity from cache.devices' names, the names h
+ * recorded and extra (members.c); removed members and up to allow_missing
+ * missing members (*missing: the first one's index + 1) get fenced
+ * stand-ins.  0, or -errno with err set and nothing left open. */
+int members_open(const struct cache_config *cfg, const struct meta_hdr *h,
+		 const char *const *extra, int nextra, int allow_missing,
+		 struct dev **devs, int *missing, char *err, size_t errlen);
+/* The name to record for a device opened as name: a /dev/disk/by-id link
+ * to the same block device if there is one, else name; *rdev its st_rdev
+ * (0: not a block device).  0 or -errno (out is name then). */
+int members_stable_name(const char *name, char *out, size_t len,
+			uint64_t *rdev);
+/* The cache.devices line naming today's set (a removed member: spare). */
+void members_line(const struct meta_hdr *h, struct dev *const *devs,
+		  char *out, size_t len);
+
 /* 0 if addr holds a valid mirror header; *total_len is the mirror's size. */
 int meta_hdr_check(const void *addr, size_t len, uint64_t *total_len);
 /* The same; on failure why names the field that is wrong. */

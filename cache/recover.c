@@ -959,6 +959,47 @@ static int open_devs(struct cache_config *cfg, int detached, int removed,
 	return ret;
 }
 
+void cache_note_member_names(struct cache *c)
+{
+	char names[NVC_MAX_DEVS][META_NAME_LEN], name[META_NAME_LEN];
+	uint64_t rdevs[NVC_MAX_DEVS], rdev;
+	uint8_t removed[NVC_MAX_DEVS];
+	int d;
+
+	if (!members_recorded(meta_hdr_of(&c->meta)))
+		return;
+	meta_member_names(&c->meta, names, rdevs);
+	meta_removed(&c->meta, removed);
+	for (d = 0; d < c->ndevs; d++) {
+		if (removed[d] ||
+		    __atomic_load_n(&c->dev_failed[d], __ATOMIC_ACQUIRE) ||
+		    members_stable_name(dev_path(c->devs[d]), name,
+					sizeof(name), &rdev))
+			continue;
+		if (!strcmp(name, names[d]) && rdev == rdevs[d])
+			continue;
+		if (meta_set_member_name(&c->meta, d, name, rdev))
+			log_msg(LOG_WARNING,
+				"cannot record where member %d was found", d + 1);
+	}
+}
+
+/* A detached cache's members as fenced stand-ins, named where each was
+ * last found. */
+static int standins(const struct cache_config *cfg, const struct meta_hdr *h,
+		    struct dev **devs)
+{
+	uint32_t k;
+	int ret = 0;
+
+	for (k = 0; k < h->ndevs && !ret; k++)
+		ret = dev_missing_create(h->names[k][0]		  ? h->names[k]
+					 : k < (uint32_t)cfg->ndevs ? cfg->dev_paths[k]
+								  : "(member)",
+					 UINT64_MAX, &devs[k]);
+	return ret;
+}
+
 int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	       char *err, size_t errlen)
 {
@@ -966,7 +1007,8 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	struct pm_region mirrors[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	uint64_t total[2] = { 0, 0 };
 	char why[2][256] = { "", "" };
-	int i, ret, mret[2], missing = 0, detached = 0, removed = 0;
+	const struct meta_hdr *h;
+	int i, ret, mret[2], missing = 0, detached = 0, removed = 0, cur, ndevs;
 
 	/*
 	 * A mirror that is missing, truncated or damaged is recreated at the
@@ -1038,37 +1080,53 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		 * whole */
 		memset(mirrors[i].addr, 0, META_HDR_SIZE);
 	}
-	/* detached (detach.c): either header is enough */
-	for (i = 0; i < 2; i++)
-		if (!mret[i] &&
-		    ((const struct meta_hdr *)mirrors[i].addr)->detached == 1)
-			detached = 1; /* META_DETACHING: resumed once mounted */
-	for (i = 0; i < 2; i++)
-		if (!mret[i]) {
-			const struct meta_hdr *h = mirrors[i].addr;
-			int k;
+	/* the current header (meta_current) says what the mount opens */
+	{
+		const struct meta_hdr *hh[2] = { mirrors[0].addr,
+						 mirrors[1].addr };
+		int valid[2] = { !mret[0], !mret[1] };
 
-			for (k = 0; k < NVC_MAX_DEVS; k++)
-				removed += h->removed[k];
-			break;
+		cur = meta_current(hh, valid);
+		if (cur == -EUCLEAN) {
+			snprintf(err, errlen,
+				 "each metadata mirror says the other failed; "
+				 "the cache cannot tell which one is current");
+			ret = -EUCLEAN;
+			goto err_close;
 		}
-	ret = open_devs(cfg, detached, removed, devs, &missing, err, errlen);
-	if (ret)
-		goto err_close;
-	/* devices by identity: a listed name may hold another member today */
-	if (!detached)
-		ret = members_order(mirrors[mret[0] ? 1 : 0].addr, devs,
-				    cfg->ndevs, &missing, err, errlen);
+		h = hh[cur];
+	}
+	/* detached (detach.c), or a detach under way: resumed once mounted */
+	detached = h->detached == 1;
+	ndevs = cfg->ndevs;
+	if (detached || !members_recorded(h)) {
+		for (i = 0; i < NVC_MAX_DEVS; i++)
+			removed += h->removed[i];
+		if (detached && members_recorded(h))
+			ret = standins(cfg, h, devs);
+		else
+			ret = open_devs(cfg, detached, removed, devs, &missing,
+					err, errlen);
+		if (detached && members_recorded(h))
+			ndevs = (int)h->ndevs;
+	} else {
+		/* devices by identity, whatever their names (members.c) */
+		ret = members_open(cfg, h, NULL, 0, cfg->dirty_copies > 1,
+				   devs, &missing, err, errlen);
+		ndevs = (int)h->ndevs;
+	}
 	if (ret)
 		goto err_close;
 	degraded_dev = missing;
 	open_detached = detached;
-	ret = cache_open_devs(cfg, devs, cfg->ndevs, mirrors, backing_fd, out,
-			      err, errlen);
+	ret = cache_open_devs(cfg, devs, ndevs, mirrors, backing_fd, out, err,
+			      errlen);
 	degraded_dev = 0;
 	open_detached = 0;
 	if (ret)
 		goto err_close;
+	if (!detached)
+		cache_note_member_names(*out);
 	if (detached)
 		detach_at_mount(*out);
 	else if (devlife_resume_start(*out))
@@ -1080,7 +1138,7 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 err_close:
 	for (i = 0; i < 2; i++)
 		pm_unmap(&mirrors[i]);
-	for (i = 0; i < cfg->ndevs; i++)
+	for (i = 0; i < NVC_MAX_DEVS; i++)
 		dev_close(devs[i]);
 	return ret;
 }

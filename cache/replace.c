@@ -341,9 +341,9 @@ static int replace_run(struct cache *c, int k, const char *old, struct dev *nd,
 	}
 	meta_set_replacing(&c->meta, 0, NULL);
 	meta_set_replace_id(&c->meta, NULL);
-	meta_set_member_name(&c->meta, k, new_path, id.rdev);
 	*placed = 1;
 	ret = replace_swap(c, k, nd, fn, arg);
+	cache_note_member_names(c); /* where the next mount looks first */
 	if (ret)
 		snprintf(err, errlen,
 			 "%s is in place, but data written with one copy "
@@ -706,8 +706,6 @@ static int free_place(struct cache *c, uint8_t removed[NVC_MAX_DEVS])
 static int add_run(struct cache *c, int k, uint8_t removed[NVC_MAX_DEVS],
 		   struct dev *nd, char *err, size_t errlen)
 {
-	static const uint8_t none[16];
-	struct meta_ident id;
 	int ret = new_member(c, k, nd, NULL, err, errlen);
 
 	if (!ret) {
@@ -724,9 +722,8 @@ static int add_run(struct cache *c, int k, uint8_t removed[NVC_MAX_DEVS],
 	pthread_mutex_lock(&c->lock);
 	c->removed_slots -= member_slots(c, k);
 	cache_unlock(c);
-	devid_of(nd, none, &id);
-	meta_set_member_name(&c->meta, k, dev_path(nd), id.rdev);
 	dev_close(cache_dev_swap(c, k, nd, STAT_DEV_OK));
+	cache_note_member_names(c);
 	c->made_devs &= ~(1u << k); /* nd is its caller's, as the others */
 	stats_attach_devs(c);
 	pthread_mutex_lock(&c->lock);

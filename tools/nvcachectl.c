@@ -43,6 +43,12 @@ static void usage(FILE *f)
 		"  check -c FILE\n"
 		"        offline consistency check of an unmounted cache; "
 		"non-zero on any problem\n"
+		"  devices -c FILE\n"
+		"        the cache.devices line naming today's members, "
+		"found by their UUIDs\n"
+		"        (cache.devices need not change after a device "
+		"change: it is a list\n"
+		"        of candidates)\n"
 		"  flush MOUNTPOINT [PATH... [-r]]\n"
 		"        destage all dirty data now (or only that of the "
 		"PATHs); returns when\n"
@@ -224,6 +230,23 @@ static int cmd_check(int argc, char **argv)
 		fprintf(stderr, "nvcachectl: the cache is not consistent (see "
 				"the report above)\n");
 	return ret ? 1 : 0;
+}
+
+/* The cache.devices line that names today's members (found by identity). */
+static int cmd_devices(int argc, char **argv)
+{
+	struct cache_config cfg;
+	char err[CFG_ERRLEN] = "", line[NVC_MAX_DEVS * 272];
+	int ret = cfg_command(argc, argv, "devices", NULL, &cfg);
+
+	if (ret >= 0)
+		return ret;
+	ret = fmt_devices_line(&cfg, line, sizeof(line), err, sizeof(err));
+	cfg_free(&cfg);
+	if (ret < 0)
+		return fail("%s", err);
+	printf("devices = %s\n", line);
+	return 0;
 }
 
 /* Is mnt a mounted nvcachefs, by its type in the mount table? */
@@ -768,6 +791,8 @@ int main(int argc, char **argv)
 		return cmd_replace(argv[1], argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))
 		return cmd_check(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "devices"))
+		return cmd_devices(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "warm") || !strcmp(argv[1], "pin") ||
 	    !strcmp(argv[1], "unpin") || !strcmp(argv[1], "evict") ||
 	    !strcmp(argv[1], "status"))

@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	f = open_memstream(&out, &outlen);
 	if (!f)
 		fz_fail("open_memstream");
-	problems = fmt_check_open(&s->cfg, devs, m, f, 0);
+	problems = fmt_check_open(&s->cfg, devs, s->cfg.ndevs, m, f, 0);
 	fclose(f);
 	/* every problem counted is a line of the report */
 	if (problems && (!out || !strstr(out, "  PROBLEM ")))

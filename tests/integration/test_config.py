@@ -108,24 +108,34 @@ def test_daemon_refuses_mismatched_devices(make_cache):
     c.format()
     before = digest(c.images + c.meta)
     keys = dict(c.keys)
-    # (listed in another order they are taken by identity: test_devices.py)
-    keys["cache.devices"] = c.loops[0]
-    c.write_conf(keys)
-    r = run_daemon(c)
-    assert r.returncode != 0 and "header ndevs 2, but cache.devices lists 1" in r.stderr, r.stderr
-    keys = dict(c.keys)
     keys["cache.block_size"] = "128K"
     c.write_conf(keys)
     r = run_daemon(c)
     assert r.returncode != 0 and "formatted with block size 65536, but cache.block_size is 131072" in r.stderr
     assert digest(c.images + c.meta) == before
-    # an unformatted device
+    # cache.devices naming one member and a stranger: members are found by their UUIDs (the other where the
+    # metadata says it was last found), the stranger is only read, and the log says the line is out of date
     other = make_cache(ndevs=1)
+    with open(other.loops[0], "r+b") as f:
+        f.write(os.urandom(64 * 1024))
+    theirs = digest(other.images)
     keys = dict(c.keys)
     keys["cache.devices"] = c.loops[0] + ", " + other.loops[0]
     c.write_conf(keys)
+    c.mount()
+    assert [d["path"] for d in c.stats()["devices"]] == c.loops[:2], c.stats()["devices"]
+    assert c.unmount() == 0
+    log = c.log_text()
+    assert f"cache.devices: {other.loops[0]} holds no member of this cache" in log, log
+    assert f"line naming today's set is: devices = {c.loops[0]}, {c.loops[1]}" in log, log
+    assert digest(other.images) == theirs
+    # a member found nowhere (its device blanked): refused, naming the device and the member
+    c.write_conf(dict(c.keys))
+    with open(c.loops[1], "r+b") as f:
+        f.write(bytes(16 * 1024))
     r = run_daemon(c)
-    assert r.returncode != 0 and f"{other.loops[0]} has no nvcachefs superblock" in r.stderr
+    assert r.returncode != 0 and f"{c.loops[1]} has no nvcachefs superblock" in r.stderr, r.stderr
+    assert "member 2 of 2 (UUID " in r.stderr and f"last found at {c.loops[1]})" in r.stderr, r.stderr
     assert not os.path.ismount(c.mnt)
 
 

@@ -1,5 +1,6 @@
 """Cache devices by identity: loop devices renumbered between mounts are taken by their UUIDs (the listed names
 hold other members now), and a device of another cache or a copy of a member is refused, naming it."""
+import hashlib
 import os
 import shutil
 import subprocess
@@ -7,6 +8,15 @@ import time
 
 from conftest import CTL, MiB, sh
 from rwload import Workload, excl_free
+
+
+def digest(paths):
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for b in iter(lambda: f.read(4 * MiB), b""):
+                h.update(b)
+    return h.hexdigest()
 
 
 def write_all(c, blobs):
@@ -67,7 +77,7 @@ def test_renumbered_devices_are_taken_by_identity(make_cache):
     for i, lo in enumerate(c.loops):
         # listed i-th, the name holds image i+1: member i+2 (1-based), the last one member 1
         member = (i + 1) % 3 + 1
-        assert f"{lo} is member {member} of 3 of this cache (listed as device {i + 1}" in log, log
+        assert f"{lo} is member {member} of 3 of this cache (last found at {c.loops[member - 1]})" in log, log
     c.flush()
     for n, b in blobs.items():
         with open(os.path.join(c.backing, n), "rb") as f:
@@ -75,16 +85,28 @@ def test_renumbered_devices_are_taken_by_identity(make_cache):
     assert c.unmount() == 0
 
 
-def test_device_of_another_cache_is_refused(make_cache):
+def test_device_of_another_cache_is_left_alone(make_cache):
+    """cache.devices naming another cache's member: it is only read, never taken or written; the cache's own
+    member is found where the metadata says it was last found, and the other cache still mounts."""
     a = make_cache()
-    b = make_cache()
+    b = make_cache(extra={"destage.on_unmount": "keep"})
     a.format()
     b.format()
+    b.mount()
+    blob = os.urandom(3 * MiB)
+    write_all(b, {"x": blob})
+    assert b.unmount() == 0                          # dirty, on b's devices only
+    theirs = digest(b.images + b.meta)
     use_devices(a, a.loops[0], b.loops[1])
-    p = a.mount(check=False)
-    assert p.wait(timeout=30) != 0
+    a.mount()
+    assert [d["path"] for d in a.stats()["devices"]] == a.loops, a.stats()["devices"]
+    assert a.unmount() == 0
     log = a.log_text()
-    assert f"{b.loops[1]} belongs to another cache" in log, log
+    assert f"cache.devices: {b.loops[1]} holds no member of this cache" in log, log
+    assert digest(b.images + b.meta) == theirs
+    b.mount()
+    read_all(b, {"x": blob})
+    assert b.unmount() == 0
 
 
 def test_copy_of_a_member_is_refused(make_cache, tmp_path):
@@ -125,18 +147,22 @@ def test_renumbered_with_one_device_gone(make_cache):
     c.mount()
     read_all(c, blobs)
     log = c.log_text()
-    # the unattached name opens, has no superblock, and is fenced: never read, and not one error per read
-    assert f"{c.loops[1]}: no valid superblock" in log and "mounting degraded" in log, log
+    # the unattached name has no superblock; member 1 is found nowhere: a stand-in, fenced (never read, and
+    # not one error per read), named by its UUID since its last name holds member 3 now
+    assert f"cache.devices: {c.loops[1]} holds no member of this cache (no nvcachefs superblock)" in log, log
+    assert "member 1 of 3 (UUID " in log and f"last found at {c.loops[0]}) is not found: mounting degraded" in log
     assert "at offset" not in log, log
-    assert f"{c.loops[0]} is member 3 of 3 of this cache (listed as device 1" in log, log
-    assert f"{c.loops[2]} is member 2 of 3 of this cache (listed as device 3" in log, log
+    assert f"{c.loops[0]} is member 3 of 3 of this cache (last found at {c.loops[2]})" in log, log
+    assert f"{c.loops[2]} is member 2 of 3 of this cache (last found at {c.loops[1]})" in log, log
     devs = c.stats()["devices"]                 # in member order, under the names they have now
+    gone = devs[0]["path"]
+    assert gone.startswith("UUID=") and gone in log, (gone, log)
     assert [(d["path"], d["state"]) for d in devs] == \
-        [(c.loops[1], "missing"), (c.loops[2], "ok"), (c.loops[0], "ok")], devs
+        [(gone, "missing"), (c.loops[2], "ok"), (c.loops[0], "ok")], devs
     text = c.ctl("stats", c.mnt).stdout
-    assert f"device 0   {c.loops[1]}  MISSING: gone or not this cache's at mount" in text, text
+    assert f"device 0   {gone}  MISSING: gone or not this cache's at mount" in text, text
     text = c.ctl("status", "-r", c.mnt).stdout      # status -r says it too, with the mirrors
-    assert f"device 0   {c.loops[1]}  MISSING" in text and f"device 2   {c.loops[0]}  ok" in text, text
+    assert f"device 0   {gone}  MISSING" in text and f"device 2   {c.loops[0]}  ok" in text, text
     assert f"mirror 1   {c.meta[1]}  ok" in text, text
     assert c.unmount() == 0
 
@@ -224,8 +250,9 @@ def wait_log(c, text, secs=60):
 
 def test_replace_killed_midway_resumes(make_cache):
     """A kill -9 while the old device's blocks are copied onto the new one: the next mount (its configuration
-    unchanged) has every byte and resumes the replace on its own, which finishes; the old device is then refused
-    as a former member, and the configuration naming the new one mounts."""
+    unchanged) has every byte and resumes the replace on its own, which finishes; the configuration still naming
+    the old device mounts the new one, found by its UUID (the old one logged as a former member), and so does the
+    configuration naming the new one."""
     c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep", "cache.rebuild_max_rate": "16M"})
     use_devices(c, *c.loops[:2])
     c.format()
@@ -256,13 +283,19 @@ def test_replace_killed_midway_resumes(make_cache):
     assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[2], "ok")]
     read_all(c, blobs)
     assert c.unmount() == 0
-    p = c.mount(check=False)                         # still naming the old device: refused by name
-    assert p.wait(timeout=30) != 0
-    assert f"{c.loops[1]} is a former member of this cache" in c.log_text()
+    c.mount()                                        # still naming the old device: members found by UUID
+    assert [d["path"] for d in c.stats()["devices"]] == [c.loops[0], c.loops[2]], c.stats()["devices"]
+    read_all(c, blobs)
+    log = c.log_text()
+    assert f"{c.loops[1]} is a former member of this cache (replaced or removed): not used" in log, log
+    assert f"cache.devices is out of date: the members were found by their UUIDs; the line naming today's " \
+           f"set is: devices = {c.loops[0]}, {c.loops[2]}" in log, log
+    assert "resuming" not in log.split("former member of this cache")[-1]   # nothing left to resume
+    assert c.unmount() == 0
     use_devices(c, c.loops[0], c.loops[2])
     c.mount()
     read_all(c, blobs)
-    assert "resuming" not in c.log_text().split("former member of this cache")[-1]   # nothing left to resume
+    assert "out of date" not in c.log_text().split("cache open:")[-2], c.log_text()
     assert c.unmount() == 0
 
 
@@ -420,7 +453,7 @@ def test_add_into_a_spare_place_under_load(make_cache):
 
 def test_add_into_a_removed_place(make_cache):
     """A removed device's place takes a new device; the cache keeps serving every byte; a mount still naming the
-    removed device there refuses it as a former member."""
+    removed device there takes the new one by its UUID and leaves the removed one alone."""
     c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
     use_devices(c, *c.loops[:3])
     c.format()
@@ -439,9 +472,11 @@ def test_add_into_a_removed_place(make_cache):
     blobs.update(more)
     read_all(c, blobs)
     c.kill9()
-    p = c.mount(check=False)                         # still naming the removed device in its place
-    assert p.wait(timeout=30) != 0
+    c.mount()                                        # still naming the removed device: members found by UUID
+    assert [d["path"] for d in c.stats()["devices"]] == [c.loops[0], c.loops[3], c.loops[2]]
+    read_all(c, blobs)
     assert f"{c.loops[1]} is a former member of this cache" in c.log_text()
+    assert c.unmount() == 0
     use_devices(c, c.loops[0], c.loops[3], c.loops[2])
     c.mount()
     read_all(c, blobs)
@@ -456,8 +491,8 @@ def place_bytes(size, bs=64 * 1024):
 def test_grow_past_the_formatted_places_under_load(make_cache):
     """A cache formatted with two devices and no spare place grows while a workload runs: a third device of the same
     size, then a fourth one half again as large, each used at once (new data lands on both, the capacity grows by
-    what each holds); a mount still naming two devices is refused, saying how many the cache has; after a kill -9
-    and the loop devices renumbered, the configuration naming all four mounts with every byte, and check is clean."""
+    what each holds); after a kill -9 and the loop devices renumbered, the configuration still naming the first two
+    (by their old names) mounts all four, found by their UUIDs, with every byte, and check is clean."""
     c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep", "cache.max_capacity": "1G"})
     sh("truncate", "-s", str(192 * MiB), c.images[3])
     sh("losetup", "-c", c.loops[3])
@@ -487,11 +522,7 @@ def test_grow_past_the_formatted_places_under_load(make_cache):
     blobs.update(more)
     read_all(c, blobs)
     c.kill9()
-    p = c.mount(check=False)                         # the configuration still names two devices
-    assert p.wait(timeout=30) != 0
-    assert "header ndevs 4, but cache.devices lists 2" in c.log_text()
-    renumber(c)
-    use_devices(c, *c.loops)
+    renumber(c)                                      # the configuration still names two devices, renumbered
     c.mount()
     assert [d["state"] for d in c.stats()["devices"]] == ["ok"] * 4
     assert c.stats()["capacity_bytes"] == cap + place_bytes(128 * MiB) + place_bytes(192 * MiB)

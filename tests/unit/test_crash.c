@@ -1537,38 +1537,38 @@ static void dump_slots(struct pm_region *r)
 	}
 }
 
-/* Grow runs: the members the first valid header records (mirror 0's is the
- * newer if both are valid: meta.c, members_settle). */
-static int members_of(struct pm_region *r)
+/* The header a mount takes as current (meta_current), or NULL. */
+static const struct meta_hdr *cur_hdr(struct pm_region *r)
 {
-	uint64_t len;
-	int m;
+	const struct meta_hdr *hh[2] = { r[0].addr, r[1].addr };
+	int valid[2], m;
 
 	for (m = 0; m < 2; m++)
-		if (!meta_hdr_check(r[m].addr, mlen, &len))
-			return ((const struct meta_hdr *)r[m].addr)->ndevs;
-	return 2;
+		valid[m] = !meta_hdr_check(r[m].addr, mlen, NULL);
+	m = meta_current(hh, valid);
+	return m < 0 ? NULL : hh[m];
 }
 
-/* Replace runs: 2 if the new device (all[2]) is member 1 by the first valid
- * mirror header, else 1. */
+/* Grow runs: the members the current header records. */
+static int members_of(struct pm_region *r)
+{
+	const struct meta_hdr *h = cur_hdr(r);
+
+	return h ? (int)h->ndevs : 2;
+}
+
+/* Replace runs: 2 if the new device (all[2]) is member 1 by the current
+ * header, else 1: which device a mount finds as member 1 (members.c). */
 static int member1_of(struct dev **all, struct pm_region *r)
 {
+	const struct meta_hdr *h = cur_hdr(r);
 	struct sb_disk sb;
-	uint64_t len;
-	int m;
 
-	for (m = 0; m < 2; m++) {
-		const struct meta_hdr *h = r[m].addr;
-
-		if (meta_hdr_check(r[m].addr, mlen, &len))
-			continue;
-		return !sb_read(all[2], &sb) &&
-				       !memcmp(sb.dev_uuid, h->members[1], 16)
-			       ? 2
-			       : 1;
-	}
-	return 1;
+	if (!h)
+		return 1;
+	return !sb_read(all[2], &sb) && !memcmp(sb.dev_uuid, h->members[1], 16)
+		       ? 2
+		       : 1;
 }
 
 static void crash_check(struct cache_config *cfg, const struct crash *cr,
@@ -1654,7 +1654,7 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 		bad++;
 	}
 	if (!cr->lose) {
-		problems = fmt_check_open(cfg, devs, r, devnull, 0);
+		problems = fmt_check_open(cfg, devs, cfg->ndevs, r, devnull, 0);
 		if (problems) {
 			fprintf(out,
 				"crash point %zu: check found %d problems\n",

@@ -266,7 +266,7 @@ static void test_v2_header_opens(void)
 		cache_close(e.c, 0);
 		e.c = NULL;
 	}
-	CHECK_EQ(fmt_check_open(&e.cfg, e.devs, e.mirrors, stdout, 0), 0);
+	CHECK_EQ(fmt_check_open(&e.cfg, e.devs, e.cfg.ndevs, e.mirrors, stdout, 0), 0);
 	env_fini(&e);
 }
 
@@ -600,7 +600,7 @@ static void test_check_2m_header(void)
 	for (i = 0; i < 2; i++)
 		slot_raw(&e, i, 0, 2048 * KiB, 5, 1, 0, 0, ~0ull, ~0ull);
 	f = open_memstream(&out, &outlen);
-	CHECK(fmt_check_open(&e.cfg, e.devs, e.mirrors, f, 0) > 0);
+	CHECK(fmt_check_open(&e.cfg, e.devs, e.cfg.ndevs, e.mirrors, f, 0) > 0);
 	fclose(f);
 	CHECK(out && strstr(out, "block_size 2097152"));
 	free(out);
@@ -618,7 +618,7 @@ static void test_check_one_bad_copy(void)
 	env_format(&e, PER_DEV, BS, NULL);
 	slot_raw(&e, 0, 1, BS, 7, 1, 0x80, 0, 1, 0);
 	f = open_memstream(&out, &outlen);
-	CHECK(fmt_check_open(&e.cfg, e.devs, e.mirrors, f, 0) > 0);
+	CHECK(fmt_check_open(&e.cfg, e.devs, e.cfg.ndevs, e.mirrors, f, 0) > 0);
 	fclose(f);
 	CHECK(out && strstr(out, "slot 1: mirror 0: unknown flags 0x80"));
 	free(out);
@@ -640,7 +640,7 @@ static void test_valid_opens(void)
 		e.c = NULL;
 	}
 	f = open_memstream(&out, &outlen);
-	CHECK_EQ(fmt_check_open(&e.cfg, e.devs, e.mirrors, f, 0), 0);
+	CHECK_EQ(fmt_check_open(&e.cfg, e.devs, e.cfg.ndevs, e.mirrors, f, 0), 0);
 	fclose(f);
 	free(out);
 	env_fini(&e);
