@@ -135,6 +135,10 @@ int fmt_format(const struct cache_config *cfg, struct fmt_opts *o);
  * -EEXIST with err naming it and ending with refusal. */
 int fmt_probe_in_use(const char *path, const char *refusal, char *err,
 		     size_t errlen);
+/* The same for the first len bytes of fd (opened on path) alone: what a
+ * cache device's superblock area holds, whatever its data slots hold. */
+int fmt_probe_head(int fd, uint64_t len, const char *path, const char *refusal,
+		   char *err, size_t errlen);
 /* Bytes each metadata mirror needs for this configuration and devices. */
 uint64_t fmt_meta_len(const struct cache_config *cfg, struct dev **devs,
 		      int ndev);
@@ -337,6 +341,9 @@ int cache_add_dev_with(struct cache *c, struct dev *nd, char *err,
  * so that it can be pulled (replace.c).  0, or -errno with err set. */
 int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 		     void *arg, char *err, size_t errlen);
+/* An unmount begins: a replace, remove or mirror replace under way stops
+ * at its next batch, recorded, to resume at the next mount (devid.c). */
+void cache_devlife_stop(struct cache *c);
 /* ------------------------------------------- per-file control (filectl.c) */
 
 /* What nvcachectl status shows of one file. */

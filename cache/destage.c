@@ -617,6 +617,12 @@ static int flush_owed_locked(struct cache *c, uint64_t epoch)
 
 int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 {
+	return cache_flush_until(c, fn, arg, NULL);
+}
+
+int cache_flush_until(struct cache *c, cache_progress_fn fn, void *arg,
+		      const int *stop)
+{
 	uint64_t stuck_since = now_ms(), least = UINT64_MAX, epoch;
 	int ret = 0, owed;
 
@@ -625,6 +631,10 @@ int cache_flush(struct cache *c, cache_progress_fn fn, void *arg)
 	c->flush_waiters++;
 	pthread_cond_broadcast(&c->destage_cond);
 	while ((owed = flush_owed_locked(c, epoch)) && !c->stopping) {
+		if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+			ret = -ESHUTDOWN;
+			break;
+		}
 		struct timespec ts;
 		uint64_t dirty = c->dirty_pages * NVC_PAGE;
 

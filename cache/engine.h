@@ -377,6 +377,9 @@ struct cache {
 	/* a replace resumed at mount runs on it (replace.c) */
 	pthread_t resume_thread;
 	int resume_started;
+	/* an unmount began: device-life commands stop at their next batch
+	 * (atomic; devid.c, cache_devlife_stop) */
+	int devlife_stop;
 
 	/*
 	 * c->lock guards the slots, lists and file objects; every request
@@ -1046,16 +1049,12 @@ void detach_at_mount(struct cache *c);
  * else -EINVAL with err naming what is wrong. */
 int cache_sb_fits(struct cache *c, struct dev *dev, int d, char *err,
 		  size_t errlen);
-/* replace.c: nd (path) may take a place of min_slots slots: not this
- * cache's, holding nothing libblkid knows (probe), large enough; opened
- * into *out.  0, or -errno with err set. */
-int new_dev_ok(struct cache *c, const char *path, uint64_t min_slots,
-	       int probe, struct dev **out, char *err, size_t errlen);
-/* replace.c: member k's superblock (count slots) on nd under a new UUID,
- * which members[k] takes; flushed.  0, or -errno with err set. */
+/* replace.c: member k's superblock (count slots) on nd under uuid (NULL:
+ * a new one), which members[k] takes; flushed.  0, or -errno with err
+ * set. */
 int member_sb_write(struct cache *c, int k, uint64_t count, struct dev *nd,
-		    uint8_t members[NVC_MAX_DEVS][16], char *err,
-		    size_t errlen);
+		    uint8_t members[NVC_MAX_DEVS][16], const uint8_t *uuid,
+		    char *err, size_t errlen);
 /* replace.c: 1 if the headers record the members' UUIDs (a device-life
  * change needs them); else 0 with err saying to `what` offline. */
 int devlife_identified(struct cache *c, const char *what, char *err,
@@ -1084,5 +1083,55 @@ void cache_slot_init(struct cache *c, uint64_t i);
 int destage_start(struct cache *c);
 void destage_stop(struct cache *c);
 int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes);
+
+/*
+ * devid.c: devices and places known by what they are, never by a name alone.
+ * Nothing outside the data path writes to a device before one of these said
+ * it may: a new one (devid_new_dev, devid_new_place) or the one a replace
+ * cut short recorded (devid_prove_dev, devid_prove_place).
+ */
+/* 1 while a device-life command is to stop: the cache stops, or an unmount
+ * began (cache_devlife_stop). */
+int devlife_stopping(struct cache *c);
+/* destage.c: cache_flush, given up (-ESHUTDOWN) once *stop is set (a
+ * device-life command's flush: &c->devlife_stop); checked every 200 ms. */
+int cache_flush_until(struct cache *c, cache_progress_fn fn, void *arg,
+		      const int *stop);
+/* Member k by a name of it: "UUID=" its UUID, or any name (symbolic links
+ * followed) of its open device (st_rdev; st_dev and st_ino of a file), or
+ * the name it was opened or listed by; c->ndevs if none. */
+int devid_member(struct cache *c, const char *name);
+/* path may take a member place of min_slots slots (add, replace, grow): no
+ * signature libblkid knows, no nvcachefs superblock of another cache or of
+ * a member of this one, no mirror header, not the same device or file as a
+ * member, a name of one, or a metadata mirror; opened (O_EXCL) into *out.
+ * 0, or -errno with err set. */
+int devid_new_dev(struct cache *c, const char *path, uint64_t min_slots,
+		  struct dev **out, char *err, size_t errlen);
+/* path may take a metadata mirror's place: nothing there (a new file), or a
+ * block device passing the same checks.  0, or -errno with err set. */
+int devid_new_place(struct cache *c, const char *path, char *err,
+		    size_t errlen);
+/* d's identity under uuid: st_rdev or st_dev and st_ino, its size. */
+void devid_of(struct dev *d, const uint8_t uuid[16], struct meta_ident *id);
+/* The device at path is the one id recorded (its superblock this cache's
+ * under id->uuid, the same st_rdev or file, the same size, no other
+ * signature in its superblock area), and still no member or mirror of this
+ * cache, large enough for min_slots slots; opened into *out.  0, or
+ * -errno with err saying what is there. */
+int devid_prove_dev(struct cache *c, const char *path,
+		    const struct meta_ident *id, uint64_t min_slots,
+		    struct dev **out, char *err, size_t errlen);
+/* The mirror place r (mapped, PM_NEW) claimed for this cache: a claim
+ * header written at its start and persisted, and its identity in *id. */
+int devid_claim_place(struct cache *c, struct pm_region *r,
+		      struct meta_ident *id);
+/* The place at path is the one id recorded: the same block device or file,
+ * the same size, and its first 4 KiB zero (a copy under way), our claim or
+ * a mirror header of this cache.  0 (also when nothing is there: -ENOENT
+ * in *gone), or -errno with err saying what is there. */
+int devid_prove_place(struct cache *c, const char *path,
+		      const struct meta_ident *id, int *gone, char *err,
+		      size_t errlen);
 
 #endif

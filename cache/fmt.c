@@ -162,19 +162,13 @@ int fmt_format_open(const struct cache_config *cfg, struct dev **devs, int ndev,
 /* Refuse a device that holds anything we can recognise, unless forced. */
 #define FMT_REFUSAL "refusing to format it (use --force to overwrite)"
 
-int fmt_probe_in_use(const char *path, const char *refusal, char *err,
-		     size_t errlen)
+/* What libblkid finds in pr (set up on path), said in err; the probe freed. */
+static int probe_run(blkid_probe pr, const char *path, const char *refusal,
+		     char *err, size_t errlen)
 {
-	blkid_probe pr;
 	const char *type = NULL;
 	int ret;
 
-	pr = blkid_new_probe_from_filename(path);
-	if (!pr) {
-		snprintf(err, errlen, "%s: cannot probe for signatures: %s",
-			 path, strerror(errno));
-		return -errno ? -errno : -EIO;
-	}
 	blkid_probe_enable_superblocks(pr, 1);
 	blkid_probe_set_superblocks_flags(pr, BLKID_SUBLKS_TYPE);
 	blkid_probe_enable_partitions(pr, 1);
@@ -196,6 +190,33 @@ int fmt_probe_in_use(const char *path, const char *refusal, char *err,
 	}
 	blkid_free_probe(pr);
 	return ret;
+}
+
+int fmt_probe_in_use(const char *path, const char *refusal, char *err,
+		     size_t errlen)
+{
+	blkid_probe pr = blkid_new_probe_from_filename(path);
+
+	if (!pr) {
+		snprintf(err, errlen, "%s: cannot probe for signatures: %s",
+			 path, strerror(errno));
+		return -errno ? -errno : -EIO;
+	}
+	return probe_run(pr, path, refusal, err, errlen);
+}
+
+int fmt_probe_head(int fd, uint64_t len, const char *path, const char *refusal,
+		   char *err, size_t errlen)
+{
+	blkid_probe pr = blkid_new_probe();
+
+	if (!pr || blkid_probe_set_device(pr, fd, 0, len)) {
+		snprintf(err, errlen, "%s: cannot probe for signatures", path);
+		if (pr)
+			blkid_free_probe(pr);
+		return -EIO;
+	}
+	return probe_run(pr, path, refusal, err, errlen);
 }
 
 /* A mirror's place, opened by pm_open_place (no link followed, checked by

@@ -153,7 +153,7 @@ int grow_run(struct cache *c, struct dev *nd, char *err, size_t errlen)
 	}
 	count = fits < room ? fits : room;
 	meta_members(&c->meta, members);
-	ret = member_sb_write(c, k, count, nd, members, err, errlen);
+	ret = member_sb_write(c, k, count, nd, members, NULL, err, errlen);
 	if (ret)
 		goto err_log;
 	ret = meta_grow(&c->meta, k, members[k], count);

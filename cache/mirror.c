@@ -19,13 +19,18 @@
  * one's place; the old one (failed, missing or healthy) is let go.
  *
  * Order, and what a crash leaves:
- *   0. the headers record the replace under way (mirror, new place): a
- *      crash before 4 leaves the configuration naming the old place, as
- *      before: the next mount uses it (or rebuilds it, if it was lost or
- *      damaged), then resumes the replace on its thread (replace.c,
- *      resume_main), onto the recorded place;
- *   1. the new region is mapped (a new file is created at the mirror's
- *      size; a resumed replace takes the file it left);
+ *   0. the new region is mapped (a new file is created at the mirror's
+ *      size, O_EXCL) and claimed: a claim header with a new UUID at its
+ *      start, persisted; then the headers record the place's identity (that
+ *      UUID, its st_rdev or file, its size: meta_hdr.mirror_id) and the
+ *      replace under way (mirror, new place).  A crash before 4 leaves the
+ *      configuration naming the old place, as before: the next mount uses
+ *      it (or rebuilds it, if it was lost or damaged), then resumes the
+ *      replace on its thread (replace.c, resume_main) onto the recorded
+ *      place, only if it is still the one claimed: the same device or
+ *      file, the same size, and its first 4 KiB zero (the copy under way),
+ *      the claim, or this cache's header (devid_prove_place); else nothing
+ *      is written there and the replace stays recorded, logged;
  *   2. meta_replace: the copy, persisted, its header last (meta_rebuild:
  *      a copy cut short never passes for a mirror); the other mirror's
  *      header then no longer calls mirror k stale;
@@ -57,59 +62,6 @@ static int mirror_index(struct cache *c, const char *old)
 	return -1;
 }
 
-/* The new place may be used: not a mirror or device of this cache, not an
- * existing file, not a block device holding anything; resumed: the place
- * the replace cut short recorded (a file it made is made again). */
-static int new_place_ok(struct cache *c, const char *path, int resumed,
-			char *err, size_t errlen)
-{
-	struct stat st;
-	int d, fd, created;
-
-	if (mirror_index(c, path) >= 0) {
-		snprintf(err, errlen,
-			 "%s is already a metadata mirror of this "
-			 "cache",
-			 path);
-		return -EINVAL;
-	}
-	for (d = 0; d < c->ndevs; d++)
-		if (!strcmp(cache_listed_name(c, d), path)) {
-			snprintf(err, errlen,
-				 "%s is a cache device of this cache", path);
-			return -EINVAL;
-		}
-	fd = pm_open_place(path, 0, &st, &created, err, errlen);
-	if (fd == -ENOENT)
-		return 0; /* a new file */
-	if (fd < 0) {
-		if (!err[0])
-			snprintf(err, errlen, "%s: %s", path, strerror(-fd));
-		return fd;
-	}
-	close(fd);
-	if (resumed && S_ISREG(st.st_mode)) {
-		struct stat now;
-
-		/* the file it made, if still the one judged */
-		if (!lstat(path, &now) && now.st_dev == st.st_dev &&
-		    now.st_ino == st.st_ino && !unlink(path))
-			return 0;
-	}
-	if (resumed && S_ISBLK(st.st_mode))
-		return 0;
-	if (S_ISBLK(st.st_mode))
-		return fmt_probe_in_use(path,
-					"refusing to use it (wipefs -a it "
-					"first)",
-					err, errlen);
-	snprintf(err, errlen,
-		 "%s exists; a new mirror goes to a file that does not exist "
-		 "yet, or to a block device",
-		 path);
-	return -EEXIST;
-}
-
 /* Step 3: the old place can never pass for a mirror again. */
 static void old_place_wipe(struct pm_region *old)
 {
@@ -123,13 +75,49 @@ static void old_place_wipe(struct pm_region *old)
 				     "could not be wiped");
 }
 
-/* Steps 1 to 3 onto new_path, mirror k being old. */
+/* The place a mirror replace cut short recorded (id), if it is still the
+ * one it began on: then a file it made is let go, to be made again.  0, or
+ * -ESTALE with the refusal logged (nothing written, the replace stays
+ * recorded). */
+static int resumed_place(struct cache *c, int k, const char *path,
+			 const struct meta_ident *id, char *err, size_t errlen)
+{
+	struct stat st;
+	int gone, ret = devid_prove_place(c, path, id, &gone, err, errlen);
+
+	/* a file proven the one it made (id), if the name still holds it */
+	if (!ret && !gone && !lstat(path, &st) && S_ISREG(st.st_mode)) {
+		if (st.st_dev != (dev_t)id->dev || st.st_ino != id->ino) {
+			snprintf(err, errlen, "%s changed while it was checked",
+				 path);
+			ret = -EAGAIN;
+		} else if (unlink(path)) {
+			ret = -errno;
+		}
+	}
+	if (!ret)
+		return 0;
+	if (!err[0])
+		snprintf(err, errlen, "%s: %s", path, strerror(-ret));
+	log_msg(LOG_ERR,
+		"replace-mirror: the replace of mirror %d (%s) is not resumed, "
+		"and nothing was written to %s: %s.  It stays recorded, and "
+		"mirror %d is still %s; to finish it, run nvcachectl "
+		"replace-mirror MOUNTPOINT %s NEWPLACE (a new place)",
+		k, c->cfg->meta_paths[k], path, err, k, c->cfg->meta_paths[k],
+		c->cfg->meta_paths[k]);
+	return -ESTALE;
+}
+
+/* Steps 0 to 3 onto new_path, mirror k being old: the place made or taken,
+ * claimed, and its identity recorded with the replace, then the copy. */
 static int mirror_onto(struct cache *c, int k, const char *old,
 		       const char *new_path, char *err, size_t errlen)
 {
 	struct pm_region nr, oldr;
 	uint64_t total = meta_total_len(c->meta.layout.room, c->meta.nfiles,
 					c->meta.block_size);
+	struct meta_ident id;
 	char *keep;
 	int ret;
 
@@ -143,6 +131,16 @@ static int mirror_onto(struct cache *c, int k, const char *old,
 						  : strerror(-ret));
 		return ret;
 	}
+	ret = devid_claim_place(c, &nr, &id);
+	if (!ret)
+		ret = meta_set_mirror_id(&c->meta, &id);
+	if (!ret) /* step 0 */
+		ret = meta_set_mirror_replacing(&c->meta, k + 1, new_path);
+	if (ret) {
+		snprintf(err, errlen, "cannot record the replace: %s",
+			 strerror(-ret));
+		goto err_unmap;
+	}
 	log_msg(LOG_NOTICE,
 		"replace-mirror: rebuilding mirror %d (%s) on %s from %s", k,
 		c->cfg->meta_paths[k], new_path, c->cfg->meta_paths[!k]);
@@ -150,9 +148,7 @@ static int mirror_onto(struct cache *c, int k, const char *old,
 	if (ret) {
 		snprintf(err, errlen, "%s: cannot rebuild the mirror there: %s",
 			 new_path, strerror(-ret));
-		pm_unmap(&nr);
-		pm_unlink_created(&nr, new_path);
-		return ret;
+		goto err_unmap;
 	}
 	old_place_wipe(&oldr);
 	pm_unmap(&oldr);
@@ -167,11 +163,16 @@ static int mirror_onto(struct cache *c, int k, const char *old,
 		"next mount",
 		k, new_path, c->cfg->meta_paths[!k], old, new_path);
 	return 0;
+err_unmap:
+	pm_unmap(&nr);
+	pm_unlink_created(&nr, new_path);
+	return ret;
 }
 
 int mirror_replace(struct cache *c, const char *old, const char *new_path,
 		   int resumed, char *err, size_t errlen)
 {
+	struct meta_ident id;
 	int k, ret;
 
 	err[0] = 0;
@@ -192,17 +193,23 @@ int mirror_replace(struct cache *c, const char *old, const char *new_path,
 		ret = -ENODATA;
 		goto out_unlock;
 	}
-	ret = new_place_ok(c, new_path, resumed, err, errlen);
-	if (ret)
-		goto out_unlock;
-	ret = meta_set_mirror_replacing(&c->meta, k + 1, new_path); /* 0 */
-	if (ret) {
-		snprintf(err, errlen, "cannot record the replace: %s",
-			 strerror(-ret));
+	if (mirror_index(c, new_path) >= 0) {
+		snprintf(err, errlen,
+			 "%s is already a metadata mirror of this cache",
+			 new_path);
+		ret = -EINVAL;
 		goto out_unlock;
 	}
+	meta_mirror_id(&c->meta, &id);
+	ret = resumed ? resumed_place(c, k, new_path, &id, err, errlen)
+		      : devid_new_place(c, new_path, err, errlen);
+	if (ret)
+		goto out_unlock;
 	ret = mirror_onto(c, k, old, new_path, err, errlen);
-	meta_set_mirror_replacing(&c->meta, 0, NULL); /* 4, or failed */
+	if (!ret || !devlife_stopping(c)) { /* 4, or failed */
+		meta_set_mirror_replacing(&c->meta, 0, NULL);
+		meta_set_mirror_id(&c->meta, NULL);
+	}
 out_unlock:
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;

@@ -433,8 +433,10 @@ int rebuild_onto(struct cache *c, int k, struct dev *nd, cache_progress_fn fn,
 	/* after the shadow: a lock taken once this is seen is shadowed */
 	__atomic_add_fetch(&c->rebuild_seq, 1, __ATOMIC_SEQ_CST);
 	while (j < member_slots(c, k) && !ret) {
-		if (__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE)) {
-			snprintf(err, errlen, "the cache is stopping");
+		if (devlife_stopping(c)) {
+			snprintf(err, errlen,
+				 "stopped by the unmount; it resumes at the "
+				 "next mount");
 			ret = -ESHUTDOWN;
 			break;
 		}

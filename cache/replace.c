@@ -17,26 +17,31 @@
 /*
  * Replace.  The new device takes member k's place with k's blocks on it:
  *
- *   0. both headers record the replace under way (member, new device's
- *      path); the next mount resumes it on a thread of its own
- *      (devlife_resume_start), so a kill -9 or an unmount during the
- *      rebuild does not leave it half done; a replace that fails
- *      otherwise clears it;
+ *   0. the new device, judged new by what it is (devid.c), gets member
+ *      k's superblock under a UUID no member has, then both headers record
+ *      its identity (that UUID, its st_rdev or file, its size: replace_id)
+ *      and then the replace under way (member, new device's path); the
+ *      next mount resumes it on a thread of its own (devlife_resume_start),
+ *      onto the recorded path only once it proves to hold that identity
+ *      (devid_prove_dev; else nothing is written there and the replace
+ *      stays recorded, logged), so that a kill -9 or an unmount during the
+ *      rebuild does not leave it half done; a replace that fails otherwise
+ *      clears it;
  *   1. k's blocks are copied onto the new device at their offsets, which
  *      shadows k meanwhile (rebuild.c: from the old device, or from the
  *      second copies if it has failed);
- *   2. the new device gets member k's superblock with a new UUID, then both
- *      headers record that UUID for member k: the old device is a former
- *      member from then on (members.c refuses it by name);
+ *   2. the new device gets member k's superblock again, under the UUID of
+ *      step 0, then both headers record that UUID for member k (and the
+ *      name it was found at): the old device is a former member from then
+ *      on;
  *   3. the new device is swapped in (cache_dev_swap: under the flush lock),
  *      every I/O begun on the old one waited for, the old one closed;
  *   4. if the old device had failed, data written with one copy while it
  *      was failed gets its second copy (rebuild_twins), or, where there is
  *      no room for one, is destaged.
  * A crash before 2 leaves the old device member k and the new one scratch
- * (the resumed replace copies again); after 2, the new device is member k,
- * and a mount with the configuration naming the old one is refused with the
- * former member's name (change cache.devices, mount again).
+ * under the recorded identity (the resumed replace copies again); after 2,
+ * the new device is member k.
  */
 
 /*
@@ -95,12 +100,20 @@ static int drain(struct cache *c, int k, cache_progress_fn fn, void *arg,
 
 	__atomic_store_n(&c->dev_draining[k], 1, __ATOMIC_RELEASE);
 	for (round = 0; round < DRAIN_ROUNDS; round++) {
-		if (__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE)) {
-			snprintf(err, errlen, "the cache is stopping");
+		if (devlife_stopping(c)) {
+			snprintf(err, errlen,
+				 "stopped by the unmount; it resumes at the "
+				 "next mount");
 			ret = -ESHUTDOWN;
 			break;
 		}
-		ret = cache_flush(c, fn, arg);
+		ret = cache_flush_until(c, fn, arg, &c->devlife_stop);
+		if (ret == -ESHUTDOWN) {
+			snprintf(err, errlen,
+				 "stopped by the unmount; it resumes at the "
+				 "next mount");
+			break;
+		}
 		if (ret) {
 			snprintf(err, errlen,
 				 "its dirty data could not be destaged (%s)%s",
@@ -127,18 +140,6 @@ static int drain(struct cache *c, int k, cache_progress_fn fn, void *arg,
 	return ret;
 }
 
-/* Member k by the name its device has now (listed names are in member
- * order only when they were listed so: members.c); c->ndevs if none. */
-static int member_named(struct cache *c, const char *name)
-{
-	int k;
-
-	for (k = 0; k < c->ndevs; k++)
-		if (!strcmp(dev_path(c->devs[k]), name))
-			break;
-	return k;
-}
-
 /* After a drain: dev in member k's place, in state, k no longer draining,
  * the old device closed; then a flush destages what was written with one
  * copy while k drained (or was failed).  The flush's result. */
@@ -151,52 +152,6 @@ static int swap_in(struct cache *c, int k, struct dev *dev, int state,
 	__atomic_store_n(&c->dev_draining[k], 0, __ATOMIC_RELEASE);
 	dev_close(old);
 	return cache_flush(c, fn, arg);
-}
-
-/* The new device is fit: not in use, holding nothing libblkid knows, large
- * enough for min_slots slots (probe: libblkid finds nothing in it).  It is
- * opened (O_EXCL) into *out. */
-int new_dev_ok(struct cache *c, const char *path, uint64_t min_slots,
-	       int probe, struct dev **out, char *err, size_t errlen)
-{
-	uint64_t need = SB_DATA_OFF + min_slots * (uint64_t)c->bs;
-	int d, ret;
-
-	for (d = 0; d < c->ndevs; d++)
-		if (!strcmp(dev_path(c->devs[d]), path) ||
-		    !strcmp(cache_listed_name(c, d), path)) {
-			snprintf(err, errlen, "%s is a device of this cache",
-				 path);
-			return -EINVAL;
-		}
-	for (d = 0; d < 2; d++)
-		if (!strcmp(c->cfg->meta_paths[d], path)) {
-			snprintf(err, errlen,
-				 "%s is a metadata mirror of this cache", path);
-			return -EINVAL;
-		}
-	ret = probe ? fmt_probe_in_use(path,
-				       "refusing to use it (wipefs -a it first)",
-				       err, errlen)
-		    : 0;
-	if (ret)
-		return ret;
-	ret = dev_open(path, out);
-	if (ret) {
-		snprintf(err, errlen, "%s: cannot open it: %s", path,
-			 ret == -EBUSY ? "in use" : strerror(-ret));
-		return ret;
-	}
-	if (dev_size(*out) < need) {
-		snprintf(err, errlen,
-			 "%s is too small: %llu bytes, its place in this "
-			 "cache needs %llu",
-			 path, (unsigned long long)dev_size(*out),
-			 (unsigned long long)need);
-		dev_close(*out);
-		return -ENOSPC;
-	}
-	return 0;
 }
 
 /* 1 if members[k] is zero or another member's. */
@@ -214,14 +169,15 @@ static int uuid_used(uint8_t (*members)[16], int n, int k)
 }
 
 /*
- * The superblock of member k (count slots) on nd, under a new UUID that
- * members[k] takes (members: the header's table), flushed.  The geometry is
- * copied from a member's superblock: the old one's, or for a failed device,
- * a free place or a grow, another's.  0, or -errno with err set.
+ * The superblock of member k (count slots) on nd, under uuid (NULL: a new
+ * UUID) that members[k] takes (members: the header's table), flushed.  The
+ * geometry is copied from a member's superblock: the old one's, or for a
+ * failed device, a free place or a grow, another's.  0, or -errno with err
+ * set.
  */
 int member_sb_write(struct cache *c, int k, uint64_t count, struct dev *nd,
-		    uint8_t members[NVC_MAX_DEVS][16], char *err,
-		    size_t errlen)
+		    uint8_t members[NVC_MAX_DEVS][16], const uint8_t *uuid,
+		    char *err, size_t errlen)
 {
 	struct sb_disk sb;
 	int ret = -ENODATA, d;
@@ -236,8 +192,15 @@ int member_sb_write(struct cache *c, int k, uint64_t count, struct dev *nd,
 		return -EIO;
 	}
 	do {
-		if (getrandom(members[k], 16, 0) != 16)
+		if (uuid)
+			memcpy(members[k], uuid, 16);
+		else if (getrandom(members[k], 16, 0) != 16)
 			return -errno;
+		if (uuid && uuid_used(members,
+				      k + 1 > c->ndevs ? k + 1 : c->ndevs, k)) {
+			snprintf(err, errlen, "its UUID is another member's");
+			return -EEXIST;
+		}
 	} while (uuid_used(members, k + 1 > c->ndevs ? k + 1 : c->ndevs, k));
 	sb.dev_index = k;
 	sb.ndevs = layout_sb_ndevs(&c->meta.layout, k);
@@ -254,16 +217,16 @@ int member_sb_write(struct cache *c, int k, uint64_t count, struct dev *nd,
 	return ret;
 }
 
-/* Replace step 2: the new device's superblock, then the headers' member
- * table. */
-static int new_member(struct cache *c, int k, struct dev *nd, char *err,
-		      size_t errlen)
+/* Replace step 2 (and add's first): the new device's superblock under
+ * uuid (NULL: a new one), then the headers' member table. */
+static int new_member(struct cache *c, int k, struct dev *nd,
+		      const uint8_t *uuid, char *err, size_t errlen)
 {
 	uint8_t members[NVC_MAX_DEVS][16];
 	int ret;
 
 	meta_members(&c->meta, members);
-	ret = member_sb_write(c, k, member_slots(c, k), nd, members, err,
+	ret = member_sb_write(c, k, member_slots(c, k), nd, members, uuid, err,
 			      errlen);
 	if (ret)
 		return ret;
@@ -308,7 +271,7 @@ int devlife_identified(struct cache *c, const char *what, char *err,
 static int replaceable(struct cache *c, const char *old, char *err,
 		       size_t errlen)
 {
-	int k = member_named(c, old);
+	int k = devid_member(c, old);
 
 	if (k == c->ndevs || c->dev_failed[k] == STAT_DEV_REMOVED)
 		snprintf(err, errlen, "%s is not a device of this cache%s", old,
@@ -320,15 +283,47 @@ static int replaceable(struct cache *c, const char *old, char *err,
 	return c->ndevs;
 }
 
-/* Steps 0 to 4 onto nd (named new_path), member k being old; devlife_lock
- * held.  0, or -errno with err set; *placed: nd is member k (else it is the
- * caller's to close). */
-static int replace_run(struct cache *c, int k, const char *old, struct dev *nd,
-		       const char *new_path, cache_progress_fn fn, void *arg,
-		       int *placed, char *err, size_t errlen)
+/* Step 0's first half: nd gets member k's superblock under a UUID that no
+ * member has, and both headers record nd's identity under it (id). */
+static int replace_claim(struct cache *c, int k, struct dev *nd,
+			 struct meta_ident *id, char *err, size_t errlen)
 {
-	int ret = meta_set_replacing(&c->meta, k + 1, new_path); /* step 0 */
+	uint8_t members[NVC_MAX_DEVS][16];
+	int ret;
 
+	meta_members(&c->meta, members);
+	ret = member_sb_write(c, k, member_slots(c, k), nd, members, NULL, err,
+			      errlen);
+	if (ret)
+		return ret;
+	devid_of(nd, members[k], id);
+	ret = meta_set_replace_id(&c->meta, id);
+	if (ret)
+		snprintf(err, errlen, "cannot record the new device: %s",
+			 strerror(-ret));
+	return ret;
+}
+
+/* Steps 0 to 4 onto nd (named new_path), member k being old; devlife_lock
+ * held; id: nd's identity as recorded by the replace cut short that this
+ * one resumes, else NULL.  0, or -errno with err set; *placed: nd is
+ * member k (else it is the caller's to close). */
+static int replace_run(struct cache *c, int k, const char *old, struct dev *nd,
+		       const char *new_path, const struct meta_ident *resumed,
+		       cache_progress_fn fn, void *arg, int *placed, char *err,
+		       size_t errlen)
+{
+	static const uint8_t none[16];
+	struct meta_ident id;
+	int ret = 0;
+
+	if (resumed && memcmp(resumed->uuid, none, 16))
+		id = *resumed;
+	else /* step 0: nd known by what it is before anything is copied */
+		ret = replace_claim(c, k, nd, &id, err, errlen);
+	if (ret)
+		goto err_log;
+	ret = meta_set_replacing(&c->meta, k + 1, new_path);
 	if (ret) {
 		snprintf(err, errlen, "cannot record the replace: %s",
 			 strerror(-ret));
@@ -339,14 +334,16 @@ static int replace_run(struct cache *c, int k, const char *old, struct dev *nd,
 	ret = rebuild_onto(c, k, nd, fn, arg, err, errlen);
 	if (ret)
 		goto err_record;
-	ret = new_member(c, k, nd, err, errlen);
+	ret = new_member(c, k, nd, id.uuid, err, errlen);
 	if (ret) {
 		rebuild_end(c, c->devs[k]);
 		goto err_record;
 	}
 	meta_set_replacing(&c->meta, 0, NULL);
+	meta_set_replace_id(&c->meta, NULL);
 	*placed = 1;
 	ret = replace_swap(c, k, nd, fn, arg);
+	cache_note_member_names(c); /* where the next mount looks first */
 	if (ret)
 		snprintf(err, errlen,
 			 "%s is in place, but data written with one copy "
@@ -354,24 +351,28 @@ static int replace_run(struct cache *c, int k, const char *old, struct dev *nd,
 			 "destage retries",
 			 new_path, strerror(-ret));
 	log_msg(LOG_NOTICE,
-		"replace: member %d is now %s (%s is a former member); change "
-		"cache.devices in the configuration from %s to %s",
-		k + 1, new_path, old, old, new_path);
+		"replace: member %d is now %s (found by its UUID at the next "
+		"mount; cache.devices need not change); %s is a former member",
+		k + 1, new_path, old);
 	return ret;
 err_record:
 	/* stopped by an unmount: the next mount goes on; else it is over */
-	if (!__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
+	if (!devlife_stopping(c)) {
 		meta_set_replacing(&c->meta, 0, NULL);
+		meta_set_replace_id(&c->meta, NULL);
+	}
 err_log:
 	log_msg(LOG_ERR, "replace of %s failed: %s", old, err);
 	return ret;
 }
 
 /* resumed: new_path is the one the headers recorded, written by the
- * replace cut short (libblkid may find anything in it). */
+ * replace cut short, with the identity *resumed: it is proven to be that
+ * device before anything is written to it. */
 static int replace_dev(struct cache *c, const char *old_arg,
-		       const char *new_path, int resumed, cache_progress_fn fn,
-		       void *arg, char *err, size_t errlen)
+		       const char *new_path, const struct meta_ident *resumed,
+		       cache_progress_fn fn, void *arg, char *err,
+		       size_t errlen)
 {
 	struct dev *nd = NULL;
 	char old[PATH_MAX]; /* old_arg may be the old device's own name */
@@ -384,12 +385,31 @@ static int replace_dev(struct cache *c, const char *old_arg,
 	ret = -EINVAL;
 	if (k == c->ndevs)
 		goto out_unlock;
-	ret = new_dev_ok(c, new_path, member_slots(c, k), !resumed, &nd, err,
-			 errlen);
+	if (resumed) {
+		ret = devid_prove_dev(c, new_path, resumed, member_slots(c, k),
+				      &nd, err, errlen);
+		if (ret)
+			log_msg(LOG_ERR,
+				"replace: the replace of member %d (%s) is not "
+				"resumed, and nothing was written to %s: %s.  "
+				"It stays recorded, and member %d is still %s; "
+				"to finish it, run nvcachectl replace "
+				"MOUNTPOINT %s NEWDEVICE (the device it began "
+				"on, once %s names it again, or another new "
+				"one)",
+				k + 1, old, new_path, err, k + 1, old, old,
+				new_path);
+		if (ret) {
+			ret = -ESTALE; /* said */
+			goto out_unlock;
+		}
+	} else
+		ret = devid_new_dev(c, new_path, member_slots(c, k), &nd, err,
+				    errlen);
 	if (ret)
 		goto out_unlock;
-	ret = replace_run(c, k, old, nd, new_path, fn, arg, &placed, err,
-			  errlen);
+	ret = replace_run(c, k, old, nd, new_path, resumed, fn, arg, &placed,
+			  err, errlen);
 	if (!placed)
 		dev_close(nd);
 out_unlock:
@@ -406,7 +426,7 @@ int cache_replace_dev_with(struct cache *c, const char *old, struct dev *nd,
 	pthread_mutex_lock(&devlife_lock);
 	k = replaceable(c, old, err, errlen);
 	if (k < c->ndevs)
-		ret = replace_run(c, k, old, nd, dev_path(nd), NULL, NULL,
+		ret = replace_run(c, k, old, nd, dev_path(nd), NULL, NULL, NULL,
 				  &placed, err, errlen);
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;
@@ -416,20 +436,30 @@ int cache_replace_dev(struct cache *c, const char *old, const char *new_path,
 		      cache_progress_fn fn, void *arg, char *err,
 		      size_t errlen)
 {
-	return replace_dev(c, old, new_path, 0, fn, arg, err, errlen);
+	return replace_dev(c, old, new_path, NULL, fn, arg, err, errlen);
 }
 
-/* The replace the headers say was under way, run again. */
+/* The replace the headers say was under way, run again onto the device it
+ * began on, proven by its identity; if it is not there, nothing is written
+ * and the replace stays recorded. */
 static void resume_replace(struct cache *c, uint32_t m, const char *path)
 {
+	uint8_t members[NVC_MAX_DEVS][16];
+	static const uint8_t zero[16];
 	char err[768], old[PATH_MAX];
+	struct meta_ident id;
 	int ret;
 
 	if (m > (uint32_t)c->ndevs)
 		return;
-	if (!strcmp(dev_path(c->devs[m - 1]), path)) {
-		/* it was swapped in before the record was cleared */
+	meta_replace_id(&c->meta, &id);
+	meta_members(&c->meta, members);
+	if (memcmp(id.uuid, zero, 16)
+		    ? !memcmp(members[m - 1], id.uuid, 16)
+		    : !strcmp(dev_path(c->devs[m - 1]), path)) {
+		/* it took member m's place before the record was cleared */
 		meta_set_replacing(&c->meta, 0, NULL);
+		meta_set_replace_id(&c->meta, NULL);
 		cache_flush(c, NULL, NULL);
 		return;
 	}
@@ -438,8 +468,8 @@ static void resume_replace(struct cache *c, uint32_t m, const char *path)
 		"replace: resuming the replace of member %u (%s) by %s, cut "
 		"short by the last stop",
 		m, old, path);
-	ret = replace_dev(c, old, path, 1, NULL, NULL, err, sizeof(err));
-	if (ret && !__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
+	ret = replace_dev(c, old, path, &id, NULL, NULL, err, sizeof(err));
+	if (ret && ret != -ESTALE && !devlife_stopping(c))
 		log_msg(LOG_ERR,
 			"replace: the resumed replace failed (%s): run "
 			"nvcachectl replace again",
@@ -464,7 +494,7 @@ static void resume_remove(struct cache *c, uint32_t m)
 		"the last stop",
 		m, name);
 	if (cache_remove_dev(c, name, NULL, NULL, err, sizeof(err)) &&
-	    !__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
+	    !devlife_stopping(c))
 		log_msg(LOG_ERR,
 			"remove: the resumed remove failed (%s): run "
 			"nvcachectl remove again",
@@ -554,30 +584,32 @@ void devlife_resume_join(struct cache *c)
  * headers mark it removed (meta_hdr.removed), and its device is swapped for
  * a fenced stand-in and closed, so that it can be pulled.  Its slots stay
  * in the layout, never used (slot_failed; usable_slots leaves them out of
- * the capacity and the watermarks).  cache.devices keeps an entry for it:
- * the mount takes any name it cannot open, or a device it identifies as the
- * removed member, for that place.  A crash before the headers say removed
+ * the capacity and the watermarks); a mount identifies the old device, if
+ * still there, as the removed member (members.c).  A crash before the headers say removed
  * leaves member k in use, emptier, and both headers recording the remove
  * under way (meta_hdr.removing, written before the drain): the next mount
  * runs it again (resume_main); after, it is removed.
  */
-int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
+int cache_remove_dev(struct cache *c, const char *name, cache_progress_fn fn,
 		     void *arg, char *err, size_t errlen)
 {
 	uint8_t removed[NVC_MAX_DEVS];
+	/* the device's own name, whatever name was given */
+	char path[PATH_MAX];
 	struct dev *standin;
 	int k, d, left = 0, ret;
 
 	err[0] = 0;
 	pthread_mutex_lock(&devlife_lock);
-	k = member_named(c, path);
+	k = devid_member(c, name);
 	meta_removed(&c->meta, removed);
 	if (k == c->ndevs || removed[k]) {
 		snprintf(err, errlen, "%s is not a device of this cache%s",
-			 path, k < c->ndevs ? " any more (removed)" : "");
+			 name, k < c->ndevs ? " any more (removed)" : "");
 		ret = -EINVAL;
 		goto out_unlock;
 	}
+	snprintf(path, sizeof(path), "%s", dev_path(c->devs[k]));
 	for (d = 0; d < c->ndevs; d++)
 		left += d != k && !removed[d] && !c->dev_failed[d];
 	if (c->detached || !left || (c->cfg->dirty_copies > 1 && left < 2)) {
@@ -628,15 +660,15 @@ int cache_remove_dev(struct cache *c, const char *path, cache_progress_fn fn,
 			 strerror(-ret));
 	log_msg(LOG_NOTICE,
 		"remove: member %d (%s) is removed: not used again, it can be "
-		"pulled; keep an entry for it in cache.devices",
+		"pulled",
 		k + 1, path);
 	goto out_unlock;
 err_record:
 	/* stopped by an unmount: the next mount goes on; else it is over */
-	if (!__atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE))
+	if (!devlife_stopping(c))
 		meta_set_removing(&c->meta, 0);
 err_log:
-	log_msg(LOG_ERR, "remove of %s failed: %s", path, err);
+	log_msg(LOG_ERR, "remove of %s failed: %s", name, err);
 out_unlock:
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;
@@ -674,7 +706,7 @@ static int free_place(struct cache *c, uint8_t removed[NVC_MAX_DEVS])
 static int add_run(struct cache *c, int k, uint8_t removed[NVC_MAX_DEVS],
 		   struct dev *nd, char *err, size_t errlen)
 {
-	int ret = new_member(c, k, nd, err, errlen);
+	int ret = new_member(c, k, nd, NULL, err, errlen);
 
 	if (!ret) {
 		removed[k] = 0;
@@ -691,15 +723,16 @@ static int add_run(struct cache *c, int k, uint8_t removed[NVC_MAX_DEVS],
 	c->removed_slots -= member_slots(c, k);
 	cache_unlock(c);
 	dev_close(cache_dev_swap(c, k, nd, STAT_DEV_OK));
+	cache_note_member_names(c);
 	c->made_devs &= ~(1u << k); /* nd is its caller's, as the others */
 	stats_attach_devs(c);
 	pthread_mutex_lock(&c->lock);
 	space_freed_locked(c); /* writers waiting for room have it */
 	cache_unlock(c);
 	log_msg(LOG_NOTICE,
-		"add: %s is member %d, in use now; name it in that place of "
-		"cache.devices (entry %d)",
-		dev_path(nd), k + 1, k + 1);
+		"add: %s is member %d, in use now (found by its UUID at the "
+		"next mount)",
+		dev_path(nd), k + 1);
 	return 0;
 }
 
@@ -723,7 +756,7 @@ static int add_dev(struct cache *c, const char *path, struct dev *nd,
 	k = free_place(c, removed);
 	need = k < c->ndevs ? member_slots(c, k) : GROW_MIN_SLOTS;
 	if (!nd) {
-		ret = new_dev_ok(c, path, need, 1, &opened, err, errlen);
+		ret = devid_new_dev(c, path, need, &opened, err, errlen);
 		if (ret)
 			goto out_unlock;
 		nd = opened;

@@ -227,6 +227,13 @@ const char *dev_path(const struct dev *d)
 	return d->path;
 }
 
+int dev_stat(const struct dev *d, struct stat *st)
+{
+	if (d->kind != DEV_KIND_URING || d->fd < 0)
+		return -ENODEV;
+	return fstat(d->fd, st) ? -errno : 0;
+}
+
 struct dev_faults *dev_faults(struct dev *d)
 {
 	return &d->faults;

@@ -111,6 +111,10 @@ uint64_t dev_size(const struct dev *d);
 /* The smallest unit of its offsets and lengths: 512 ... DEV_ALIGN. */
 uint32_t dev_sector(const struct dev *d);
 const char *dev_path(const struct dev *d);
+struct stat;
+/* What d is, by its descriptor (fstat): st_rdev of a block device, st_dev
+ * and st_ino of a regular file.  -ENODEV: an in-memory device or stand-in. */
+int dev_stat(const struct dev *d, struct stat *st);
 struct dev_faults *dev_faults(struct dev *d);
 
 int dev_io_run(struct dev_io *ios, unsigned n);

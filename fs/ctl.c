@@ -44,6 +44,9 @@ struct client {
 	struct fs *fs;
 	struct ctl_conn cn;
 	int owner; /* may flush and reset, not only read */
+	/* running a device-life command (clients_lock): stop lets it answer
+	 * (it stops at its next batch: cache_devlife_stop) */
+	int devop;
 	struct client *next;
 };
 
@@ -202,6 +205,9 @@ static void device_run(struct client *cl, const struct ctl_req *req)
 	char why[768];
 	int ret;
 
+	pthread_mutex_lock(&clients_lock);
+	cl->devop = 1;
+	pthread_mutex_unlock(&clients_lock);
 	log_msg(LOG_NOTICE, "%s requested%s%s%s%s", cmd, a ? ": " : "",
 		a ? a : "", b ? " -> " : "", b ? b : "");
 	if (!strcmp(cmd, "detach"))
@@ -442,7 +448,8 @@ void fs_ctl_stop(void)
 	pthread_join(ctl_thread, NULL);
 	pthread_mutex_lock(&clients_lock);
 	for (cl = clients; cl; cl = cl->next)
-		shutdown(cl->cn.fd, SHUT_RDWR);
+		if (!cl->devop)
+			shutdown(cl->cn.fd, SHUT_RDWR);
 	while (clients)
 		pthread_cond_wait(&clients_cond, &clients_lock);
 	pthread_mutex_unlock(&clients_lock);

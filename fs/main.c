@@ -418,6 +418,9 @@ int main(int argc, char **argv)
 	notify_start(fs.cache, mnt);
 	ret = fsloop_run(se, cfg.fuse_workers, cfg.fuse_threads,
 			 cfg.io_poll_us * 1000ull);
+	/* a replace or remove under way stops at its next batch, to resume
+	 * at the next mount, and says so to its client (fs_ctl_stop waits) */
+	cache_devlife_stop(fs.cache);
 
 	flush = cfg.on_unmount == UNMOUNT_FLUSH;
 	notify_stopping(flush);

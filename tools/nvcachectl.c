@@ -67,13 +67,13 @@ static void usage(FILE *f)
 		"second copies if it\n"
 		"        failed) are copied onto NEW while the mount serves, "
 		"and NEW takes\n"
-		"        its place; then change cache.devices to name NEW\n"
+		"        its place (found by its UUID at the next mount); "
+		"OLD by any name of\n"
+		"        it, or UUID=its member UUID\n"
 		"  remove MOUNTPOINT DEVICE\n"
 		"        empty the cache device (dirty data destaged, clean "
 		"data dropped) and\n"
-		"        stop using it, so that it can be pulled; "
-		"cache.devices keeps an entry\n"
-		"        for it\n"
+		"        stop using it, so that it can be pulled\n"
 		"  add MOUNTPOINT DEVICE\n"
 		"        DEVICE takes a free member place (a cache.devices "
 		"entry \"spare\" at\n"
@@ -633,18 +633,21 @@ static int cmd_destage(const char *cmd, int argc, char **argv)
 }
 
 /*
- * An absolute path for p, which need not exist (its directory must); with
- * follow 0 its last component is kept as it is, not resolved: the daemon
- * is to see a link there (and refuse it), not where it points.
+ * An absolute path for p, which need not exist (its directory must); its
+ * last component is kept as it is, not resolved: the daemon is to see the
+ * name given (a /dev/disk/by-id link, a link in cache.devices), and it
+ * finds devices by what the name is, not by its spelling.  "UUID=..." (a
+ * member's UUID) goes as it is.
  */
-static int abs_path(const char *p, char *out, size_t len, int follow)
+static int abs_path(const char *p, char *out, size_t len)
 {
 	char dir[PATH_MAX], *slash;
 
-	if (follow && realpath(p, out))
-		return 0;
-	if ((follow && errno != ENOENT) || strlen(p) >= sizeof(dir))
-		return follow ? -errno : -ENAMETOOLONG;
+	if (!strncmp(p, "UUID=", 5) || p[0] == '/')
+		return snprintf(out, len, "%s", p) >= (int)len ? -ENAMETOOLONG
+							       : 0;
+	if (strlen(p) >= sizeof(dir))
+		return -ENAMETOOLONG;
 	strcpy(dir, p);
 	slash = strrchr(dir, '/');
 	if (slash == dir)
@@ -689,9 +692,9 @@ static int cmd_replace(const char *cmd, int argc, char **argv)
 
 	if (argc != 4)
 		return fail("%s needs MOUNTPOINT OLD NEW", cmd);
-	ret = abs_path(argv[2], old, sizeof(old), 1);
-	if (!ret) /* a new mirror's place is made where it is named */
-		ret = abs_path(argv[3], nw, sizeof(nw), !mirror);
+	ret = abs_path(argv[2], old, sizeof(old));
+	if (!ret)
+		ret = abs_path(argv[3], nw, sizeof(nw));
 	if (ret)
 		return fail("%s: %s", cmd, strerror(-ret));
 	n = snprintf(req, sizeof(req), "%s %d 2 0\n%s", cmd, CTL_PROTO_VERSION,
@@ -701,13 +704,16 @@ static int cmd_replace(const char *cmd, int argc, char **argv)
 	if (ctl_connect_len(argv[1], req, n, &f))
 		return 1;
 	ret = mirror ? simple_answer(f, cmd) : destage_answer(f, cmd);
-	if (!ret)
-		printf("%s %s replaced by %s%s; change %s in the "
-		       "configuration to name %s before the next mount\n",
-		       mirror ? "mirror" : "device", old, nw,
-		       mirror ? " (rebuilt from the other one)"
-			      : " (its blocks copied onto it)",
-		       mirror ? "cache.metadata" : "cache.devices", nw);
+	if (!ret && mirror)
+		printf("mirror %s replaced by %s (rebuilt from the other one); "
+		       "change cache.metadata in the configuration to name %s "
+		       "before the next mount\n",
+		       old, nw, nw);
+	else if (!ret)
+		printf("device %s replaced by %s (its blocks copied onto it); "
+		       "it is found by its UUID at the next mount: "
+		       "cache.devices need not change\n",
+		       old, nw);
 	return ret;
 }
 
@@ -721,7 +727,7 @@ static int cmd_one_dev(const char *cmd, int argc, char **argv)
 
 	if (argc != 3)
 		return fail("%s needs MOUNTPOINT DEVICE", cmd);
-	ret = abs_path(argv[2], dev, sizeof(dev), 1);
+	ret = abs_path(argv[2], dev, sizeof(dev));
 	if (ret)
 		return fail("%s: %s", cmd, strerror(-ret));
 	n = snprintf(req, sizeof(req), "%s %d 1 0\n%s", cmd,
@@ -730,14 +736,13 @@ static int cmd_one_dev(const char *cmd, int argc, char **argv)
 		return 1;
 	ret = add ? simple_answer(f, cmd) : destage_answer(f, cmd);
 	if (!ret && add)
-		printf("device %s added: new data goes to it from now on; "
-		       "name it in cache.devices in the place it took: a "
-		       "free place's entry, or a new last one if the cache "
-		       "grew by it (nvcachectl stats lists the places)\n",
+		printf("device %s added: new data goes to it from now on; it "
+		       "is found by its UUID at the next mount (nvcachectl "
+		       "stats lists the places)\n",
 		       dev);
 	else if (!ret)
 		printf("device %s removed: it is not used any more and can be "
-		       "pulled (keep an entry for it in cache.devices)\n",
+		       "pulled\n",
 		       dev);
 	return ret;
 }

@@ -220,7 +220,8 @@ def test_replace_failed_device_then_lose_the_other(make_cache):
     read_all(c, blobs)
     lose_member1_after_kill9(c, blobs, w)
     log = c.log_text()
-    assert f"replace: member 2 is now {c.loops[2]} ({c.loops[1]} is a former member)" in log, log
+    assert f"replace: member 2 is now {c.loops[2]} (found by its UUID at the next mount; cache.devices need not " \
+           f"change); {c.loops[1]} is a former member" in log, log
 
 
 def test_replace_healthy_device_under_load_copies_it(make_cache):
@@ -276,7 +277,8 @@ def test_replace_killed_midway_resumes(make_cache):
     c.mount()                                        # the configuration as it was
     read_all(c, blobs)
     wait_log(c, "replace: resuming the replace of member 2 (%s) by %s" % (c.loops[1], c.loops[2]))
-    wait_log(c, f"replace: member 2 is now {c.loops[2]} ({c.loops[1]} is a former member)")
+    wait_log(c, f"replace: member 2 is now {c.loops[2]} (found by its UUID at the next mount; cache.devices need "
+                f"not change); {c.loops[1]} is a former member")
     st = c.stats()
     assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[2], "ok")]
     read_all(c, blobs)
