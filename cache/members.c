@@ -205,7 +205,8 @@ struct cand {
 	int err; /* why it was not opened */
 	int peeked; /* peek_ours: 1 ours, 0 not, -1 no superblock */
 	int sb_bad; /* no valid superblock */
-	int k; /* member index, -1: none; -2: a former member */
+	int k; /* member index, -1: none; -2: a former member; -3: the new
+		* device of the replace under way */
 };
 
 /* The same device or file as b: by st_rdev, or st_dev and st_ino. */
@@ -353,7 +354,12 @@ int members_pick(const struct meta_hdr *h, struct dev **cand, int ncand,
 			continue;
 		kof[i] = member_of(h, sb.dev_uuid);
 		if (kof[i] < 0) {
-			kof[i] = -2;
+			/* the replace under way's new device, or a former
+			 * member */
+			kof[i] = h->replacing && !memcmp(sb.dev_uuid,
+							 h->replace_id.uuid, 16)
+					 ? -3
+					 : -2;
 			continue;
 		}
 		k = (uint32_t)kof[i];
@@ -568,6 +574,12 @@ again:
 				"%s is member %u of %u of this cache (last found "
 				"at %s): taken by its identity",
 				dev_path(devs[k]), k + 1, h->ndevs, h->names[k]);
+	for (i = 0; i < n; i++)
+		if (cs[i].k == -3)
+			log_msg(LOG_NOTICE,
+				"%s is the new device of the replace under way "
+				"(of member %u): not a member yet",
+				cs[i].name, h->replacing);
 	for (i = 0; i < n; i++)
 		if (cs[i].k == -2)
 			log_msg(LOG_NOTICE,

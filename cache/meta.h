@@ -344,7 +344,8 @@ int members_order(const struct meta_hdr *h, struct dev **devs, int n,
 int members_parse_uuid(const char *s, uint8_t out[16]);
 /* Which of the ncand devices (NULL entries skipped) is which member of h
  * (members.c): devs[k] for each member found (NULL: not found, or removed),
- * kof[i] candidate i's member index, -1 none, -2 a former member.  0, or
+ * kof[i] candidate i's member index, -1 none, -2 a former member, -3 the
+ * new device of the replace under way.  0, or
  * -EINVAL with err naming a copied device or a misplaced superblock. */
 int members_pick(const struct meta_hdr *h, struct dev **cand, int ncand,
 		 struct dev **devs, int *kof, char *err, size_t errlen);

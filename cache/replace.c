@@ -259,7 +259,9 @@ static int replace_swap(struct cache *c, int k, struct dev *nd,
 int devlife_identified(struct cache *c, const char *what, char *err,
 		       size_t errlen)
 {
-	if (members_recorded(c->meta.r[c->meta.have[0] ? 0 : 1].addr))
+	const struct meta_hdr *h = meta_hdr_of(&c->meta);
+
+	if (h && members_recorded(h))
 		return 1;
 	snprintf(err, errlen,
 		 "this cache was formatted before its devices had UUIDs: %s "
