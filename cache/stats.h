@@ -43,6 +43,12 @@
 	  "dirty bytes written back to the backing "                           \
 	  "store")                                                             \
 	X(destage_errors, "ops", "destage passes that failed and will retry")  \
+	X(throttled_ops, "ops",                                                \
+	  "writes slowed between the high watermark and full "                 \
+	  "(destage.pace_writers)")                                            \
+	X(throttle_us, "", "microseconds those writes were held, in all")      \
+	X(space_wait_ops, "ops",                                               \
+	  "writes that waited for a free cache block (the cache full)")        \
 	X(backing_read_bytes, "bytes", "bytes read from the backing store")    \
 	X(backing_write_bytes, "bytes", "bytes written to the backing store")  \
 	X(lost_found_files, "ops",                                             \
@@ -65,6 +71,9 @@
 	X(destaging, "", "1 while the destager is writing back")             \
 	X(destage_rate, "bytes_per_second",                                  \
 	  "destage bandwidth over the last 10 seconds")                      \
+	X(writer_pace, "",                                                   \
+	  "how hard writers are slowed now: 0 at or below the high "         \
+	  "watermark, 100 at full")                                          \
 	X(meta_repaired, "", "metadata records repaired at mount")           \
 	X(uptime, "seconds", "seconds since mount")                          \
 	X(since_reset, "seconds", "seconds since the counters were reset")   \
