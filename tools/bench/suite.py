@@ -107,10 +107,16 @@ def bands(vals):
     return out
 
 
+# the write workloads that run past the small cache (issue 29): the fio cells and the checkpoint
+WRITES = ("4K randwrite QD1", "4K randwrite QD32", "4K write + fdatasync (log)", "Iometer File Server",
+          "1M checkpoint write")
+
+
 class Bench:
-    def __init__(self, quick, out, only=None):
+    def __init__(self, quick, out, only=None, writes=False):
         self.quick = quick
-        self.only = only or PHASES
+        self.writes = writes
+        self.only = ("workloads", "checkpoint") if writes else only or PHASES
         self.secs = 2 if quick else 8
         self.ws = (256 if quick else 1024) * MiB          # working set of the random and read workloads
         self.dimm = (512 if quick else 2048) * MiB        # each of the two emulated DIMMs
@@ -178,6 +184,9 @@ class Bench:
         os.makedirs(self.targets["backing"])
         self.targets["nvcachefs"] = self.mount_nvc("nvc", self.dimms, "nvcachefs")
         self.targets["nvcachefs-small"] = self.mount_nvc("nvcs", self.small_dimms, "small")
+        if self.writes:
+            del self.targets["raw"]
+            return
         self.targets[FLOOR] = self.mount_floor()
         for peer in PEERS:
             try:
@@ -377,13 +386,15 @@ class Bench:
             ("4K randwrite QD32", all_t, qd32 + ["--rw=randwrite", "--bs=4k"], False),
             ("4K write + fdatasync (log)", all_t, qd1 + ["--rw=write", "--bs=4k", "--fdatasync=1"], False),
             ("1M seqread (cached)", cached, qd1 + ["--rw=read", "--bs=1M"], False),
-            ("Iometer File Server", cached,
+            ("Iometer File Server", all_t,
              ["--ioengine=libaio", "--iodepth=16", "--rw=randrw", "--rwmixread=80", "--percentage_random=75",
               "--bssplit=512/10:1k/5:2k/5:4k/60:8k/2:16k/4:32k/4:64k/10"], False),
             ("Iometer Web Server", cached,
              ["--ioengine=libaio", "--iodepth=16", "--rw=randread",
               "--bssplit=512/22:1k/15:2k/8:4k/23:8k/15:16k/2:32k/6:64k/7:128k/1:512k/1"], False),
         ]
+        if self.writes:
+            jobs = [j for j in jobs if j[0] in WRITES]
         for name, targets, args, lat in jobs if "workloads" in self.only else ():
             for x in all_t:
                 if x not in targets:
@@ -767,6 +778,7 @@ class Bench:
               f"{d['bw'] / b['bw']:.2f} |")
         w("")
         md += self.amp_md()
+        md += self.past_md()
         workloads = [wl for wl in workloads if not wl.startswith("read amplification")]
         md += ceiling.ceiling_md(self.results, workloads)
         md += ceiling.targets_md(ratios, TARGETS, "Targets of issue 11 (this run)")
@@ -849,6 +861,21 @@ class Bench:
             json.dump(self.json(), f, indent=1)
         if self.lat:
             self.plots(workloads)
+
+    def past_md(self):
+        """Past the cache (issue 29): the small cache's write workloads against the backing store, same run."""
+        md = ["## Past the cache: nvcachefs-small against the backing store\n",
+              "| workload | backing MB/s | nvcachefs-small MB/s | ratio | backing p99 / p99.9 us | "
+              "small p99 / p99.9 us | p99.9 ratio |", "|---|---|---|---|---|---|---|"]
+        for wl in WRITES:
+            s, b = self.results.get((wl, "nvcachefs-small"), {}), self.results.get((wl, "backing"), {})
+            if not s.get("bw") or not b.get("bw"):
+                continue
+            md.append(f"| {wl} | {b['bw'] / 1e6:.1f} | {s['bw'] / 1e6:.1f} | {s['bw'] / b['bw']:.2f}x | "
+                      f"{self.fmt(b, 'p99')} / {self.fmt(b, 'p999')} | {self.fmt(s, 'p99')} / {self.fmt(s, 'p999')} | "
+                      + (f"{s['p999'] / b['p999']:.1f}x |" if b.get("p999") and s.get("p999") else "- |"))
+        md.append("")
+        return md if len(md) > 4 else []
 
     def daemon_md(self, r):
         md = []
@@ -951,6 +978,8 @@ def main():
     ap.add_argument("--no-mpi", action="store_true", help="with --dfs: the checkpoint by plain processes")
     ap.add_argument("--only", metavar="PHASES", help="only these phases, comma-separated: " + ", ".join(PHASES)
                     + " (workloads: the fio cells of cached data)")
+    ap.add_argument("--writes", action="store_true", help="only the write workloads and the checkpoint, on the "
+                    "backing store and both caches (past the small cache: issue 29)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N", help="the whole measurement N times, each with "
                     "its own setup (OUT/runK/); OUT/report.md gives the median of each ratio and every run's")
     a = ap.parse_args()
@@ -971,7 +1000,7 @@ def main():
         only = a.only.split(",") if a.only else None
         if only and any(p not in PHASES for p in only):
             sys.exit("suite.py: --only takes " + ", ".join(PHASES))
-        b = Bench(a.quick, out, only)
+        b = Bench(a.quick, out, only, a.writes)
     # a kill still tears down the mounts and loop devices
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("suite.py: terminated"))
     started = time.time()
@@ -1004,6 +1033,27 @@ def cpu_medians_md(runs):
     return md
 
 
+def past_medians_md(runs):
+    """Past the cache (issue 29): the median over the runs of the small cache's ratio to the backing store, and of
+    its p99.9 over the backing store's, with every run's."""
+    md = [f"## Past the cache: nvcachefs-small against the backing store (median of {len(runs)} runs)\n",
+          "| workload | MB/s ratio (each run) | p99.9 ratio (each run) |", "|---|---|---|"]
+    for wl in WRITES:
+        bw, tail = [], []
+        for b in runs:
+            s, k = b.results.get((wl, "nvcachefs-small"), {}), b.results.get((wl, "backing"), {})
+            if s.get("bw") and k.get("bw"):
+                bw.append(s["bw"] / k["bw"])
+            if s.get("p999") and k.get("p999"):
+                tail.append(s["p999"] / k["p999"])
+        if bw:
+            md.append(f"| {wl} | {statistics.median(bw):.2f}x ({', '.join(f'{v:.2f}' for v in bw)}) | "
+                      + (f"{statistics.median(tail):.1f}x ({', '.join(f'{v:.1f}' for v in tail)}) |" if tail
+                         else "- |"))
+    md.append("")
+    return md if len(md) > 3 else []
+
+
 def repeat(a, out, started):
     """The whole measurement a.repeat times, each its own setup and report in OUT/runK; OUT/report.md and
     OUT/results.json: the median of each nvcachefs ratio over the runs, with every run's figure."""
@@ -1011,7 +1061,7 @@ def repeat(a, out, started):
     for k in range(1, a.repeat + 1):
         print(f"run {k} of {a.repeat}", flush=True)
         t0 = time.time()
-        b = Bench(a.quick, os.path.join(out, f"run{k}"))
+        b = Bench(a.quick, os.path.join(out, f"run{k}"), a.only and a.only.split(","), a.writes)
         try:
             b.setup()
             b.run()
@@ -1030,6 +1080,7 @@ def repeat(a, out, started):
     md += ceiling.targets_md(med, TARGETS, f"Targets of issue 11 (median of {a.repeat} runs)")
     md += ceiling.medians_md(med, a.repeat)
     md += cpu_medians_md(runs)
+    md += past_medians_md(runs)
     mem = runs[-1].mem
     md += memory.report(mem)
     with open(os.path.join(out, "report.md"), "w") as f:
