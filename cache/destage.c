@@ -161,6 +161,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	struct list *l;
 	struct stat st;
 	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats), bk_gen;
+	uint64_t t0ns = now_ns(), cleaned = 0;
 	int ret = 0, err;
 
 	if (f->fd < 0) {
@@ -358,7 +359,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 			pb_put(c, slot_dirty(c, s), dw);
 			if (!pb_any(c, slot_dirty(c, s))) {
 				file_mark_clean(c, f, s);
-				c->cleaned_slots++; /* writer pacing */
+				cleaned++;
 			}
 			slot_settle(c, s);
 			changed = 1;
@@ -388,6 +389,18 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 			cache_unlock(c);
 		}
 		srw_unlock(&s->rw);
+	}
+	if (cleaned) {
+		/* the rate writers are paced to past the watermark (write.c):
+		 * this pass's, times the passes running */
+		uint64_t dt = now_ns() - t0ns + 1, rate;
+
+		pthread_mutex_lock(&c->lock);
+		rate = cleaned * 1000000000ull / dt *
+		       (c->active ? c->active : 1);
+		c->pace_rate =
+			c->pace_rate ? (3 * c->pace_rate + rate) / 4 : rate;
+		cache_unlock(c);
 	}
 	/* durable and noted: the record says so, with the new look */
 	if (f->rec) {

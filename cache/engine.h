@@ -406,10 +406,9 @@ struct cache {
 	pthread_mutex_t rate_lock;
 	uint64_t rate_next_ns;
 	/* writer pacing between the high watermark and full (write.c),
-	 * under c->lock: slots destage cleaned (counted by destage.c), the
-	 * rate it cleans them at, and the pacing clock */
-	uint64_t cleaned_slots, pace_cleaned, pace_t_ns, pace_rate,
-		pace_next_ns;
+	 * under c->lock: the rate destage cleans blocks at (blocks per
+	 * second, destage.c) and the pacing clock */
+	uint64_t pace_rate, pace_next_ns;
 	struct stat_store stats;
 	/* under stats_lock: the counters at the last reset, and samples of
 	 * destaged bytes for the destage rate */

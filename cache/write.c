@@ -616,16 +616,15 @@ static int write_around(struct cache *c, struct cfile *f, const char *src,
  * other on one clock (c->pace_next_ns), so the rate is the writers' together,
  * however many there are; a hold is at most PACE_MAX_NS, and the clock never
  * runs further ahead than that (no debt is carried into a burst).  The cleaned
- * rate is measured over windows of at least PACE_WINDOW_NS and smoothed
- * (destage cleans a pass's blocks at once, after its fdatasync); before the
- * first measurement it is taken as PACE_MIN_RATE.  Waiting for a free block
+ * rate is destage's own: each pass notes the blocks it cleaned over its
+ * time, times the passes running, smoothed (destage.c); before the first
+ * pass it is taken as PACE_MIN_RATE.  Waiting for a free block
  * at full stays the backstop (PRODUCT.md §4.5: writers wait, nothing is
  * dropped).  Pacing only delays the reply of a write whose data is on the
  * devices already, holding no lock: nothing about durability, ordering or
  * what a read returns changes.
  */
 #define PACE_MAX_NS (20ull * 1000000)
-#define PACE_WINDOW_NS (250ull * 1000000)
 #define PACE_MIN_RATE 64 /* blocks per second */
 
 unsigned write_pace_locked(struct cache *c)
@@ -647,22 +646,6 @@ static uint64_t pace_hold_locked(struct cache *c, uint64_t n)
 	unsigned pace = write_pace_locked(c);
 
 	now = now_ns();
-	if (!pace || !c->pace_t_ns) {
-		/* measured only while destage drains past the mark */
-		c->pace_cleaned = c->cleaned_slots;
-		c->pace_t_ns = now;
-	} else if (now - c->pace_t_ns >= PACE_WINDOW_NS) {
-		uint64_t d = c->cleaned_slots - c->pace_cleaned;
-
-		if (d || now - c->pace_t_ns >= 4 * PACE_WINDOW_NS) {
-			rate = d * 1000000000ull / (now - c->pace_t_ns);
-			c->pace_rate = c->pace_rate
-					       ? (3 * c->pace_rate + rate) / 4
-					       : rate;
-			c->pace_cleaned = c->cleaned_slots;
-			c->pace_t_ns = now;
-		}
-	}
 	if (!pace || !n ||
 	    !__atomic_load_n(&c->cfg->pace_writers, __ATOMIC_RELAXED))
 		return 0;
