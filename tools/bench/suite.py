@@ -41,7 +41,7 @@ AMP_PATTERNS = (("random", lambda f: ["--rw=randread", "--bs=4k", f"--io_size={f
                                            f"--offset_increment={f // 4}"], 1.2),
                 ("sequential", lambda f: ["--rw=read", "--bs=1M"], 1.2))
 PHASES = ("workloads", "uncached_read", "read_amp", "btest", "checkpoint", "metadata", "bonnie", "destage",
-          "resources", "mem_per_gib")
+          "destage_scattered", "resources", "mem_per_gib")
 
 
 def sh(*a, check=True, **kw):
@@ -112,11 +112,14 @@ WRITES = ("4K randwrite QD1", "4K randwrite QD32", "4K write + fdatasync (log)",
           "1M checkpoint write")
 
 
+SCATTERED = "destage of scattered 4K pages"
+
+
 class Bench:
     def __init__(self, quick, out, only=None, writes=False):
         self.quick = quick
         self.writes = writes
-        self.only = ("workloads", "checkpoint") if writes else only or PHASES
+        self.only = ("workloads", "checkpoint", "destage_scattered") if writes else only or PHASES
         self.secs = 2 if quick else 8
         self.ws = (256 if quick else 1024) * MiB          # working set of the random and read workloads
         self.dimm = (512 if quick else 2048) * MiB        # each of the two emulated DIMMs
@@ -143,7 +146,13 @@ class Bench:
             if allocate:
                 os.posix_fallocate(f.fileno(), 0, size)
         self.images.append(img)
-        dev = sh("losetup", "--find", "--show", "--direct-io=on", img).stdout.strip()
+        for k in range(10):
+            # another job on the machine may take or still hold the free device losetup found: try again
+            r = sh("losetup", "--find", "--show", "--direct-io=on", img, check=k == 9)
+            if not r.returncode:
+                break
+            time.sleep(0.5)
+        dev = r.stdout.strip()
         self.loops.append(dev)
         return dev
 
@@ -303,8 +312,10 @@ class Bench:
             cmd += [f"--name=j{k}", f"--filename={f}"]
         proc = getattr(self, DAEMONS[target], None) if target in DAEMONS else None
         ticks = cpu_ticks(proc) if proc else 0
+        pace0 = self.pace_counters(target)
         r = sh(*cmd, check=False)
         ticks = cpu_ticks(proc) - ticks if proc else 0
+        pace1 = self.pace_counters(target)
         if r.returncode:
             if target == "mergerfs" and "Invalid argument" in r.stderr:
                 return {"skip": "O_DIRECT fails with EINVAL: mergerfs 2.33 (Debian 12) hands the backing file "
@@ -329,6 +340,8 @@ class Bench:
             res["cpu_s"] = ticks / os.sysconf("SC_CLK_TCK")
             res["cpu_us_per_op"] = res["cpu_s"] * 1e6 / res["ops"]
             res["cpu_s_per_gib"] = res["cpu_s"] / (res["bytes"] / GiB)
+        if pace0 and pace1:
+            res.update({k: pace1[k] - pace0[k] for k in pace1})
         if j["sync"]["lat_ns"]["N"]:
             res["sync_p99_us"] = j["sync"]["lat_ns"]["percentile"]["99.000000"] / 1e3
         if lat:
@@ -340,6 +353,17 @@ class Bench:
             res["bands"] = bands(vals)
             res["_lat"] = vals
         return res
+
+    def pace_counters(self, target):
+        """The small cache's writer pacing counters (issue 29), or None (another target, or a daemon without them)."""
+        if target != "nvcachefs-small":
+            return None
+        r = sh(CTL, "stats", self.targets[target], "--json", check=False)
+        try:
+            c = json.loads(r.stdout)["total"]["counters"]
+            return {k: c[k] for k in ("throttled_ops", "throttle_us", "space_wait_ops")}
+        except (ValueError, KeyError):
+            return None
 
     def lat_logs(self):
         """Every completion latency (ns) in fio's latency logs, sorted; the logs are removed."""
@@ -640,10 +664,7 @@ class Bench:
         self.drop_caches()
         # nothing leaves the cache while it is written: watermark, age and idle destage out of the way
         path = os.path.join(mnt, "destage")
-        with open(self.nvc_conf, "a") as f:
-            f.write("[destage]\nhigh_watermark = 100\nlow_watermark = 99\nmax_dirty_age = 0\nidle_after = 0\n")
-        os.kill(self.nvc_proc.pid, 1)                  # SIGHUP: reload
-        time.sleep(0.5)
+        self.no_destage()
         sh("fio", "--name=d", f"--filename={path}", f"--size={size}", "--rw=write", "--bs=1M", "--direct=1")
         t0 = time.time()
         sh(CTL, "flush", mnt)
@@ -653,6 +674,36 @@ class Bench:
         self.results[("destage", "nvcachefs")] = {"bw": size / secs, "bytes": size, "secs": secs}
         self.results[("destage", "backing")] = {"bw": own.get("bw", 0), "note": "its own 1M sequential write"}
         print("  destage: done", flush=True)
+
+    def no_destage(self):
+        """Nothing leaves the large cache while it is written: watermark, age and idle destage out of the way."""
+        if getattr(self, "destage_off", False):
+            return
+        with open(self.nvc_conf, "a") as f:
+            f.write("[destage]\nhigh_watermark = 100\nlow_watermark = 99\nmax_dirty_age = 0\nidle_after = 0\n")
+        os.kill(self.nvc_proc.pid, 1)                  # SIGHUP: reload
+        time.sleep(0.5)
+        self.destage_off = True
+
+    def destage_scattered(self):
+        """Destage of scattered dirty pages (issue 29): 4K random writes at QD32 into the large cache with destage
+        held off, then the flush timed, against the backing store's own 4K random writes at QD32 of as many
+        bytes (same offsets' distribution, no page twice)."""
+        mnt = self.targets["nvcachefs"]
+        size, io = 256 * MiB, 64 * MiB
+        sh(CTL, "flush", mnt)
+        self.no_destage()
+        path = os.path.join(mnt, "scattered")
+        args = ["--rw=randwrite", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=32", f"--io_size={io}"]
+        sh("fio", "--name=s", f"--filename={path}", f"--size={size}", *args)
+        t0 = time.time()
+        sh(CTL, "flush", mnt)
+        secs = time.time() - t0
+        own = self.fio("backing", "scattered", args, size, file="scattered")
+        self.results[("destage of scattered 4K pages", "nvcachefs")] = {"bw": io / secs, "bytes": io, "secs": secs}
+        self.results[("destage of scattered 4K pages", "backing")] = {
+            "bw": own.get("bw", 0), "note": "its own 4K random write, QD32"}
+        print("  destage_scattered: done", flush=True)
 
     def resources(self):
         p = self.nvc_proc
@@ -753,7 +804,8 @@ class Bench:
         w("|---|---|---|---|---|---|---|---|")
         for wl in workloads:
             r = self.results.get((wl, "nvcachefs"), {})
-            if not r or "skip" in r or "bw" not in r or wl in ("metadata", "destage", "bonnie++"):
+            if not r or "skip" in r or "bw" not in r or wl in ("metadata", "destage", "bonnie++",
+                                                                      SCATTERED):
                 continue
             peers = [(self.results[(wl, p)]["bw"], p) for p in PEERS
                      if "bw" in self.results.get((wl, p), {})]
@@ -780,7 +832,7 @@ class Bench:
         md += self.amp_md()
         md += self.past_md()
         workloads = [wl for wl in workloads if not wl.startswith("read amplification")]
-        md += ceiling.ceiling_md(self.results, workloads)
+        md += ceiling.ceiling_md(self.results, [wl for wl in workloads if wl != SCATTERED])
         md += ceiling.targets_md(ratios, TARGETS, "Targets of issue 11 (this run)")
         for wl in workloads:
             rows = [(x, self.results[(wl, x)]) for x in self.targets if (wl, x) in self.results]
@@ -806,6 +858,14 @@ class Bench:
                         continue
                     w(f"| {x} | {self.fmt(r, 'bw')} | {self.fmt(r, 'rewrite')} | {self.fmt(r, 'read')} | "
                       f"{self.fmt(r, 'iops')} |")
+            elif wl == "destage of scattered 4K pages":
+                d, b = self.results[(wl, "nvcachefs")], self.results[(wl, "backing")]
+                w("| | MB/s | ratio |")
+                w("|---|---|---|")
+                w(f"| nvcachefs destage ({d['bytes'] // MiB} MiB of 4K pages in {d['secs']:.2f} s) | "
+                  f"{d['bw'] / 1e6:.1f} | {d['bw'] / b['bw']:.2f}x of backing |" if b.get("bw")
+                  else "| nvcachefs destage | - | - |")
+                w(f"| backing store, its own 4K random write at QD32 | {b.get('bw', 0) / 1e6:.1f} | 1.00x |")
             elif wl == "destage":
                 d, b = self.results[("destage", "nvcachefs")], self.results[("destage", "backing")]
                 w("| | MB/s | ratio |")
@@ -866,14 +926,22 @@ class Bench:
         """Past the cache (issue 29): the small cache's write workloads against the backing store, same run."""
         md = ["## Past the cache: nvcachefs-small against the backing store\n",
               "| workload | backing MB/s | nvcachefs-small MB/s | ratio | backing p99 / p99.9 us | "
-              "small p99 / p99.9 us | p99.9 ratio |", "|---|---|---|---|---|---|---|"]
+              "small p99 / p99.9 us | p99.9 ratio | writes paced (held ms) | waited at full |",
+              "|---|---|---|---|---|---|---|---|---|"]
         for wl in WRITES:
             s, b = self.results.get((wl, "nvcachefs-small"), {}), self.results.get((wl, "backing"), {})
             if not s.get("bw") or not b.get("bw"):
                 continue
             md.append(f"| {wl} | {b['bw'] / 1e6:.1f} | {s['bw'] / 1e6:.1f} | {s['bw'] / b['bw']:.2f}x | "
                       f"{self.fmt(b, 'p99')} / {self.fmt(b, 'p999')} | {self.fmt(s, 'p99')} / {self.fmt(s, 'p999')} | "
-                      + (f"{s['p999'] / b['p999']:.1f}x |" if b.get("p999") and s.get("p999") else "- |"))
+                      + (f"{s['p999'] / b['p999']:.1f}x |" if b.get("p999") and s.get("p999") else "- |")
+                      + (f" {s['throttled_ops']} ({s['throttle_us'] / 1000:.0f}) | {s['space_wait_ops']} |"
+                         if "throttled_ops" in s else " - | - |"))
+        d, b = self.results.get((SCATTERED, "nvcachefs"), {}), self.results.get((SCATTERED, "backing"), {})
+        if d.get("bw") and b.get("bw"):
+            md.append(f"\nDestage of scattered 4K pages (the large cache, destage held off, then a flush): "
+                      f"{d['bw'] / 1e6:.1f} MB/s, {d['bw'] / b['bw']:.2f}x the backing store's own 4K random "
+                      f"write at QD32 ({b['bw'] / 1e6:.1f} MB/s).")
         md.append("")
         return md if len(md) > 4 else []
 
@@ -1050,6 +1118,11 @@ def past_medians_md(runs):
             md.append(f"| {wl} | {statistics.median(bw):.2f}x ({', '.join(f'{v:.2f}' for v in bw)}) | "
                       + (f"{statistics.median(tail):.1f}x ({', '.join(f'{v:.1f}' for v in tail)}) |" if tail
                          else "- |"))
+    sc = [b.results[(SCATTERED, "nvcachefs")]["bw"] / b.results[(SCATTERED, "backing")]["bw"] for b in runs
+          if b.results.get((SCATTERED, "nvcachefs"), {}).get("bw") and b.results.get((SCATTERED, "backing"), {}).get("bw")]
+    if sc:
+        md.append(f"| {SCATTERED} (large cache, flush) vs the store's 4K random write QD32 | "
+                  f"{statistics.median(sc):.2f}x ({', '.join(f'{v:.2f}' for v in sc)}) | - |")
     md.append("")
     return md if len(md) > 3 else []
 
