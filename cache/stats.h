@@ -46,7 +46,6 @@
 	X(throttled_ops, "ops",                                                \
 	  "writes slowed between the high watermark and full "                 \
 	  "(destage.pace_writers)")                                            \
-	X(throttle_us, "", "microseconds those writes were held, in all")      \
 	X(space_wait_ops, "ops",                                               \
 	  "writes that waited for a free cache block (the cache full)")        \
 	X(backing_read_bytes, "bytes", "bytes read from the backing store")    \
@@ -93,7 +92,8 @@
 	X(backing_read, "reads from the backing store")            \
 	X(backing_write, "writes to the backing store")            \
 	X(backing_fsync, "fsyncs of backing files")                \
-	X(destage, "destage passes (one file: read, write back, fsync)")
+	X(destage, "destage passes (one file: read, write back, fsync)") \
+	X(pace, "holds of writes slowed past the high watermark")
 
 #define STAT_DEV_COUNTERS(X)                                                 \
 	X(read_ops, "ops", "reads issued to the device")                     \

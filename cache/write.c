@@ -672,7 +672,8 @@ static void write_pace(struct cache *c, uint64_t n)
 	if (!hold)
 		return;
 	CNT_ADD(c, throttled_ops, 1);
-	CNT_ADD(c, throttle_us, hold / 1000);
+	/* how long: recorded whatever stats.latency says */
+	lat_record(&stat_my_shard(&c->stats)->lat[STAT_L_pace], hold);
 	nanosleep(&(struct timespec){ hold / 1000000000ull,
 				      hold % 1000000000ull },
 		  NULL);

@@ -145,11 +145,11 @@ def test_writers_paced_past_the_high_watermark(make_cache):
     c.format()
     c.mount()
     ref = random_writes(c.path("scat"), 24 * MiB, 48 * MiB, 29)
-    st = c.stats()
-    assert st["throttled_ops"] > 0 and st["throttle_us"] > 0, st
+    st, held = c.stats(), c.stats_json()["total"]["latency"]["pace"]
+    assert st["throttled_ops"] > 0 and held["count"] == st["throttled_ops"] and held["max_us"] > 0, (st, held)
     text = c.ctl("stats", c.mnt).stdout
-    assert re.search(r"writers (not )?slowed now.*: \d+ writes held .* in all past the high watermark, \d+ waited",
-                     text), text
+    assert re.search(r"writers (not )?slowed now.*: \d+ writes held .* in all \(p99 .*\) past the high watermark, "
+                     r"\d+ waited", text), text
     with open(c.path("scat"), "rb") as f:
         assert f.read() == ref
     c.flush()

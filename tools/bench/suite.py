@@ -360,8 +360,10 @@ class Bench:
             return None
         r = sh(CTL, "stats", self.targets[target], "--json", check=False)
         try:
-            c = json.loads(r.stdout)["total"]["counters"]
-            return {k: c[k] for k in ("throttled_ops", "throttle_us", "space_wait_ops")}
+            t = json.loads(r.stdout)["total"]
+            c = {k: t["counters"][k] for k in ("throttled_ops", "space_wait_ops")}
+            c["held_us"] = t["latency"]["pace"]["mean_us"] * t["latency"]["pace"]["count"]
+            return c
         except (ValueError, KeyError):
             return None
 
@@ -935,7 +937,7 @@ class Bench:
             md.append(f"| {wl} | {b['bw'] / 1e6:.1f} | {s['bw'] / 1e6:.1f} | {s['bw'] / b['bw']:.2f}x | "
                       f"{self.fmt(b, 'p99')} / {self.fmt(b, 'p999')} | {self.fmt(s, 'p99')} / {self.fmt(s, 'p999')} | "
                       + (f"{s['p999'] / b['p999']:.1f}x |" if b.get("p999") and s.get("p999") else "- |")
-                      + (f" {s['throttled_ops']} ({s['throttle_us'] / 1000:.0f}) | {s['space_wait_ops']} |"
+                      + (f" {s['throttled_ops']} ({s['held_us'] / 1000:.0f}) | {s['space_wait_ops']} |"
                          if "throttled_ops" in s else " - | - |"))
         d, b = self.results.get((SCATTERED, "nvcachefs"), {}), self.results.get((SCATTERED, "backing"), {})
         if d.get("bw") and b.get("bw"):
