@@ -29,6 +29,17 @@
 
 #define DESTAGE_BATCH (64ull * 1024 * 1024)
 
+/*
+ * How deep a pass writes.  Under pressure (a flush or writers waiting, the
+ * high watermark, unmount) a pass keeps destage.queue_depth writes in
+ * flight; a pass for age or idle time only, where nobody waits for it, keeps
+ * DESTAGE_QUIET_DEPTH, as destage always did, so that it takes no more of
+ * the store and the CPUs from the foreground than before.  Set by the
+ * destager for its next pass (0: the configured depth).
+ */
+#define DESTAGE_QUIET_DEPTH 2
+static __thread unsigned tl_depth;
+
 static int cmp_blk(const void *a, const void *b)
 {
 	const struct cslot *x = *(struct cslot *const *)a;
@@ -225,6 +236,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	if (ret)
 		goto out_unpin;
 	piped = 1;
+	if (tl_depth && tl_depth < pipe.depth)
+		pipe.depth = tl_depth;
 
 	for (i = 0; i < n && !ret; i++) {
 		struct cslot *s = v[i];
@@ -455,7 +468,8 @@ out_free:
  * (or past the longest sleep) can be due sooner: the walk stops there.
  * Without policies it stops at the first file, as before.
  */
-static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
+static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms,
+				  int *pressed)
 {
 	struct cache_config *cfg = c->cfg;
 	uint64_t now = now_ms(), pct, bound = cfg->max_dirty_age_ms;
@@ -477,6 +491,7 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 		c->draining = 0;
 	urgent = c->flush_waiters || c->waiting_writers || c->draining ||
 		 c->stopping;
+	*pressed = urgent;
 	if (!urgent && idle && now - last >= idle)
 		urgent = 1;
 	if (c->pol_min_age && (!bound || c->pol_min_age < bound))
@@ -513,11 +528,11 @@ static void *destage_main(void *arg)
 {
 	struct cache *c = arg;
 	uint64_t wait_ms;
-	int backoff = 0, idle_fd;
+	int backoff = 0, idle_fd, pressed = 0;
 
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping) {
-		struct cfile *f = destage_pick(c, &wait_ms);
+		struct cfile *f = destage_pick(c, &wait_ms, &pressed);
 		struct timespec ts;
 		int ret;
 
@@ -544,6 +559,7 @@ static void *destage_main(void *arg)
 		list_del(&f->dlink);
 		list_add_tail(&c->dirty_files, &f->dlink);
 		cache_unlock(c);
+		tl_depth = pressed ? 0 : DESTAGE_QUIET_DEPTH;
 		ret = destage_file(c, f, DESTAGE_BATCH);
 		pthread_mutex_lock(&c->lock);
 		c->active--;
