@@ -67,6 +67,8 @@ struct cache_config {
 	uint64_t idle_ms;
 	uint64_t threads;
 	uint64_t max_rate;
+	uint64_t destage_depth;
+	uint64_t pace_writers;
 	uint64_t rebuild_max_rate;
 	int on_unmount;
 	int on_close;
@@ -82,7 +84,7 @@ struct cache_config {
 	struct pol_set *policies;
 	/* where each key was set, for FILE:LINE messages */
 	const char *file;
-	int line[32];
+	int line[40];
 };
 
 #define CFG_ERRLEN 512

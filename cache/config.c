@@ -112,6 +112,15 @@ static const struct cfg_key keys[] = {
 	  "destage concurrency" },
 	{ "destage", "max_rate", T_RATE, OFF(max_rate), 0, UINT64_MAX, "0", 1,
 	  NULL, "destage bandwidth cap per second (0: unlimited)" },
+	{ "destage", "queue_depth", T_UINT, OFF(destage_depth), 1, 64, "16", 1,
+	  NULL,
+	  "backing writes a destage pass keeps in flight (short runs of "
+	  "scattered pages want a deep queue)" },
+	{ "destage", "pace_writers", T_UINT, OFF(pace_writers), 0, 1, "1", 1,
+	  NULL,
+	  "1: between destage.high_watermark and full, writes that add "
+	  "dirty blocks are slowed in proportion, to what destage takes "
+	  "away; 0: writers run until the cache is full, then wait" },
 	{ "destage", "on_unmount", T_ENUM, OFF(on_unmount), 0, 1, "flush", 1,
 	  unmount_names, "flush: destage all before exit; keep: leave dirty" },
 	{ "destage", "on_close", T_ENUM, OFF(on_close), 0, 1, "none", 0,

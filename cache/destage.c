@@ -29,6 +29,17 @@
 
 #define DESTAGE_BATCH (64ull * 1024 * 1024)
 
+/*
+ * How deep a pass writes.  Under pressure (a flush or writers waiting, the
+ * high watermark, unmount) a pass keeps destage.queue_depth writes in
+ * flight; a pass for age or idle time only, where nobody waits for it, keeps
+ * DESTAGE_QUIET_DEPTH, as destage always did, so that it takes no more of
+ * the store and the CPUs from the foreground than before.  Set by the
+ * destager for its next pass (0: the configured depth).
+ */
+#define DESTAGE_QUIET_DEPTH 2
+static __thread unsigned tl_depth;
+
 static int cmp_blk(const void *a, const void *b)
 {
 	const struct cslot *x = *(struct cslot *const *)a;
@@ -37,21 +48,25 @@ static int cmp_blk(const void *a, const void *b)
 	return x->blk < y->blk ? -1 : x->blk > y->blk;
 }
 
-struct run {
-	uint64_t off; /* file offset of buf[0] */
-	uint32_t len;
-};
-
 /*
- * The reads of one run (up to DESTAGE_BUF of the file, several slots) are
+ * The reads of one buffer (up to DESTAGE_BUF of the file, several slots) are
  * issued together, so that the devices work on them in parallel; each slot
  * stays read-locked until its reads are done, and is unlocked before the
- * backing write.  Slots are locked in ascending block order, like writers.
+ * backing writes.  Slots are locked in ascending block order, like writers.
+ * A buffer holds one run of contiguous pages or, for scattered dirty pages,
+ * many short ones packed one after the other: each goes to the store as a
+ * write of its own, and the pipeline keeps destage.queue_depth of them in
+ * flight (destage_io.c), so that a cache full of scattered pages destages
+ * at the store's deep-queue random-write rate, not at its QD1 one.
  */
 #define BATCH_IOS (DESTAGE_BUF / NVC_PAGE)
 
 struct batch {
 	struct dev_io io[BATCH_IOS];
+	uint64_t foff[BATCH_IOS]; /* file offset of each read */
+	struct dpipe_run runs[BATCH_IOS]; /* in ascending file order */
+	unsigned nrun;
+	uint32_t fill; /* bytes of the buffer taken by the runs */
 	uint64_t owner[BATCH_IOS]; /* index into v[] of the slot read */
 	/* slots read-locked for this batch: one per read, and the slot being
 	 * queued, which stays held across a flush of the batch */
@@ -65,11 +80,9 @@ struct batch {
  * no copy is marked skip (it stays dirty) and the run is written around it.
  * Every held slot but keep (the one being queued, or -1) is unlocked.
  */
-static int batch_flush(struct cache *c, struct dpipe *pipe, struct run *run,
-		       struct batch *b, struct cslot **v, char *skip,
-		       int *partial, int64_t keep)
+static int batch_flush(struct cache *c, struct dpipe *pipe, struct batch *b,
+		       struct cslot **v, char *skip, int *partial, int64_t keep)
 {
-	uint64_t s0 = run->off;
 	unsigned k, held = 0;
 	int bad = 0, ret = 0;
 
@@ -103,19 +116,16 @@ static int batch_flush(struct cache *c, struct dpipe *pipe, struct run *run,
 	b->nheld = held;
 	if (!bad) {
 		/* 1. of destage_io.c: every read is done, every slot unlocked */
-		ret = dpipe_put(pipe, run->off, run->len, keep >= 0);
+		ret = dpipe_put_runs(pipe, b->runs, b->nrun, keep >= 0);
 	} else {
 		/* write each stretch of good reads on its own */
-		uint64_t at = s0;
-
-		for (k = 0; k < b->nio && !ret; k++) {
+		for (k = 0; k < b->nio && !ret; k++)
 			if (!b->io[k].res)
-				ret = dpipe_write_now(pipe, b->io[k].buf, at,
-						      b->io[k].len);
-			at += b->io[k].len;
-		}
+				ret = dpipe_write_now(pipe, b->io[k].buf,
+						      b->foff[k], b->io[k].len);
 	}
-	run->len = 0;
+	b->nrun = 0;
+	b->fill = 0;
 	b->nio = 0;
 	return ret;
 }
@@ -159,10 +169,10 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	int piped = 0;
 	struct batch *b = NULL;
 	int partial = 0, changing = 0;
-	struct run run = { 0, 0 };
 	struct list *l;
 	struct stat st;
 	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats), bk_gen;
+	uint64_t t0ns = now_ns(), cleaned = 0;
 	int ret = 0, err;
 
 	if (f->fd < 0) {
@@ -226,6 +236,8 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	if (ret)
 		goto out_unpin;
 	piped = 1;
+	if (tl_depth && tl_depth < pipe.depth)
+		pipe.depth = tl_depth;
 
 	for (i = 0; i < n && !ret; i++) {
 		struct cslot *s = v[i];
@@ -252,31 +264,38 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 			at = s->blk * c->bs + run0 * NVC_PAGE;
 			len = (p - run0) * NVC_PAGE;
 			while (len && !ret) {
+				struct dpipe_run *r =
+					b->nrun ? &b->runs[b->nrun - 1] : NULL;
 				struct dev_io *io;
 				uint32_t part;
 
-				if (run.len && (run.off + run.len != at ||
-						run.len == DESTAGE_BUF))
-					ret = batch_flush(c, &pipe, &run, b, v,
-							  skip, &partial, i);
+				if (b->fill == DESTAGE_BUF)
+					ret = batch_flush(c, &pipe, b, v, skip,
+							  &partial, i);
 				if (ret)
 					break;
-				if (!run.len)
-					run.off = at;
-				part = DESTAGE_BUF - run.len;
+				if (!b->nrun || r->off + r->len != at) {
+					/* a new run, packed after the last */
+					r = &b->runs[b->nrun++];
+					*r = (struct dpipe_run){ at, 0,
+								 b->fill };
+				}
+				part = DESTAGE_BUF - b->fill;
 				if (part > len)
 					part = len;
 				io = &b->io[b->nio];
 				assert(b->nio < BATCH_IOS);
+				b->foff[b->nio] = at;
 				b->owner[b->nio++] = i;
 				io->dev = slot_dev(c, slot_idx(c, s));
 				io->op = DEV_READ;
-				io->buf = pipe.cur + run.len;
+				io->buf = pipe.cur + b->fill;
 				io->len = part;
 				io->off = slot_off(c, slot_idx(c, s)) +
 					  (at - s->blk * c->bs);
 				io->fua = 0;
-				run.len += part;
+				r->len += part;
+				b->fill += part;
 				at += part;
 				len -= part;
 			}
@@ -289,7 +308,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		}
 	}
 	if (!ret)
-		ret = batch_flush(c, &pipe, &run, b, v, skip, &partial, -1);
+		ret = batch_flush(c, &pipe, b, v, skip, &partial, -1);
 	while (b->nheld) /* after an error */
 		srw_unlock(&v[b->held[--b->nheld]]->rw);
 	/* every write of the pass done before the sync (3. of destage_io.c) */
@@ -351,8 +370,10 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 				dw[w] &= ~snap[i][w];
 			}
 			pb_put(c, slot_dirty(c, s), dw);
-			if (!pb_any(c, slot_dirty(c, s)))
+			if (!pb_any(c, slot_dirty(c, s))) {
 				file_mark_clean(c, f, s);
+				cleaned++;
+			}
 			slot_settle(c, s);
 			changed = 1;
 		}
@@ -381,6 +402,18 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 			cache_unlock(c);
 		}
 		srw_unlock(&s->rw);
+	}
+	if (cleaned) {
+		/* the rate writers are paced to past the watermark (write.c):
+		 * this pass's, times the passes running */
+		uint64_t dt = now_ns() - t0ns + 1, rate;
+
+		pthread_mutex_lock(&c->lock);
+		rate = cleaned * 1000000000ull / dt *
+		       (c->active ? c->active : 1);
+		c->pace_rate =
+			c->pace_rate ? (3 * c->pace_rate + rate) / 4 : rate;
+		cache_unlock(c);
 	}
 	/* durable and noted: the record says so, with the new look */
 	if (f->rec) {
@@ -435,7 +468,8 @@ out_free:
  * (or past the longest sleep) can be due sooner: the walk stops there.
  * Without policies it stops at the first file, as before.
  */
-static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
+static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms,
+				  int *pressed)
 {
 	struct cache_config *cfg = c->cfg;
 	uint64_t now = now_ms(), pct, bound = cfg->max_dirty_age_ms;
@@ -457,6 +491,7 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms)
 		c->draining = 0;
 	urgent = c->flush_waiters || c->waiting_writers || c->draining ||
 		 c->stopping;
+	*pressed = urgent;
 	if (!urgent && idle && now - last >= idle)
 		urgent = 1;
 	if (c->pol_min_age && (!bound || c->pol_min_age < bound))
@@ -493,11 +528,11 @@ static void *destage_main(void *arg)
 {
 	struct cache *c = arg;
 	uint64_t wait_ms;
-	int backoff = 0, idle_fd;
+	int backoff = 0, idle_fd, pressed = 0;
 
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping) {
-		struct cfile *f = destage_pick(c, &wait_ms);
+		struct cfile *f = destage_pick(c, &wait_ms, &pressed);
 		struct timespec ts;
 		int ret;
 
@@ -524,6 +559,7 @@ static void *destage_main(void *arg)
 		list_del(&f->dlink);
 		list_add_tail(&c->dirty_files, &f->dlink);
 		cache_unlock(c);
+		tl_depth = pressed ? 0 : DESTAGE_QUIET_DEPTH;
 		ret = destage_file(c, f, DESTAGE_BATCH);
 		pthread_mutex_lock(&c->lock);
 		c->active--;

@@ -194,6 +194,7 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 	STAT_GAUGE(s, low_watermark_bytes) =
 		usable_slots(c) * c->bs / 100 * c->cfg->low_wm;
 	STAT_GAUGE(s, destaging) = c->active > 0;
+	STAT_GAUGE(s, writer_pace) = write_pace_locked(c);
 	STAT_GAUGE(s, detached) = c->detached;
 	for (d = 0; d < c->ndevs; d++) {
 		STAT_DEV_GAUGE(s, d, used_bytes) =

@@ -408,6 +408,10 @@ struct cache {
 	int ndestagers;
 	pthread_mutex_t rate_lock;
 	uint64_t rate_next_ns;
+	/* writer pacing between the high watermark and full (write.c),
+	 * under c->lock: the rate destage cleans blocks at (blocks per
+	 * second, destage.c) and the pacing clock */
+	uint64_t pace_rate, pace_next_ns;
 	struct stat_store stats;
 	/* under stats_lock: the counters at the last reset, and samples of
 	 * destaged bytes for the destage rate */
@@ -575,6 +579,10 @@ static inline uint64_t dirty_occupancy(const struct cache *c)
 {
 	return c->ndirty_slots + c->ntwins;
 }
+
+/* How hard writers are paced now, 0 (at or below the high watermark) to 100
+ * (full): write.c.  c->lock held. */
+unsigned write_pace_locked(struct cache *c);
 
 /* Slots that can hold data: those of removed members never do. */
 static inline uint64_t usable_slots(const struct cache *c)

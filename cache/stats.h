@@ -43,6 +43,11 @@
 	  "dirty bytes written back to the backing "                           \
 	  "store")                                                             \
 	X(destage_errors, "ops", "destage passes that failed and will retry")  \
+	X(throttled_ops, "ops",                                                \
+	  "writes slowed between the high watermark and full "                 \
+	  "(destage.pace_writers)")                                            \
+	X(space_wait_ops, "ops",                                               \
+	  "writes that waited for a free cache block (the cache full)")        \
 	X(backing_read_bytes, "bytes", "bytes read from the backing store")    \
 	X(backing_write_bytes, "bytes", "bytes written to the backing store")  \
 	X(lost_found_files, "ops",                                             \
@@ -65,6 +70,9 @@
 	X(destaging, "", "1 while the destager is writing back")             \
 	X(destage_rate, "bytes_per_second",                                  \
 	  "destage bandwidth over the last 10 seconds")                      \
+	X(writer_pace, "",                                                   \
+	  "how hard writers are slowed now: 0 at or below the high "         \
+	  "watermark, 100 at full")                                          \
 	X(meta_repaired, "", "metadata records repaired at mount")           \
 	X(uptime, "seconds", "seconds since mount")                          \
 	X(since_reset, "seconds", "seconds since the counters were reset")   \
@@ -84,7 +92,8 @@
 	X(backing_read, "reads from the backing store")            \
 	X(backing_write, "writes to the backing store")            \
 	X(backing_fsync, "fsyncs of backing files")                \
-	X(destage, "destage passes (one file: read, write back, fsync)")
+	X(destage, "destage passes (one file: read, write back, fsync)") \
+	X(pace, "holds of writes slowed past the high watermark")
 
 #define STAT_DEV_COUNTERS(X)                                                 \
 	X(read_ops, "ops", "reads issued to the device")                     \

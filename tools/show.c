@@ -244,6 +244,21 @@ void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 		"           %s destaged, %" PRIu64 " failed passes; %" PRIu64
 		" evictions; %s kept after misses\n",
 		a, STAT_CTR(s, destage_errors), STAT_CTR(s, evictions), b);
+	if (STAT_GAUGE(s, writer_pace))
+		snprintf(b, sizeof(b), "slowed now (pace %" PRIu64 "%%)",
+			 STAT_GAUGE(s, writer_pace));
+	else
+		snprintf(b, sizeof(b), "not slowed now");
+	lat_str(STAT_LAT(s, pace).sum_ns, a, sizeof(a));
+	lat_str(STAT_LAT(s, pace).count ? lat_quantile(&STAT_LAT(s, pace), 0.99)
+					: 0,
+		c, sizeof(c));
+	fprintf(out,
+		"           writers %s: %" PRIu64 " writes held %s in all"
+		" (p99 %s) past the high watermark, %" PRIu64
+		" waited for a free block\n",
+		b, STAT_CTR(s, throttled_ops), a, c,
+		STAT_CTR(s, space_wait_ops));
 	show_bytes(STAT_CTR(s, backing_read_bytes), a, sizeof(a));
 	show_bytes(STAT_CTR(s, backing_write_bytes), b, sizeof(b));
 	fprintf(out, "backing    %s read, %s written\n", a, b);

@@ -1,6 +1,6 @@
 /* tests: destage — runs of many small blocks, flush on a busy mount, a backing
  * write failing in the middle of a pipelined pass, direct and buffered
- * backing writes. */
+ * backing writes, scattered pages written with several writes in flight. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -186,6 +186,71 @@ static void test_direct_and_buffered_writes(void)
 	free(buf);
 }
 
+/*
+ * Scattered dirty pages (one 4 KiB page in each of 96 blocks of 64 KiB) are
+ * many short runs of one pass: they go to the store with several writes in
+ * flight, not two at a time.  The backing-write hook (run by the helper
+ * after its write) holds each write until WANT_INFLIGHT are in it at once,
+ * or 100 ms; the most seen at once must reach WANT_INFLIGHT (a pass that
+ * keeps two in flight sees two), and the backing file is byte-identical.
+ */
+#define WANT_INFLIGHT 8
+static int in_hook, most_in_hook;
+static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hook_cond = PTHREAD_COND_INITIALIZER;
+
+static void bk_write_held(void *arg, ino_t ino, const void *buf, size_t len,
+			  uint64_t off)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 100 * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&hook_lock);
+	if (++in_hook > most_in_hook)
+		most_in_hook = in_hook;
+	pthread_cond_broadcast(&hook_cond);
+	while (in_hook < WANT_INFLIGHT &&
+	       !pthread_cond_timedwait(&hook_cond, &hook_lock, &ts))
+		;
+	in_hook--;
+	pthread_mutex_unlock(&hook_lock);
+}
+
+static const struct cache_bk_hooks held_hooks = { .write = bk_write_held };
+
+static void test_scattered_pages_destage_deep(void)
+{
+	size_t size = 95 * 64 * KiB + 4 * KiB; /* ends with the last page */
+	char *buf = malloc(96 * 64 * KiB);
+	struct cfile *f;
+	int fd, k;
+
+	env_init(&e_err, 256, 64 * KiB);
+	f = file_open(&e_err, "f", &fd);
+	fill(buf, 96 * 64 * KiB, 9);
+	/* what is not written is zeros in the reference too */
+	for (k = 0; k < 96; k++)
+		memset(buf + k * 64 * KiB + 4 * KiB, 0, 60 * KiB);
+	for (k = 0; k < 96; k++)
+		CHECK_EQ(cache_write(e_err.c, f, buf + k * 64 * KiB, 4 * KiB,
+				     k * 64 * KiB),
+			 0);
+	cache_set_bk_hooks(e_err.c, &held_hooks);
+	CHECK_EQ(cache_flush(e_err.c, NULL, NULL), 0);
+	cache_set_bk_hooks(e_err.c, NULL);
+	CHECK(most_in_hook >= WANT_INFLIGHT);
+	CHECK(backing_same(fd, buf, size));
+	cache_file_put(e_err.c, f);
+	close(fd);
+	env_fini(&e_err);
+	free(buf);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -194,6 +259,7 @@ int main(void)
 	RUN(test_flush_on_a_busy_mount);
 	RUN(test_pipelined_pass_write_error);
 	RUN(test_direct_and_buffered_writes);
+	RUN(test_scattered_pages_destage_deep);
 	free(rbuf);
 	return CHECK_DONE();
 }

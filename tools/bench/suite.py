@@ -41,7 +41,7 @@ AMP_PATTERNS = (("random", lambda f: ["--rw=randread", "--bs=4k", f"--io_size={f
                                            f"--offset_increment={f // 4}"], 1.2),
                 ("sequential", lambda f: ["--rw=read", "--bs=1M"], 1.2))
 PHASES = ("workloads", "uncached_read", "read_amp", "btest", "checkpoint", "metadata", "bonnie", "destage",
-          "resources", "mem_per_gib")
+          "destage_scattered", "resources", "mem_per_gib")
 
 
 def sh(*a, check=True, **kw):
@@ -107,10 +107,19 @@ def bands(vals):
     return out
 
 
+# the write workloads that run past the small cache (issue 29): the fio cells and the checkpoint
+WRITES = ("4K randwrite QD1", "4K randwrite QD32", "4K write + fdatasync (log)", "Iometer File Server",
+          "1M checkpoint write")
+
+
+SCATTERED = "destage of scattered 4K pages"
+
+
 class Bench:
-    def __init__(self, quick, out, only=None):
+    def __init__(self, quick, out, only=None, writes=False):
         self.quick = quick
-        self.only = only or PHASES
+        self.writes = writes
+        self.only = ("workloads", "checkpoint", "destage_scattered") if writes else only or PHASES
         self.secs = 2 if quick else 8
         self.ws = (256 if quick else 1024) * MiB          # working set of the random and read workloads
         self.dimm = (512 if quick else 2048) * MiB        # each of the two emulated DIMMs
@@ -137,7 +146,13 @@ class Bench:
             if allocate:
                 os.posix_fallocate(f.fileno(), 0, size)
         self.images.append(img)
-        dev = sh("losetup", "--find", "--show", "--direct-io=on", img).stdout.strip()
+        for k in range(10):
+            # another job on the machine may take or still hold the free device losetup found: try again
+            r = sh("losetup", "--find", "--show", "--direct-io=on", img, check=k == 9)
+            if not r.returncode:
+                break
+            time.sleep(0.5)
+        dev = r.stdout.strip()
         self.loops.append(dev)
         return dev
 
@@ -178,6 +193,9 @@ class Bench:
         os.makedirs(self.targets["backing"])
         self.targets["nvcachefs"] = self.mount_nvc("nvc", self.dimms, "nvcachefs")
         self.targets["nvcachefs-small"] = self.mount_nvc("nvcs", self.small_dimms, "small")
+        if self.writes:
+            del self.targets["raw"]
+            return
         self.targets[FLOOR] = self.mount_floor()
         for peer in PEERS:
             try:
@@ -294,8 +312,10 @@ class Bench:
             cmd += [f"--name=j{k}", f"--filename={f}"]
         proc = getattr(self, DAEMONS[target], None) if target in DAEMONS else None
         ticks = cpu_ticks(proc) if proc else 0
+        pace0 = self.pace_counters(target)
         r = sh(*cmd, check=False)
         ticks = cpu_ticks(proc) - ticks if proc else 0
+        pace1 = self.pace_counters(target)
         if r.returncode:
             if target == "mergerfs" and "Invalid argument" in r.stderr:
                 return {"skip": "O_DIRECT fails with EINVAL: mergerfs 2.33 (Debian 12) hands the backing file "
@@ -320,6 +340,8 @@ class Bench:
             res["cpu_s"] = ticks / os.sysconf("SC_CLK_TCK")
             res["cpu_us_per_op"] = res["cpu_s"] * 1e6 / res["ops"]
             res["cpu_s_per_gib"] = res["cpu_s"] / (res["bytes"] / GiB)
+        if pace0 and pace1:
+            res.update({k: pace1[k] - pace0[k] for k in pace1})
         if j["sync"]["lat_ns"]["N"]:
             res["sync_p99_us"] = j["sync"]["lat_ns"]["percentile"]["99.000000"] / 1e3
         if lat:
@@ -331,6 +353,19 @@ class Bench:
             res["bands"] = bands(vals)
             res["_lat"] = vals
         return res
+
+    def pace_counters(self, target):
+        """The small cache's writer pacing counters (issue 29), or None (another target, or a daemon without them)."""
+        if target != "nvcachefs-small":
+            return None
+        r = sh(CTL, "stats", self.targets[target], "--json", check=False)
+        try:
+            t = json.loads(r.stdout)["total"]
+            c = {k: t["counters"][k] for k in ("throttled_ops", "space_wait_ops")}
+            c["held_us"] = t["latency"]["pace"]["mean_us"] * t["latency"]["pace"]["count"]
+            return c
+        except (ValueError, KeyError):
+            return None
 
     def lat_logs(self):
         """Every completion latency (ns) in fio's latency logs, sorted; the logs are removed."""
@@ -377,13 +412,15 @@ class Bench:
             ("4K randwrite QD32", all_t, qd32 + ["--rw=randwrite", "--bs=4k"], False),
             ("4K write + fdatasync (log)", all_t, qd1 + ["--rw=write", "--bs=4k", "--fdatasync=1"], False),
             ("1M seqread (cached)", cached, qd1 + ["--rw=read", "--bs=1M"], False),
-            ("Iometer File Server", cached,
+            ("Iometer File Server", all_t,
              ["--ioengine=libaio", "--iodepth=16", "--rw=randrw", "--rwmixread=80", "--percentage_random=75",
               "--bssplit=512/10:1k/5:2k/5:4k/60:8k/2:16k/4:32k/4:64k/10"], False),
             ("Iometer Web Server", cached,
              ["--ioengine=libaio", "--iodepth=16", "--rw=randread",
               "--bssplit=512/22:1k/15:2k/8:4k/23:8k/15:16k/2:32k/6:64k/7:128k/1:512k/1"], False),
         ]
+        if self.writes:
+            jobs = [j for j in jobs if j[0] in WRITES]
         for name, targets, args, lat in jobs if "workloads" in self.only else ():
             for x in all_t:
                 if x not in targets:
@@ -629,10 +666,7 @@ class Bench:
         self.drop_caches()
         # nothing leaves the cache while it is written: watermark, age and idle destage out of the way
         path = os.path.join(mnt, "destage")
-        with open(self.nvc_conf, "a") as f:
-            f.write("[destage]\nhigh_watermark = 100\nlow_watermark = 99\nmax_dirty_age = 0\nidle_after = 0\n")
-        os.kill(self.nvc_proc.pid, 1)                  # SIGHUP: reload
-        time.sleep(0.5)
+        self.no_destage()
         sh("fio", "--name=d", f"--filename={path}", f"--size={size}", "--rw=write", "--bs=1M", "--direct=1")
         t0 = time.time()
         sh(CTL, "flush", mnt)
@@ -642,6 +676,36 @@ class Bench:
         self.results[("destage", "nvcachefs")] = {"bw": size / secs, "bytes": size, "secs": secs}
         self.results[("destage", "backing")] = {"bw": own.get("bw", 0), "note": "its own 1M sequential write"}
         print("  destage: done", flush=True)
+
+    def no_destage(self):
+        """Nothing leaves the large cache while it is written: watermark, age and idle destage out of the way."""
+        if getattr(self, "destage_off", False):
+            return
+        with open(self.nvc_conf, "a") as f:
+            f.write("[destage]\nhigh_watermark = 100\nlow_watermark = 99\nmax_dirty_age = 0\nidle_after = 0\n")
+        os.kill(self.nvc_proc.pid, 1)                  # SIGHUP: reload
+        time.sleep(0.5)
+        self.destage_off = True
+
+    def destage_scattered(self):
+        """Destage of scattered dirty pages (issue 29): 4K random writes at QD32 into the large cache with destage
+        held off, then the flush timed, against the backing store's own 4K random writes at QD32 of as many
+        bytes (same offsets' distribution, no page twice)."""
+        mnt = self.targets["nvcachefs"]
+        size, io = 256 * MiB, 64 * MiB
+        sh(CTL, "flush", mnt)
+        self.no_destage()
+        path = os.path.join(mnt, "scattered")
+        args = ["--rw=randwrite", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=32", f"--io_size={io}"]
+        sh("fio", "--name=s", f"--filename={path}", f"--size={size}", *args)
+        t0 = time.time()
+        sh(CTL, "flush", mnt)
+        secs = time.time() - t0
+        own = self.fio("backing", "scattered", args, size, file="scattered")
+        self.results[("destage of scattered 4K pages", "nvcachefs")] = {"bw": io / secs, "bytes": io, "secs": secs}
+        self.results[("destage of scattered 4K pages", "backing")] = {
+            "bw": own.get("bw", 0), "note": "its own 4K random write, QD32"}
+        print("  destage_scattered: done", flush=True)
 
     def resources(self):
         p = self.nvc_proc
@@ -742,7 +806,8 @@ class Bench:
         w("|---|---|---|---|---|---|---|---|")
         for wl in workloads:
             r = self.results.get((wl, "nvcachefs"), {})
-            if not r or "skip" in r or "bw" not in r or wl in ("metadata", "destage", "bonnie++"):
+            if not r or "skip" in r or "bw" not in r or wl in ("metadata", "destage", "bonnie++",
+                                                                      SCATTERED):
                 continue
             peers = [(self.results[(wl, p)]["bw"], p) for p in PEERS
                      if "bw" in self.results.get((wl, p), {})]
@@ -767,8 +832,9 @@ class Bench:
               f"{d['bw'] / b['bw']:.2f} |")
         w("")
         md += self.amp_md()
+        md += self.past_md()
         workloads = [wl for wl in workloads if not wl.startswith("read amplification")]
-        md += ceiling.ceiling_md(self.results, workloads)
+        md += ceiling.ceiling_md(self.results, [wl for wl in workloads if wl != SCATTERED])
         md += ceiling.targets_md(ratios, TARGETS, "Targets of issue 11 (this run)")
         for wl in workloads:
             rows = [(x, self.results[(wl, x)]) for x in self.targets if (wl, x) in self.results]
@@ -794,6 +860,14 @@ class Bench:
                         continue
                     w(f"| {x} | {self.fmt(r, 'bw')} | {self.fmt(r, 'rewrite')} | {self.fmt(r, 'read')} | "
                       f"{self.fmt(r, 'iops')} |")
+            elif wl == "destage of scattered 4K pages":
+                d, b = self.results[(wl, "nvcachefs")], self.results[(wl, "backing")]
+                w("| | MB/s | ratio |")
+                w("|---|---|---|")
+                w(f"| nvcachefs destage ({d['bytes'] // MiB} MiB of 4K pages in {d['secs']:.2f} s) | "
+                  f"{d['bw'] / 1e6:.1f} | {d['bw'] / b['bw']:.2f}x of backing |" if b.get("bw")
+                  else "| nvcachefs destage | - | - |")
+                w(f"| backing store, its own 4K random write at QD32 | {b.get('bw', 0) / 1e6:.1f} | 1.00x |")
             elif wl == "destage":
                 d, b = self.results[("destage", "nvcachefs")], self.results[("destage", "backing")]
                 w("| | MB/s | ratio |")
@@ -849,6 +923,29 @@ class Bench:
             json.dump(self.json(), f, indent=1)
         if self.lat:
             self.plots(workloads)
+
+    def past_md(self):
+        """Past the cache (issue 29): the small cache's write workloads against the backing store, same run."""
+        md = ["## Past the cache: nvcachefs-small against the backing store\n",
+              "| workload | backing MB/s | nvcachefs-small MB/s | ratio | backing p99 / p99.9 us | "
+              "small p99 / p99.9 us | p99.9 ratio | writes paced (held ms) | waited at full |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        for wl in WRITES:
+            s, b = self.results.get((wl, "nvcachefs-small"), {}), self.results.get((wl, "backing"), {})
+            if not s.get("bw") or not b.get("bw"):
+                continue
+            md.append(f"| {wl} | {b['bw'] / 1e6:.1f} | {s['bw'] / 1e6:.1f} | {s['bw'] / b['bw']:.2f}x | "
+                      f"{self.fmt(b, 'p99')} / {self.fmt(b, 'p999')} | {self.fmt(s, 'p99')} / {self.fmt(s, 'p999')} | "
+                      + (f"{s['p999'] / b['p999']:.1f}x |" if b.get("p999") and s.get("p999") else "- |")
+                      + (f" {s['throttled_ops']} ({s['held_us'] / 1000:.0f}) | {s['space_wait_ops']} |"
+                         if "throttled_ops" in s else " - | - |"))
+        d, b = self.results.get((SCATTERED, "nvcachefs"), {}), self.results.get((SCATTERED, "backing"), {})
+        if d.get("bw") and b.get("bw"):
+            md.append(f"\nDestage of scattered 4K pages (the large cache, destage held off, then a flush): "
+                      f"{d['bw'] / 1e6:.1f} MB/s, {d['bw'] / b['bw']:.2f}x the backing store's own 4K random "
+                      f"write at QD32 ({b['bw'] / 1e6:.1f} MB/s).")
+        md.append("")
+        return md if len(md) > 4 else []
 
     def daemon_md(self, r):
         md = []
@@ -951,6 +1048,8 @@ def main():
     ap.add_argument("--no-mpi", action="store_true", help="with --dfs: the checkpoint by plain processes")
     ap.add_argument("--only", metavar="PHASES", help="only these phases, comma-separated: " + ", ".join(PHASES)
                     + " (workloads: the fio cells of cached data)")
+    ap.add_argument("--writes", action="store_true", help="only the write workloads and the checkpoint, on the "
+                    "backing store and both caches (past the small cache: issue 29)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N", help="the whole measurement N times, each with "
                     "its own setup (OUT/runK/); OUT/report.md gives the median of each ratio and every run's")
     a = ap.parse_args()
@@ -971,7 +1070,7 @@ def main():
         only = a.only.split(",") if a.only else None
         if only and any(p not in PHASES for p in only):
             sys.exit("suite.py: --only takes " + ", ".join(PHASES))
-        b = Bench(a.quick, out, only)
+        b = Bench(a.quick, out, only, a.writes)
     # a kill still tears down the mounts and loop devices
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("suite.py: terminated"))
     started = time.time()
@@ -1004,6 +1103,32 @@ def cpu_medians_md(runs):
     return md
 
 
+def past_medians_md(runs):
+    """Past the cache (issue 29): the median over the runs of the small cache's ratio to the backing store, and of
+    its p99.9 over the backing store's, with every run's."""
+    md = [f"## Past the cache: nvcachefs-small against the backing store (median of {len(runs)} runs)\n",
+          "| workload | MB/s ratio (each run) | p99.9 ratio (each run) |", "|---|---|---|"]
+    for wl in WRITES:
+        bw, tail = [], []
+        for b in runs:
+            s, k = b.results.get((wl, "nvcachefs-small"), {}), b.results.get((wl, "backing"), {})
+            if s.get("bw") and k.get("bw"):
+                bw.append(s["bw"] / k["bw"])
+            if s.get("p999") and k.get("p999"):
+                tail.append(s["p999"] / k["p999"])
+        if bw:
+            md.append(f"| {wl} | {statistics.median(bw):.2f}x ({', '.join(f'{v:.2f}' for v in bw)}) | "
+                      + (f"{statistics.median(tail):.1f}x ({', '.join(f'{v:.1f}' for v in tail)}) |" if tail
+                         else "- |"))
+    sc = [b.results[(SCATTERED, "nvcachefs")]["bw"] / b.results[(SCATTERED, "backing")]["bw"] for b in runs
+          if b.results.get((SCATTERED, "nvcachefs"), {}).get("bw") and b.results.get((SCATTERED, "backing"), {}).get("bw")]
+    if sc:
+        md.append(f"| {SCATTERED} (large cache, flush) vs the store's 4K random write QD32 | "
+                  f"{statistics.median(sc):.2f}x ({', '.join(f'{v:.2f}' for v in sc)}) | - |")
+    md.append("")
+    return md if len(md) > 3 else []
+
+
 def repeat(a, out, started):
     """The whole measurement a.repeat times, each its own setup and report in OUT/runK; OUT/report.md and
     OUT/results.json: the median of each nvcachefs ratio over the runs, with every run's figure."""
@@ -1011,7 +1136,7 @@ def repeat(a, out, started):
     for k in range(1, a.repeat + 1):
         print(f"run {k} of {a.repeat}", flush=True)
         t0 = time.time()
-        b = Bench(a.quick, os.path.join(out, f"run{k}"))
+        b = Bench(a.quick, os.path.join(out, f"run{k}"), a.only and a.only.split(","), a.writes)
         try:
             b.setup()
             b.run()
@@ -1030,6 +1155,7 @@ def repeat(a, out, started):
     md += ceiling.targets_md(med, TARGETS, f"Targets of issue 11 (median of {a.repeat} runs)")
     md += ceiling.medians_md(med, a.repeat)
     md += cpu_medians_md(runs)
+    md += past_medians_md(runs)
     mem = runs[-1].mem
     md += memory.report(mem)
     with open(os.path.join(out, "report.md"), "w") as f:
