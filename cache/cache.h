@@ -72,6 +72,7 @@ struct cache_config {
 	int on_close;
 	uint64_t fuse_workers;
 	uint64_t fuse_threads;
+	int fuse_transport; /* FSLOOP_* order: auto, uring, dev */
 	uint64_t attr_timeout_ms;
 	uint64_t negative_timeout_ms;
 	uint64_t read_ahead;
@@ -82,7 +83,7 @@ struct cache_config {
 	struct pol_set *policies;
 	/* where each key was set, for FILE:LINE messages */
 	const char *file;
-	int line[32];
+	int line[40];
 };
 
 #define CFG_ERRLEN 512
