@@ -58,7 +58,14 @@
  * /dev/fuse: a request from either is served alike.  The worker that
  * answers INIT wakes the others (startfd) and each registers its queues'
  * entries on its own thread.  /dev/fuse stays polled for FORGET,
- * INTERRUPT and, before every queue is registered, nothing else.
+ * INTERRUPT and, before every queue is registered, nothing else.  But a
+ * request goes to the queue of its caller's CPU, and the kernel copies the
+ * next request into an entry in the context of the thread that committed
+ * the last: a worker with a ring that waited (a stalled store, a slow
+ * create) would hold up every caller on its CPUs.  So such a worker runs
+ * nothing that may wait: only what always_here names (reads and writes go
+ * to the pool as soon as they would wait, fsloop_must_defer), and every
+ * other request goes to the pool, whose replies the worker commits.
  *
  * Exit.  A signal (libfuse's handlers set the session's exit flag) or an
  * unmount (/dev/fuse reads fail with ENODEV) ends the loop: the main thread
@@ -151,9 +158,13 @@ static int blocking_full(struct loop *L)
 	return __atomic_load_n(&L->blocking, __ATOMIC_RELAXED) >= most;
 }
 
+/* A worker serving a FUSE ring must never wait: the requests of its CPUs'
+ * queues would wait with it (the kernel copies the next request into an
+ * entry in the context of the thread that committed it). */
 int fsloop_must_defer(void)
 {
-	return cur_worker && (loop_held || blocking_full(cur_worker->L));
+	return cur_worker && (loop_held || blocking_full(cur_worker->L) ||
+			      cur_worker->fr);
 }
 
 void fsloop_sync_begin(void)
@@ -348,7 +359,8 @@ static void dispatch(struct worker *w, char *buf, size_t len)
 		run_here(w, buf, len, 0);
 		return;
 	}
-	if (!blocking_full(w->L) && (!loop_held || lock_free(h->opcode))) {
+	if (!w->fr && !blocking_full(w->L) &&
+	    (!loop_held || lock_free(h->opcode))) {
 		run_here(w, buf, len, 1);
 		return;
 	}
@@ -483,6 +495,7 @@ static void *worker_main(void *arg)
 			if (ret == -ETIME) {
 				w->used = 0;
 				idle_fn(); /* nothing in flight: loop_held 0 */
+				furing_idle(w->fr);
 				continue;
 			}
 		} else {

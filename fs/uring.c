@@ -49,10 +49,17 @@
  * staging buffer until the op returns: the op may still read the name or
  * data the reply would overwrite.
  *
+ * The ring is DEFER_TASKRUN (and so SINGLE_ISSUER): the kernel copies a
+ * request into an entry only inside the owner's own io_uring_enter on it
+ * (io_uring_get_events, or the commit that fetches), never at an arbitrary
+ * return to user space; an eventfd registered with the ring says when
+ * there is something to run, and the same eventfd carries the pool's kicks.
+ *
  * Memory: entries are mapped, not touched; the kernel hands out the entry
  * freed last first, so only as many payloads are touched as requests were
- * in flight at once.  They are not given back on idle: the kernel may copy
- * a request into a free entry at any moment.
+ * in flight at once, and an idle worker drops the pages of its free
+ * entries (furing_idle): with DEFER_TASKRUN nothing is copied into them
+ * meanwhile.
  */
 
 /* From include/uapi/linux/fuse.h (7.42), which Debian 12's lacks. */
@@ -88,7 +95,6 @@ _Static_assert(sizeof(struct fuse_uring_cmd_req) == 24, "uapi layout");
 
 #define URING_ENTS 16 /* per queue */
 #define HEADROOM 4096u /* before the payload: the header, the request's */
-#define KICK ((void *)1) /* user_data of the eventfd's poll */
 #define UTAB 8192
 #define PROBES 64 /* a slot within this many of its hash */
 
@@ -251,21 +257,25 @@ static int ent_cmd(struct furing *r, struct fent *e, uint32_t op)
 	return 0;
 }
 
-static int arm_kick(struct furing *r)
-{
-	struct io_uring_sqe *sqe = sqe_get(r);
-
-	if (!sqe)
-		return -EBUSY;
-	io_uring_prep_poll_add(sqe, r->kickfd, POLLIN);
-	io_uring_sqe_set_data(sqe, KICK);
-	submit(r);
-	return 0;
-}
-
 int furing_fd(const struct furing *r)
 {
-	return r->ring.ring_fd;
+	return r->kickfd;
+}
+
+void furing_idle(struct furing *r)
+{
+	unsigned i;
+
+	if (!r)
+		return;
+	/* no request is copied into an entry but in this thread's own
+	 * io_uring_enter on the ring (DEFER_TASKRUN): a free entry's pages
+	 * can be dropped here; a copy later finds fresh zero pages */
+	for (i = 0; i < r->nent; i++)
+		if (r->ents[i].state == ENT_KERNEL)
+			madvise(r->ents[i].payload, r->ents[i].payload_len,
+				MADV_DONTNEED);
+	madvise(r->stage, r->stage_cap, MADV_DONTNEED);
 }
 
 void furing_free(struct furing *r)
@@ -318,10 +328,23 @@ int furing_start(int fuse_fd, unsigned worker, unsigned nworkers,
 	ret = -ENOMEM;
 	if (r->kickfd < 0 || !r->ents)
 		goto err_alloc;
-	ret = io_uring_queue_init(2 * r->nent + 8, &r->ring,
-				  IORING_SETUP_SQE128);
+	{
+		struct io_uring_params p = {
+			.flags = IORING_SETUP_SQE128 |
+				 IORING_SETUP_SINGLE_ISSUER |
+				 IORING_SETUP_DEFER_TASKRUN,
+		};
+
+		ret = io_uring_queue_init_params(2 * r->nent + 8, &r->ring,
+						 &p);
+	}
 	if (ret)
 		goto err_alloc;
+	ret = io_uring_register_eventfd(&r->ring, r->kickfd);
+	if (ret) {
+		io_uring_queue_exit(&r->ring);
+		goto err_alloc;
+	}
 	r->stage_cap = plen;
 	r->stage = mmap(NULL, plen, PROT_READ | PROT_WRITE,
 			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -356,7 +379,7 @@ int furing_start(int fuse_fd, unsigned worker, unsigned nworkers,
 	own = r;
 	__atomic_store_n(&rings, 1, __ATOMIC_RELAXED);
 	r->in_run = 1; /* one submission for all */
-	ret = arm_kick(r);
+	ret = 0;
 	for (i = 0; i < r->nent && !ret; i++) {
 		ret = ent_cmd(r, &r->ents[i], FUSE_IO_URING_CMD_REGISTER);
 		r->live += !ret;
@@ -515,18 +538,14 @@ int furing_run(struct furing *r, void (*serve)(void *, char *, size_t),
 	struct fent *p;
 
 	r->in_run = 1;
+	/* the eventfd first: what comes after it is told again */
+	(void)!read(r->kickfd, &r->kickbuf, sizeof(r->kickbuf));
+	io_uring_get_events(&r->ring); /* copies the requests queued */
 	while (!io_uring_peek_cqe(&r->ring, &cqe)) {
-		void *ud = io_uring_cqe_get_data(cqe);
+		struct fent *e = io_uring_cqe_get_data(cqe);
 		int res = cqe->res;
-		struct fent *e = ud;
 
 		io_uring_cqe_seen(&r->ring, cqe);
-		if (ud == KICK) {
-			(void)!read(r->kickfd, &r->kickbuf,
-				    sizeof(r->kickbuf));
-			arm_kick(r);
-			continue;
-		}
 		if (res < 0) { /* torn down (-ENOTCONN), refused */
 			if (e->state != ENT_DEAD && r->live)
 				r->live--;

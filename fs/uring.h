@@ -22,7 +22,8 @@ unsigned furing_nqueues(void);
  * worker's.  0 or -errno. */
 int furing_start(int fuse_fd, unsigned worker, unsigned nworkers,
 		 struct furing **out);
-/* What to poll: readable once a completion waits in the ring. */
+/* What to poll: readable once a request or a reply from another thread
+ * waits (an eventfd the ring signals). */
 int furing_fd(const struct furing *r);
 
 /*
@@ -42,7 +43,10 @@ int furing_reply(const struct iovec *iov, int count);
 /* Requests served through rings (counters, for the log). */
 unsigned long long furing_served(void);
 
-/* On the owning thread, with nothing of its own in flight. */
+/* On the owning thread, idle: give back the pages of the free entries. */
+void furing_idle(struct furing *r);
+
+/* With no thread left to use it. */
 void furing_free(struct furing *r);
 
 #endif
