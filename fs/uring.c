@@ -139,8 +139,7 @@ unsigned long long furing_served(void)
 
 static unsigned slot(uint64_t unique)
 {
-	return (unsigned)((unique >> 1) * 0x9e3779b97f4a7c15ull >> 51) %
-	       UTAB;
+	return (unsigned)((unique >> 1) * 0x9e3779b97f4a7c15ull >> 51) % UTAB;
 }
 
 static int utab_add(struct fent *e)
@@ -150,8 +149,8 @@ static int utab_add(struct fent *e)
 	for (i = 0; i < PROBES; i++) {
 		struct fent *none = NULL;
 
-		if (__atomic_compare_exchange_n(&utab[(h + i) % UTAB], &none,
-						e, 0, __ATOMIC_RELEASE,
+		if (__atomic_compare_exchange_n(&utab[(h + i) % UTAB], &none, e,
+						0, __ATOMIC_RELEASE,
 						__ATOMIC_RELAXED))
 			return 0;
 	}
@@ -170,9 +169,8 @@ static struct fent *utab_take(uint64_t unique)
 
 		/* an empty slot may be a hole a take left: go on */
 		if (e && e->unique == unique && e->state == ENT_USER &&
-		    __atomic_compare_exchange_n(p, &e, NULL, 0,
-						__ATOMIC_ACQ_REL,
-						__ATOMIC_RELAXED))
+		    __atomic_compare_exchange_n(
+			    p, &e, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 			return e;
 	}
 	return NULL;
@@ -204,7 +202,7 @@ unsigned furing_nqueues(void)
 	}
 	if (n)
 		return n;
-fallback: {
+fallback : {
 	long c = sysconf(_SC_NPROCESSORS_CONF);
 
 	return c > 0 ? (unsigned)c : 1;
@@ -335,8 +333,7 @@ int furing_start(int fuse_fd, unsigned worker, unsigned nworkers,
 				 IORING_SETUP_DEFER_TASKRUN,
 		};
 
-		ret = io_uring_queue_init_params(2 * r->nent + 8, &r->ring,
-						 &p);
+		ret = io_uring_queue_init_params(2 * r->nent + 8, &r->ring, &p);
 	}
 	if (ret)
 		goto err_alloc;
@@ -404,8 +401,7 @@ err_alloc:
 }
 
 /* Copy the reply after its header into dst: its length, or -EMSGSIZE. */
-static ssize_t gather(const struct iovec *iov, int count, char *dst,
-		      size_t cap)
+static ssize_t gather(const struct iovec *iov, int count, char *dst, size_t cap)
 {
 	size_t skip = sizeof(struct fuse_out_header), n = 0;
 	int i;
@@ -441,8 +437,8 @@ static void commit(struct fent *e)
 	}
 	{
 		uint64_t one = 1;
-		struct fent *head = __atomic_load_n(&r->pending,
-						    __ATOMIC_RELAXED);
+		struct fent *head =
+			__atomic_load_n(&r->pending, __ATOMIC_RELAXED);
 
 		do
 			e->pnext = head;
