@@ -74,6 +74,7 @@ struct cache_config {
 	int on_close;
 	uint64_t fuse_workers;
 	uint64_t fuse_threads;
+	int fuse_transport; /* FSLOOP_* order: auto, uring, dev */
 	uint64_t attr_timeout_ms;
 	uint64_t negative_timeout_ms;
 	uint64_t read_ahead;

@@ -36,6 +36,7 @@ static const char *const identity_names[] = { "auto", "handle", "path",
 static const char *const conflict_names[] = { "overwrite", "keep-both",
 					      NULL };
 static const char *const on_close_names[] = { "none", "flush", NULL };
+static const char *const transport_names[] = { "auto", "uring", "dev", NULL };
 
 #define OFF(f) offsetof(struct cache_config, f)
 #define KIB 1024ull
@@ -134,6 +135,12 @@ static const struct cfg_key keys[] = {
 	{ "fuse", "threads", T_UINT, OFF(fuse_threads), 1, 256, "16", 0, NULL,
 	  "threads that run requests which may wait (misses, metadata on a "
 	  "slow store) while the workers go on" },
+	{ "fuse", "transport", T_ENUM, OFF(fuse_transport), 0, 2, "auto", 0,
+	  transport_names,
+	  "how FUSE requests come: uring (FUSE over io_uring; the "
+	  "administrator turns it on with the fuse module's enable_uring=1), "
+	  "dev (/dev/fuse), auto (uring where the kernel offers it, else "
+	  "/dev/fuse; the log says which)" },
 	{ "fuse", "read_ahead", T_SIZE, OFF(read_ahead), 0, 64 * MIB, "1M", 0,
 	  NULL, "kernel read-ahead of the mount (its bdi read_ahead_kb)" },
 	{ "fuse", "attr_timeout", T_TIME, OFF(attr_timeout_ms), 0, 3600000,

@@ -636,6 +636,10 @@ static int open_fh_cf(fuse_req_t req, fuse_ino_t ino, struct cfile *cf,
 	fh->ino = ino;
 	fi->fh = (uintptr_t)fh;
 	proto_open(fi);
+	/* a close that waits for nothing asks nothing (op_flush) */
+	if (fs->cfg->on_close != ON_CLOSE_FLUSH ||
+	    (fi->flags & O_ACCMODE) == O_RDONLY)
+		fi->noflush = 1;
 	fh->kdio = fi->direct_io;
 	/* before the reply: a direct write that misses it is in the cache
 	 * before this handle reads, and one before it is dropped (kinval.c) */
@@ -1026,9 +1030,11 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
  * an open on another node; a failure is close's error, and the data stays
  * dirty and is destaged later.  A reader's close does not wait.
  *
- * With destage.on_close = none a close has nothing to wait for: the first
- * FLUSH is answered ENOSYS, and the kernel sends none again (one round trip
- * less per close).  That is why on_close is fixed while mounted.
+ * With destage.on_close = none a close has nothing to wait for: the open
+ * replies say so (FOPEN_NOFLUSH, open_fh_cf), and a FLUSH that comes all
+ * the same is answered ENOSYS, after which the kernel sends none again.
+ * A reader's open says it too with on_close = flush.  That is why on_close
+ * is fixed while mounted.
  */
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {

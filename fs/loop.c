@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -18,6 +19,7 @@
 #include "../devices/dev.h"
 #include "loop.h"
 #include "proto.h"
+#include "uring.h"
 
 /*
  * Workers, not a thread per request.  One worker per CPU reads requests
@@ -50,6 +52,21 @@
  * for LOOP_IDLE_NS calls the idle hook (fsloop_on_idle), with nothing in
  * flight, once, and gives them back; then it sleeps without a timeout.
  *
+ * Transports.  Requests come from /dev/fuse, or, once the INIT reply has
+ * taken FUSE_OVER_IO_URING (proto.c, fuse.transport), from each worker's
+ * FUSE ring (fs/uring.c), which the worker's own ring polls like
+ * /dev/fuse: a request from either is served alike.  The worker that
+ * answers INIT wakes the others (startfd) and each registers its queues'
+ * entries on its own thread.  /dev/fuse stays polled for FORGET,
+ * INTERRUPT and, before every queue is registered, nothing else.  But a
+ * request goes to the queue of its caller's CPU, and the kernel copies the
+ * next request into an entry in the context of the thread that committed
+ * the last: a worker with a ring that waited (a stalled store, a slow
+ * create) would hold up every caller on its CPUs.  So such a worker runs
+ * nothing that may wait: only what always_here names (reads and writes go
+ * to the pool as soon as they would wait, fsloop_must_defer), and every
+ * other request goes to the pool, whose replies the worker commits.
+ *
  * Exit.  A signal (libfuse's handlers set the session's exit flag) or an
  * unmount (/dev/fuse reads fail with ENODEV) ends the loop: the main thread
  * sees the flag, sets stop and wakes every worker through an eventfd each
@@ -70,10 +87,14 @@ struct loop {
 	struct fuse_session *se;
 	int fd; /* /dev/fuse, non-blocking */
 	int stopfd; /* eventfd: readable once stopping */
+	int startfd; /* eventfd: readable once the INIT reply took io_uring */
 	int stop;
+	int uring_started; /* startfd written */
+	int uring_failed; /* a worker could not register its entries */
 	unsigned nworkers;
 	struct worker *workers;
 	uint64_t spin_ns;
+	int transport; /* FSLOOP_* */
 	unsigned blocking; /* workers running a request synchronously */
 	/* the pool */
 	pthread_mutex_t lock;
@@ -87,7 +108,9 @@ struct worker {
 	struct loop *L;
 	pthread_t thread;
 	struct dev_aring *ring;
-	struct dev_acb req_cb, stop_cb;
+	struct dev_acb req_cb, stop_cb, start_cb, fr_cb;
+	struct furing *fr; /* its FUSE ring, once started; NULL: none */
+	unsigned index;
 	char *mem; /* REQ_BUF + DEV_ALIGN, aligned */
 	char *buf; /* in mem: a WRITE's data lands aligned (WRITE_DATA) */
 	int started, failed;
@@ -96,6 +119,18 @@ struct worker {
 
 static struct loop *the_loop;
 static void (*idle_fn)(void);
+static void (*log_fn)(int err, const char *msg);
+
+void fsloop_on_log(void (*fn)(int err, const char *msg))
+{
+	log_fn = fn;
+}
+
+static void loop_log(int err, const char *msg)
+{
+	if (log_fn)
+		log_fn(err, msg);
+}
 
 void fsloop_on_idle(void (*fn)(void))
 {
@@ -123,9 +158,13 @@ static int blocking_full(struct loop *L)
 	return __atomic_load_n(&L->blocking, __ATOMIC_RELAXED) >= most;
 }
 
+/* A worker serving a FUSE ring must never wait: the requests of its CPUs'
+ * queues would wait with it (the kernel copies the next request into an
+ * entry in the context of the thread that committed it). */
 int fsloop_must_defer(void)
 {
-	return cur_worker && (loop_held || blocking_full(cur_worker->L));
+	return cur_worker && (loop_held || blocking_full(cur_worker->L) ||
+			      cur_worker->fr);
 }
 
 void fsloop_sync_begin(void)
@@ -260,9 +299,9 @@ static int lock_free(uint32_t opcode)
 	return 0;
 }
 
-static void run_here(struct worker *w, size_t len, int sync)
+static void run_here(struct worker *w, char *buf, size_t len, int sync)
 {
-	struct fuse_buf fbuf = { .size = len, .mem = w->buf };
+	struct fuse_buf fbuf = { .size = len, .mem = buf };
 
 	if (sync)
 		fsloop_sync_begin();
@@ -272,32 +311,69 @@ static void run_here(struct worker *w, size_t len, int sync)
 	proto_request_done();
 }
 
-static void dispatch(struct worker *w, size_t len)
+/* The INIT reply is out: if it took io_uring, every worker starts its
+ * FUSE ring; if it did not where fuse.transport = uring asked, stop. */
+static void after_init(struct loop *L)
 {
-	const struct fuse_in_header *h = (const void *)w->buf;
+	uint64_t one = 1;
+
+	if (proto_uring()) {
+		if (!__atomic_exchange_n(&L->uring_started, 1,
+					 __ATOMIC_SEQ_CST))
+			(void)!write(L->startfd, &one, sizeof(one));
+		return;
+	}
+	if (L->transport == FSLOOP_URING) {
+		loop_log(-EOPNOTSUPP,
+			 proto_uring_offered()
+				 ? "fuse.transport = uring: the INIT reply "
+				   "could not take it"
+				 : "fuse.transport = uring: the kernel does "
+				   "not offer FUSE over io_uring "
+				   "(/sys/module/fuse/parameters/enable_uring)");
+		__atomic_store_n(&L->uring_failed, 1, __ATOMIC_RELAXED);
+		loop_stop(L);
+		return;
+	}
+	loop_log(0, proto_uring_offered()
+			    ? "FUSE transport: /dev/fuse (io_uring offered, "
+			      "not asked for)"
+			    : "FUSE transport: /dev/fuse (the kernel does not "
+			      "offer io_uring)");
+}
+
+static void dispatch(struct worker *w, char *buf, size_t len)
+{
+	const struct fuse_in_header *h = (const void *)buf;
 	struct raw_job *r;
 
 	if (!w->used) /* no store a request: the line is shared */
 		w->used = 1;
-	proto_request(w->buf, len, 1);
-	if (len < sizeof(*h) || always_here(h->opcode)) {
-		run_here(w, len, 0);
+	proto_request(buf, len, 1);
+	if (len >= sizeof(*h) && h->opcode == FUSE_INIT) {
+		run_here(w, buf, len, 0);
+		after_init(w->L);
 		return;
 	}
-	if (!blocking_full(w->L) && (!loop_held || lock_free(h->opcode))) {
-		run_here(w, len, 1);
+	if (len < sizeof(*h) || always_here(h->opcode)) {
+		run_here(w, buf, len, 0);
+		return;
+	}
+	if (!w->fr && !blocking_full(w->L) &&
+	    (!loop_held || lock_free(h->opcode))) {
+		run_here(w, buf, len, 1);
 		return;
 	}
 	proto_request_done();
 	_Static_assert(sizeof(*r) <= DEV_ALIGN - WRITE_DATA, "data after r");
 	r = dev_alloc_buf(DEV_ALIGN + len);
 	if (!r) { /* run it here, late rather than never */
-		proto_request(w->buf, len, 0);
-		run_here(w, len, 1);
+		proto_request(buf, len, 0);
+		run_here(w, buf, len, 1);
 		return;
 	}
 	r->data = (char *)r + DEV_ALIGN - WRITE_DATA;
-	memcpy(r->data, w->buf, len);
+	memcpy(r->data, buf, len);
 	r->len = len;
 	r->job.run = raw_run;
 	fsloop_defer(&r->job);
@@ -315,7 +391,7 @@ static void on_request(struct dev_acb *cb)
 		ssize_t n = read(L->fd, w->buf, REQ_BUF);
 
 		if (n > 0) {
-			dispatch(w, n);
+			dispatch(w, w->buf, n);
 			continue;
 		}
 		if (n < 0 && (errno == EINTR || errno == ENOENT))
@@ -334,6 +410,61 @@ static void on_stop(struct dev_acb *cb)
 	(void)cb;
 }
 
+static void serve_ring(void *arg, char *buf, size_t len)
+{
+	struct worker *w = arg;
+
+	if (!w->L->stop)
+		dispatch(w, buf, len);
+}
+
+/* The worker's FUSE ring has completions: serve them, poll it again. */
+static void on_ring(struct dev_acb *cb)
+{
+	struct worker *w = (struct worker *)((char *)cb -
+					     offsetof(struct worker, fr_cb));
+
+	if (furing_run(w->fr, serve_ring, w))
+		return; /* no entry left: torn down by the kernel */
+	dev_aring_readable(w->ring, furing_fd(w->fr), &w->fr_cb, 0);
+}
+
+/* The INIT reply took io_uring: register this worker's entries. */
+static void on_start(struct dev_acb *cb)
+{
+	struct worker *w = (struct worker *)((char *)cb -
+					     offsetof(struct worker, start_cb));
+	struct loop *L = w->L;
+	char msg[160];
+	int ret;
+
+	if (L->stop)
+		return;
+	ret = furing_start(L->fd, w->index, L->nworkers, &w->fr);
+	if (ret) {
+		/* the kernel goes back to /dev/fuse when a registration
+		 * fails (fs/fuse/dev_uring.c); one not even tried would
+		 * leave every request waiting: stop */
+		snprintf(msg, sizeof(msg),
+			 "FUSE over io_uring: worker %u cannot register its "
+			 "queues: %s",
+			 w->index, strerror(-ret));
+		loop_log(ret, msg);
+		__atomic_store_n(&L->uring_failed, 1, __ATOMIC_RELAXED);
+		loop_stop(L);
+		return;
+	}
+	if (w->index == 0) {
+		snprintf(msg, sizeof(msg),
+			 "FUSE transport: io_uring, %u queues, %zu KiB "
+			 "payloads",
+			 furing_nqueues(), proto_uring_payload() / 1024);
+		loop_log(0, msg);
+	}
+	if (w->fr)
+		dev_aring_readable(w->ring, furing_fd(w->fr), &w->fr_cb, 0);
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -347,8 +478,12 @@ static void *worker_main(void *arg)
 	cur_worker = w;
 	w->req_cb.done = on_request;
 	w->stop_cb.done = on_stop;
+	w->start_cb.done = on_start;
+	w->fr_cb.done = on_ring;
 	if (dev_aring_readable(w->ring, L->fd, &w->req_cb, 1) ||
-	    dev_aring_readable(w->ring, L->stopfd, &w->stop_cb, 0)) {
+	    dev_aring_readable(w->ring, L->stopfd, &w->stop_cb, 0) ||
+	    (L->transport != FSLOOP_DEV &&
+	     dev_aring_readable(w->ring, L->startfd, &w->start_cb, 0))) {
 		loop_stop(L);
 		return NULL;
 	}
@@ -360,6 +495,7 @@ static void *worker_main(void *arg)
 			if (ret == -ETIME) {
 				w->used = 0;
 				idle_fn(); /* nothing in flight: loop_held 0 */
+				furing_idle(w->fr);
 				continue;
 			}
 		} else {
@@ -387,11 +523,14 @@ static void loop_free(struct loop *L)
 
 	for (i = 0; i < L->nworkers; i++) {
 		dev_aring_free(L->workers[i].ring);
+		furing_free(L->workers[i].fr);
 		free(L->workers[i].mem);
 	}
 	free(L->workers);
 	if (L->stopfd >= 0)
 		close(L->stopfd);
+	if (L->startfd >= 0)
+		close(L->startfd);
 	pthread_mutex_destroy(&L->lock);
 	pthread_cond_destroy(&L->cond);
 	free(L);
@@ -416,9 +555,10 @@ static int loop_new(struct fuse_session *se, unsigned nworkers,
 	L->se = se;
 	L->fd = fuse_session_fd(se);
 	L->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	L->startfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	L->nworkers = nworkers;
 	L->workers = calloc(nworkers, sizeof(*L->workers));
-	if (L->stopfd < 0 || !L->workers)
+	if (L->stopfd < 0 || L->startfd < 0 || !L->workers)
 		goto err;
 	fl = fcntl(L->fd, F_GETFL);
 	if (fl < 0 || fcntl(L->fd, F_SETFL, fl | O_NONBLOCK)) {
@@ -429,6 +569,7 @@ static int loop_new(struct fuse_session *se, unsigned nworkers,
 		struct worker *w = &L->workers[i];
 
 		w->L = L;
+		w->index = i;
 		w->mem = dev_alloc_buf(REQ_BUF + DEV_ALIGN);
 		if (!w->mem)
 			goto err;
@@ -450,7 +591,7 @@ err:
  * cannot be had is served by libfuse's own loop, with pool threads.
  */
 int fsloop_run(struct fuse_session *se, unsigned nworkers, unsigned pool,
-	       uint64_t spin_ns)
+	       uint64_t spin_ns, int transport)
 {
 	struct loop *L = NULL;
 	unsigned i;
@@ -464,8 +605,14 @@ int fsloop_run(struct fuse_session *se, unsigned nworkers, unsigned pool,
 	if (pool > POOL_MAX)
 		pool = POOL_MAX;
 	ret = loop_new(se, nworkers, &L);
-	if (ret)
+	if (ret) {
+		if (transport == FSLOOP_URING)
+			return ret;
 		return fsloop_run_mt(se, pool);
+	}
+	L->transport = transport;
+	if (transport != FSLOOP_DEV)
+		proto_uring_allow();
 	L->spin_ns = spin_ns;
 	the_loop = L;
 	for (i = 0; i < pool; i++)
@@ -494,8 +641,9 @@ int fsloop_run(struct fuse_session *se, unsigned nworkers, unsigned pool,
 	for (i = 0; i < L->npool; i++)
 		pthread_join(L->pool[i], NULL);
 	the_loop = NULL;
+	ret = L->uring_failed ? -EPROTO : 0;
 	loop_free(L);
-	return 0;
+	return ret;
 }
 
 /*

@@ -7,6 +7,12 @@
 struct fuse_session;
 struct dev_aring;
 
+/* How requests come (fuse.transport): FUSE over io_uring where the INIT
+ * request offers it, else /dev/fuse; io_uring or stop; /dev/fuse only.
+ * Other than FSLOOP_DEV, the session's proto_attach must have asked for
+ * PROTO_URING. */
+enum { FSLOOP_AUTO, FSLOOP_URING, FSLOOP_DEV };
+
 /*
  * Serve requests until the session ends: workers (0: one per CPU) answer
  * them, handing device I/O to their rings; pool threads run what a busy
@@ -14,7 +20,9 @@ struct dev_aring;
  * spins for a completion before it sleeps.  0 or -errno.
  */
 int fsloop_run(struct fuse_session *se, unsigned workers, unsigned pool,
-	       uint64_t spin_ns);
+	       uint64_t spin_ns, int transport);
+/* fn(0 or -errno, msg) is told which transport serves, or why none can. */
+void fsloop_on_log(void (*fn)(int err, const char *msg));
 /* libfuse's own multi-threaded loop: a thread per request in progress. */
 int fsloop_run_mt(struct fuse_session *se, unsigned int threads);
 

@@ -73,6 +73,12 @@ static int load_config(struct cache_config *cfg, const char *file, char **ov,
 /* SIGHUP: re-read the tunables that may change while mounted. */
 static int hup_pipe[2] = { -1, -1 };
 
+/* The request loop's word on its transport. */
+static void loop_log(int err, const char *msg)
+{
+	log_msg(err ? LOG_ERR : LOG_NOTICE, "%s", msg);
+}
+
 static void on_hup(int sig)
 {
 	(void)sig;
@@ -255,6 +261,7 @@ int main(int argc, char **argv)
 	struct fuse_session *se;
 	struct fs fs;
 	char err[CFG_ERRLEN], mnt[PATH_MAX], stats[1024];
+	int loop_ret;
 	const char *config = NULL, *mountpoint;
 	char **ov = calloc(argc, sizeof(char *));
 	int nov = 0, foreground = 0, debug = 0, opt, ret, close_ret, flush;
@@ -397,7 +404,9 @@ int main(int argc, char **argv)
 		die("cannot mount on %s", mnt);
 	}
 	ret = proto_attach(se, fuse_session_fd(se),
-			   PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO);
+			   PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO |
+				   (cfg.fuse_transport != FSLOOP_DEV ? PROTO_URING
+								     : 0));
 	if (ret)
 		log_msg(LOG_WARNING,
 			"cannot see the FUSE requests (%s): running without "
@@ -415,9 +424,10 @@ int main(int argc, char **argv)
 	if (!pthread_create(&ra_thread, NULL, readahead_main, &fs))
 		pthread_detach(ra_thread);
 	fsloop_on_idle(fs_thread_idle);
+	fsloop_on_log(loop_log);
 	notify_start(fs.cache, mnt);
-	ret = fsloop_run(se, cfg.fuse_workers, cfg.fuse_threads,
-			 cfg.io_poll_us * 1000ull);
+	loop_ret = fsloop_run(se, cfg.fuse_workers, cfg.fuse_threads,
+			      cfg.io_poll_us * 1000ull, cfg.fuse_transport);
 	/* a replace or remove under way stops at its next batch, to resume
 	 * at the next mount, and says so to its client (fs_ctl_stop waits) */
 	cache_devlife_stop(fs.cache);
@@ -449,7 +459,7 @@ int main(int argc, char **argv)
 	fs_free_table(&fs);
 	log_msg(LOG_NOTICE, "exit");
 	cfg_free(&cfg);
-	ret = 0;
+	ret = loop_ret ? 1 : 0;
 out_args:
 	fuse_opt_free_args(&args);
 	while (nov)

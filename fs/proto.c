@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "proto.h"
+#include "uring.h"
 
 /*
  * libfuse (3.14 here) reads each request from /dev/fuse through io.read and
@@ -58,6 +59,9 @@
 #ifndef FUSE_DIRECT_IO_ALLOW_MMAP
 #define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
 #endif
+#ifndef FUSE_OVER_IO_URING
+#define FUSE_OVER_IO_URING (1ULL << 41)
+#endif
 #ifndef FOPEN_PARALLEL_DIRECT_WRITES
 #define FOPEN_PARALLEL_DIRECT_WRITES (1 << 6)
 #endif
@@ -68,6 +72,8 @@
 static struct {
 	unsigned int want; /* PROTO_* asked for by the daemon */
 	int attached; /* the hooks are installed */
+	int uring_ok; /* the loop serves ring entries (proto_uring_allow) */
+	size_t payload; /* a ring entry's, from the INIT reply */
 	uint64_t offered; /* the kernel's INIT flags (flags2 << 32) */
 	uint64_t granted; /* what the INIT reply grants of the above */
 	uint64_t count[NOPS]; /* requests read, by opcode (atomic) */
@@ -232,6 +238,8 @@ static uint64_t init_wanted(void)
 	if (pr.want & PROTO_DIRECT_IO)
 		want |= FUSE_DIRECT_IO_ALLOW_MMAP;
 #endif
+	if ((pr.want & PROTO_URING) && pr.uring_ok)
+		want |= FUSE_OVER_IO_URING;
 	return want & pr.offered;
 }
 
@@ -243,6 +251,8 @@ static void patch_init(struct iovec *iov, int count)
 	if (count != 2 ||
 	    iov[1].iov_len < offsetof(struct fuse_init_out, unused))
 		return;
+	if ((want >> 32) && (pr.offered & FUSE_INIT_EXT))
+		out->flags |= FUSE_INIT_EXT;
 	if (!(out->flags & FUSE_INIT_EXT))
 		want &= 0xffffffffu;
 	out->flags |= (uint32_t)want;
@@ -251,6 +261,11 @@ static void patch_init(struct iovec *iov, int count)
 	if (out->flags & FUSE_INIT_EXT)
 		got |= (uint64_t)out->flags2 << 32;
 	pr.granted = got & pr.offered;
+	pr.payload = out->max_write;
+	if ((size_t)out->max_pages * 4096 > pr.payload)
+		pr.payload = (size_t)out->max_pages * 4096;
+	if (pr.payload < 8192)
+		pr.payload = 8192;
 }
 
 /* An open's reply: fuse_open_out ends the reply (after fuse_entry_out in a
@@ -296,6 +311,20 @@ static ssize_t proto_writev(int fd, struct iovec *iov, int count,
 		note_reply(iov, count);
 	if (h->unique && wtab_del(h->unique))
 		__atomic_sub_fetch(&pr.writes, 1, __ATOMIC_RELAXED);
+	if (pr.granted & FUSE_OVER_IO_URING) {
+		int ret = furing_reply(iov, count);
+
+		if (ret < 0)
+			return ret;
+		if (ret) {
+			ssize_t n = 0;
+			int i;
+
+			for (i = 0; i < count; i++)
+				n += iov[i].iov_len;
+			return n;
+		}
+	}
 	return writev(fd, iov, count);
 }
 
@@ -313,6 +342,26 @@ int proto_attach(struct fuse_session *se, int fd, unsigned int features)
 		return ret < 0 ? ret : -EIO;
 	pr.attached = 1;
 	return 0;
+}
+
+void proto_uring_allow(void)
+{
+	pr.uring_ok = 1;
+}
+
+int proto_uring_offered(void)
+{
+	return !!(pr.offered & FUSE_OVER_IO_URING);
+}
+
+int proto_uring(void)
+{
+	return !!(pr.granted & FUSE_OVER_IO_URING);
+}
+
+size_t proto_uring_payload(void)
+{
+	return pr.payload ? pr.payload : 1024 * 1024;
 }
 
 /*
@@ -455,13 +504,14 @@ int proto_stats(char *buf, size_t len)
 	w = snprintf(
 		buf + (n < len ? n : len), n < len ? len - n : 0,
 		"; GETXATTR %s %llu; at most %lld WRITEs in flight; "
-		"granted%s%s",
+		"granted%s%s%s",
 		CAP_XATTR,
 		(unsigned long long)__atomic_load_n(&pr.cap_getxattr,
 						    __ATOMIC_RELAXED),
 		(long long)__atomic_load_n(&pr.writes_max, __ATOMIC_RELAXED),
 		pr.granted & FUSE_HANDLE_KILLPRIV_V2 ? " KILLPRIV_V2" : "",
 		pr.granted & FUSE_DIRECT_IO_ALLOW_MMAP ? " DIRECT_IO_ALLOW_MMAP"
-						       : "");
+						       : "",
+		pr.granted & FUSE_OVER_IO_URING ? " OVER_IO_URING" : "");
 	return w < 0 ? w : (int)(n + w);
 }

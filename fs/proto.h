@@ -27,6 +27,10 @@ struct fuse_file_info;
  */
 #define PROTO_KILLPRIV_V2 1u
 #define PROTO_DIRECT_IO 2u
+/* PROTO_URING: FUSE_OVER_IO_URING where the kernel offers it (only while
+ * /sys/module/fuse/parameters/enable_uring is Y) and the loop can serve it
+ * (proto_uring_allow): requests then come through fs/uring.c. */
+#define PROTO_URING 4u
 
 /*
  * Install the hooks on a session, reading and writing fd (a mounted session's
@@ -54,6 +58,17 @@ void proto_open(struct fuse_file_info *fi);
  * this thread asks the daemon to kill setuid, setgid and capabilities. */
 int proto_write_kill(void);
 int proto_open_kill(void);
+
+/* Called by a loop that serves io_uring entries (fs/loop.c), before the
+ * INIT request: without it PROTO_URING asks for nothing. */
+void proto_uring_allow(void);
+/* After the INIT reply: whether the kernel offered FUSE_OVER_IO_URING, and
+ * whether the reply took it. */
+int proto_uring_offered(void);
+int proto_uring(void);
+/* The payload a ring entry needs: max(8 KiB, max_write, max_pages pages)
+ * of the INIT reply. */
+size_t proto_uring_payload(void);
 
 /* The request counters, one line of text; its length (snprintf's). */
 int proto_stats(char *buf, size_t len);

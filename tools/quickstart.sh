@@ -115,9 +115,22 @@ run_tests() {
 	fuzz_short || rc=$?
 	echo "== integration tests (real daemon, loop devices, pmem files)"
 	local prc=0
-	NVC_BUILD="$here/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration || prc=$?
+	NVC_TRANSPORT=dev NVC_BUILD="$here/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration || prc=$?
 	[ "$prc" = 5 ] && { echo "no integration test ran" >&2; exit 1; }
 	[ "$prc" = 0 ] || rc=$prc
+	if [ -e /sys/module/fuse/parameters/enable_uring ]; then
+		# about 3.5 minutes: what the transport could break (data, sync flags, kill -9, hostile users, the
+		# workers' asynchronous path, requests per create, transport choice); the conftest turns
+		# enable_uring on for the run and puts it back
+		echo "== integration tests again over FUSE io_uring (fuse.transport = uring), a subset"
+		prc=0
+		NVC_TRANSPORT=uring NVC_BUILD="$here/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+			tests/integration/test_data.py tests/integration/test_sync_flags.py tests/integration/test_kill.py \
+			tests/integration/test_hostile.py tests/integration/test_ring_refusal.py \
+			tests/integration/test_subpage.py tests/integration/test_proto.py \
+			tests/integration/test_create_cost.py tests/integration/test_transport.py || prc=$?
+		[ "$prc" = 0 ] || rc=$prc
+	fi
 	echo "== Debian package: build, lintian, dpkg -i, --version and a mount from the installed files, dpkg --purge"
 	tools/package-test.sh || rc=$?
 	return "$rc"

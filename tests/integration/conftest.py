@@ -14,6 +14,9 @@ BUILD = os.environ.get("NVC_BUILD", os.path.join(ROOT, "build"))
 DAEMON = os.path.join(BUILD, "fs", "nvcachefs")
 CTL = os.path.join(BUILD, "tools", "nvcachectl")
 MiB = 1 << 20
+# fuse.transport of every daemon the tests start (uring, dev; unset: the daemon's default)
+TRANSPORT = os.environ.get("NVC_TRANSPORT", "")
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
 
 
 def sh(*args, check=True, **kw):
@@ -45,6 +48,23 @@ def stale_sockets():
             os.unlink(path)
         except OSError:
             pass
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fuse_transport():
+    """NVC_TRANSPORT=uring: FUSE over io_uring for this run (the module parameter on, then as it was)."""
+    if TRANSPORT != "uring":
+        yield
+        return
+    if not os.path.exists(ENABLE_URING):
+        pytest.exit("NVC_TRANSPORT=uring: this kernel has no FUSE over io_uring", returncode=4)
+    with open(ENABLE_URING) as f:
+        was = f.read().strip()
+    with open(ENABLE_URING, "w") as f:
+        f.write("Y")
+    yield
+    with open(ENABLE_URING, "w") as f:
+        f.write(was)
 
 
 class Cache:
@@ -82,6 +102,8 @@ class Cache:
             "destage.idle_after": "0",
             "destage.max_dirty_age": "0",
         }
+        if TRANSPORT:
+            self.keys["fuse.transport"] = TRANSPORT
         self.keys.update(extra or {})
         self.conf = os.path.join(self.tmp, "nvcachefs.conf")
         self.write_conf()

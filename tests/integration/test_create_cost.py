@@ -52,3 +52,51 @@ def test_create_by_the_daemons_user_asks_only_what_it_must(cache):
             assert f.read() == want
         with open(os.path.join(cache.backing, "d", os.path.basename(p)), "rb") as f:
             assert f.read() == want
+
+
+def logged_requests(cache):
+    """The daemon's request counters, logged at unmount, by opcode."""
+    lines = [ln for ln in cache.log_text().splitlines() if "fuse requests:" in ln]
+    assert lines, cache.log_text()[-2000:]
+    return {k: int(v) for k, v in re.findall(r" ([A-Z_]+|op\d+) (\d+)", lines[-1].split(";")[0])}
+
+
+# What one create of a small file (open O_CREAT|O_EXCL, one 4 KiB write, close) asks of the daemon: the
+# kernel's negative LOOKUP, CREATE, the parent's GETATTR that default_permissions costs, WRITE, the
+# security.capability GETXATTR the kernel asks before the first write to an inode, and, after the close,
+# RELEASE (unwaited). No FLUSH: a close that waits for nothing says so in the open reply (noflush).
+CREATE_COST = {"LOOKUP": 1, "CREATE": 1, "GETATTR": 1, "WRITE": 1, "GETXATTR": 1, "RELEASE": 1}
+
+
+def create_requests(cache, n):
+    """Mount, create n files in a fresh directory, unmount: the requests of each kind."""
+    cache.mount()
+    d = cache.path(f"c{n}")
+    os.mkdir(d)
+    buf = b"x" * 4096
+    for i in range(n):
+        fd = os.open(os.path.join(d, f"f{i:03d}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, buf)
+        os.close(fd)
+    cache.unmount()
+    return logged_requests(cache)
+
+
+def test_create_costs_no_more_requests_than_it_needs(make_cache):
+    """The requests per create, counted by the daemon's FUSE request counters: the difference between a mount
+    that made 2N files and one that made N is N creates' worth, with nothing else in it. Fails if a create
+    costs one request more of any kind (a FLUSH per close, a GETXATTR per write, a second LOOKUP), or if the
+    kernel sends a FLUSH at all."""
+    c = make_cache()
+    c.format()
+    a = create_requests(c, N)
+    b = create_requests(c, 2 * N)
+    per = {k: (b.get(k, 0) - a.get(k, 0)) / N for k in set(a) | set(b)}
+    per = {k: v for k, v in per.items() if v}
+    for k, v in per.items():
+        # half a request of slack: an attribute timeout may expire during a run
+        assert v < CREATE_COST.get(k, 0) + 0.5, (f"{k}: {v} per create (budget {CREATE_COST.get(k, 0)}): {per}\n"
+                                            + [ln for ln in c.log_text().splitlines() if "fuse requests" in ln][-1])
+    assert per.get("CREATE") == 1, per
+    # and not even the one FLUSH the kernel sends before it learns that FLUSH is not implemented
+    assert not a.get("FLUSH") and not b.get("FLUSH"), (a, b)

@@ -631,9 +631,16 @@ static void *readahead_main(void *arg)
 	return NULL;
 }
 
+static void floor_log(int err, const char *msg)
+{
+	(void)err;
+	fprintf(stderr, "fuse-floor: %s\n", msg);
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: fuse-floor [-f] [-t THREADS] [-o OPTION]... "
+	fprintf(f, "usage: fuse-floor [-f] [-t THREADS] [-T TRANSPORT] "
+		   "[-o OPTION]... "
 		   "MOUNTPOINT\n"
 		   "\n"
 		   "The FUSE floor of tools/bench/suite.py: reads come from "
@@ -643,6 +650,8 @@ static void usage(FILE *f)
 		   "  -f          accepted (always in the foreground)\n"
 		   "  -t THREADS  FUSE worker threads at most (nvcachefs's "
 		   "fuse.threads; 16)\n"
+		   "  -T TRANSPORT  auto, uring or dev (nvcachefs's "
+		   "fuse.transport; auto)\n"
 		   "  -o OPTION   a FUSE mount option\n"
 		   "  -X          answer extended-attribute requests ENOSYS "
 		   "(the kernel then\n"
@@ -656,12 +665,13 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_session *se;
 	char mnt[PATH_MAX];
+	int transport = FSLOOP_AUTO;
 	unsigned int threads = 16;
 	pthread_t ra;
 	int opt, ra_started, verbose = 0, ret = 1;
 
 	fuse_opt_add_arg(&args, argv[0]);
-	while ((opt = getopt(argc, argv, "hft:o:vX")) != -1) {
+	while ((opt = getopt(argc, argv, "hft:T:o:vX")) != -1) {
 		switch (opt) {
 		case 'f':
 			break;
@@ -670,6 +680,18 @@ int main(int argc, char **argv)
 			break;
 		case 'X':
 			no_xattr = 1;
+			break;
+		case 'T':
+			if (!strcmp(optarg, "auto"))
+				transport = FSLOOP_AUTO;
+			else if (!strcmp(optarg, "uring"))
+				transport = FSLOOP_URING;
+			else if (!strcmp(optarg, "dev"))
+				transport = FSLOOP_DEV;
+			else {
+				usage(stderr);
+				return 2;
+			}
 			break;
 		case 't':
 			threads = strtoul(optarg, NULL, 0);
@@ -714,10 +736,12 @@ int main(int argc, char **argv)
 		goto out_handlers;
 	/* the protocol features nvcachefs asks for (fs/main.c) */
 	if (proto_attach(se, fuse_session_fd(se),
-			 PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO))
+			 PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO |
+				 (transport != FSLOOP_DEV ? PROTO_URING : 0)))
 		fprintf(stderr, "fuse-floor: no protocol features\n");
 	ra_started = !pthread_create(&ra, NULL, readahead_main, mnt);
-	ret = fsloop_run(se, 0, threads, 0) ? 1 : 0;
+	fsloop_on_log(floor_log);
+	ret = fsloop_run(se, 0, threads, 0, transport) ? 1 : 0;
 	fuse_session_unmount(se);
 	if (ra_started)
 		pthread_join(ra, NULL);

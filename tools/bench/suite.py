@@ -115,6 +115,35 @@ WRITES = ("4K randwrite QD1", "4K randwrite QD32", "4K write + fdatasync (log)",
 SCATTERED = "destage of scattered 4K pages"
 
 
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+class Transport:
+    """fuse.transport of nvcachefs and the floor for one run (uring, dev; None: the daemons' default, auto).
+    uring turns the fuse module's enable_uring on for the run and puts it back as it was."""
+
+    def __init__(self, name):
+        self.name, self.was = name, None
+
+    def __enter__(self):
+        if self.name == "uring":
+            if not os.path.exists(ENABLE_URING):
+                sys.exit("suite.py: --transport uring: this kernel has no FUSE over io_uring")
+            with open(ENABLE_URING) as f:
+                self.was = f.read().strip()
+            with open(ENABLE_URING, "w") as f:
+                f.write("Y")
+        return self
+
+    def __exit__(self, *exc):
+        if self.was is not None:
+            with open(ENABLE_URING, "w") as f:
+                f.write(self.was)
+
+
+TRANSPORT = None  # --transport
+
+
 class Bench:
     def __init__(self, quick, out, only=None, writes=False):
         self.quick = quick
@@ -212,7 +241,8 @@ class Bench:
         with open(path, "w") as f:
             f.write(f"[cache]\ndevices = {', '.join(devs)}\n"
                     f"metadata = /dev/shm/{self.tag}-{name}-m0, /dev/shm/{self.tag}-{name}-m1\n"
-                    f"[backing]\npath = {backing}\n{extra}")
+                    f"[backing]\npath = {backing}\n"
+                    + (f"[fuse]\ntransport = {TRANSPORT}\n" if TRANSPORT else "") + extra)
         return path
 
     def mount_nvc(self, name, devs, sub, extra="", backing=None, build=None):
@@ -238,7 +268,8 @@ class Bench:
         m = os.path.join(self.dir, "floor")
         os.makedirs(m)
         self.floor_threads = nvc_threads()
-        p = subprocess.Popen([FLOOR_BIN, "-f", "-t", str(self.floor_threads), m], stdout=subprocess.DEVNULL,
+        p = subprocess.Popen([FLOOR_BIN, "-f", "-t", str(self.floor_threads)]
+                             + (["-T", TRANSPORT] if TRANSPORT else []) + [m], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
         self.procs.append(p)
         self.mounts.append(m)
@@ -792,7 +823,8 @@ class Bench:
           f"backing store: a directory on the machine's disk. Ratios: this figure over raw, over backing, over "
           f"the best peer (rclone, mergerfs, bindfs, ext4 on a DIMM) of the same run; for latency lower is better. "
           f"Of ceiling: this figure over the ceiling of the workload (see Ceiling), 1.00 = at the ceiling. "
-          f"fuse-floor: the suite's FUSE floor daemon, {self.floor_threads} threads like nvcachefs.\n")
+          f"fuse-floor: the suite's FUSE floor daemon, {self.floor_threads} threads like nvcachefs. "
+          f"FUSE transport of both: {TRANSPORT or 'the default (auto)'}.\n")
         for n in self.notes:
             w(f"- {n}")
         w("")
@@ -1052,7 +1084,11 @@ def main():
                     "backing store and both caches (past the small cache: issue 29)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N", help="the whole measurement N times, each with "
                     "its own setup (OUT/runK/); OUT/report.md gives the median of each ratio and every run's")
+    ap.add_argument("--transport", choices=("uring", "dev"), help="fuse.transport of nvcachefs and of the FUSE "
+                    "floor alike (uring: enable_uring on for the run, then as it was; default: the daemons' auto)")
     a = ap.parse_args()
+    global TRANSPORT
+    TRANSPORT = a.transport
     if os.geteuid():
         sys.exit("suite.py: run as root (loop devices, mounts)")
     if a.repeat < 1 or (a.repeat > 1 and a.dfs):
@@ -1074,15 +1110,16 @@ def main():
     # a kill still tears down the mounts and loop devices
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("suite.py: terminated"))
     started = time.time()
-    if a.repeat > 1:
-        repeat(a, out, started)
-        return
-    try:
-        b.setup()
-        b.run()
-        b.report(started)
-    finally:
-        b.cleanup()
+    with Transport(a.transport):
+        if a.repeat > 1:
+            repeat(a, out, started)
+            return
+        try:
+            b.setup()
+            b.run()
+            b.report(started)
+        finally:
+            b.cleanup()
     print(f"report: {os.path.join(out, 'report.md')} ({time.time() - started:.0f} s)")
 
 
