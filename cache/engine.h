@@ -1083,6 +1083,9 @@ const char *cache_listed_name(struct cache *c, int d);
  * attach's candidates (members.c).  recover.c; called at mount and after
  * every device swap that puts a device in use (replace, add, attach). */
 void cache_note_member_names(struct cache *c);
+/* A new token in each working member's superblock and in the headers
+ * (recover.c, "Tokens"); at mount. */
+void cache_note_tokens(struct cache *c);
 /* recover.c: slot i as a mount finds it before recovery: fresh, on no
  * list (a grow readies the slots it adds with it too). */
 void cache_slot_init(struct cache *c, uint64_t i);

@@ -206,7 +206,7 @@ struct cand {
 	int peeked; /* peek_ours: 1 ours, 0 not, -1 no superblock */
 	int sb_bad; /* no valid superblock */
 	int k; /* member index, -1: none; -2: a former member; -3: the new
-		* device of the replace under way */
+		* device of the replace under way; -4: an old copy */
 };
 
 /* The same device or file as b: by st_rdev, or st_dev and st_ino. */
@@ -363,6 +363,11 @@ int members_pick(const struct meta_hdr *h, struct dev **cand, int ncand,
 			continue;
 		}
 		k = (uint32_t)kof[i];
+		if (h->tokens[k] && sb.token != h->tokens[k] &&
+		    (!h->tokens_next[k] || sb.token != h->tokens_next[k])) {
+			kof[i] = -4; /* a copy taken before the last mount */
+			continue;
+		}
 		if (sb.dev_index != k) {
 			snprintf(err, errlen,
 				 "%s: its superblock says device %u, but the "
@@ -407,11 +412,26 @@ static void missing_why(const struct meta_hdr *h, int k, struct cand *cs,
 {
 	char u[37];
 	const char *blank = NULL;
+	struct sb_disk sb;
 	int i;
 
 	for (i = 0; i < n && !blank; i++)
 		if (cs[i].listed && cs[i].sb_bad)
 			blank = cs[i].name;
+	for (i = 0; i < n; i++)
+		if (cs[i].k == -4 && cs[i].dev && !sb_read(cs[i].dev, &sb) &&
+		    !memcmp(sb.dev_uuid, h->members[k], 16)) {
+			snprintf(err, errlen,
+				 "%s is an old copy of member %d of %u (UUID "
+				 "%s, last found at %s): its superblock's token "
+				 "is not the one the last mount wrote; the "
+				 "member itself is not found",
+				 cs[i].name, k + 1, h->ndevs,
+				 members_uuid_str(h->members[k], u),
+				 h->names[k][0] ? h->names[k]
+						: "no recorded name");
+			return;
+		}
 	if (blank)
 		snprintf(err, errlen,
 			 "%s has no nvcachefs superblock (blank or "
@@ -574,6 +594,14 @@ again:
 				"%s is member %u of %u of this cache (last found "
 				"at %s): taken by its identity",
 				dev_path(devs[k]), k + 1, h->ndevs, h->names[k]);
+	for (i = 0; i < n; i++)
+		if (cs[i].k == -4)
+			log_msg(LOG_WARNING,
+				"%s carries the UUID of a member of this cache "
+				"but is an old copy of it (its superblock's "
+				"token is not the one the last mount wrote): "
+				"not used",
+				cs[i].name);
 	for (i = 0; i < n; i++)
 		if (cs[i].k == -3)
 			log_msg(LOG_NOTICE,

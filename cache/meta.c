@@ -299,9 +299,11 @@ static int names_ok(const struct meta_hdr *h, char *why, size_t len)
 		if (!memchr(h->names[k], 0, META_NAME_LEN))
 			return refuse(why, len, -EUCLEAN,
 				      "header names[%u] is not terminated", k);
-		if (k >= h->ndevs && (h->names[k][0] || h->rdevs[k]))
+		if (k >= h->ndevs && (h->names[k][0] || h->rdevs[k] ||
+				      h->tokens[k] || h->tokens_next[k]))
 			return refuse(why, len, -EUCLEAN,
-				      "header names[%u] set past ndevs %u", k,
+				      "header names[%u] (or its rdev or tokens) set "
+				      "past ndevs %u", k,
 				      h->ndevs);
 	}
 	return 0;
@@ -826,10 +828,52 @@ void meta_members(struct meta *m, uint8_t out[NVC_MAX_DEVS][16])
 	hdr_get(m, offsetof(struct meta_hdr, members), out, NVC_MAX_DEVS * 16);
 }
 
+/* The member table; a member whose UUID changes (a replace, an add) has no
+ * token until the next mount writes one. */
+static void members_set(struct meta_hdr *h, const void *arg)
+{
+	const uint8_t(*members)[16] = arg;
+	int k;
+
+	for (k = 0; k < NVC_MAX_DEVS; k++)
+		if (memcmp(h->members[k], members[k], 16))
+			h->tokens[k] = h->tokens_next[k] = 0;
+	memcpy(h->members, members, sizeof(h->members));
+}
+
 int meta_set_members(struct meta *m, uint8_t members[NVC_MAX_DEVS][16])
 {
-	return hdr_put(m, offsetof(struct meta_hdr, members), members,
-		       NVC_MAX_DEVS * 16);
+	return hdr_apply(m, members_set, members);
+}
+
+struct tokens {
+	const uint64_t *tok;
+	int next;
+};
+
+static void tokens_set(struct meta_hdr *h, const void *arg)
+{
+	const struct tokens *t = arg;
+	int k;
+
+	for (k = 0; k < NVC_MAX_DEVS; k++) {
+		if (!t->tok[k])
+			continue;
+		if (t->next) {
+			h->tokens_next[k] = t->tok[k];
+		} else {
+			h->tokens[k] = t->tok[k];
+			h->tokens_next[k] = 0;
+		}
+	}
+}
+
+int meta_set_tokens(struct meta *m, const uint64_t tok[NVC_MAX_DEVS],
+		    int next)
+{
+	struct tokens t = { tok, next };
+
+	return hdr_apply(m, tokens_set, &t);
 }
 
 struct hdr_replacing {
@@ -915,6 +959,7 @@ static void grow_set(struct meta_hdr *h, const void *arg)
 		h->room = h->nslots;
 	}
 	memcpy(h->members[g->k], g->uuid, 16);
+	h->tokens[g->k] = h->tokens_next[g->k] = 0;
 	h->grown[g->k] = g->count;
 	h->ndevs = g->k + 1;
 	h->nslots += g->count;

@@ -69,7 +69,11 @@ struct sb_disk {
 	/* this device's identity in the set (members.c); all zero: formatted
 	 * before members were recorded */
 	uint8_t dev_uuid[16];
-	uint8_t reserved[4096 - 104];
+	/* written by every mount (cache_note_tokens) and recorded in the
+	 * metadata header (meta_hdr.tokens): a copy of the device taken
+	 * before the last mount carries an older one; 0: none yet */
+	uint64_t token;
+	uint8_t reserved[4096 - 112];
 	uint64_t csum;
 };
 
@@ -165,10 +169,15 @@ struct meta_hdr {
 	 * anything is copied onto it; all zero: none recorded */
 	struct meta_ident replace_id;
 	struct meta_ident mirror_id;
+	/* member k's superblock token as the last mount wrote it (0: not
+	 * checked, as for a member added since), and the one being written
+	 * (0: none): a member's device is one whose token is either */
+	uint64_t tokens[NVC_MAX_DEVS];
+	uint64_t tokens_next[NVC_MAX_DEVS];
 	uint8_t reserved[4096 - 136 - NVC_MAX_DEVS * 17 - 2 * 264 - 16 -
 			 NVC_MAX_DEVS * 8 - 8 -
 			 NVC_MAX_DEVS * (META_NAME_LEN + 8) -
-			 2 * sizeof(struct meta_ident)];
+			 2 * sizeof(struct meta_ident) - NVC_MAX_DEVS * 16];
 	uint64_t csum;
 };
 
@@ -345,7 +354,8 @@ int members_parse_uuid(const char *s, uint8_t out[16]);
 /* Which of the ncand devices (NULL entries skipped) is which member of h
  * (members.c): devs[k] for each member found (NULL: not found, or removed),
  * kof[i] candidate i's member index, -1 none, -2 a former member, -3 the
- * new device of the replace under way.  0, or
+ * new device of the replace under way, -4 an old copy of a member (its
+ * token is not the one the last mount wrote).  0, or
  * -EINVAL with err naming a copied device or a misplaced superblock. */
 int members_pick(const struct meta_hdr *h, struct dev **cand, int ncand,
 		 struct dev **devs, int *kof, char *err, size_t errlen);
@@ -469,6 +479,12 @@ int meta_set_removed(struct meta *m, const uint8_t removed[NVC_MAX_DEVS]);
  * next is touched; m->layout follows.  0, or -errno (-ENOSPC: no room).
  */
 int meta_grow(struct meta *m, int k, const uint8_t uuid[16], uint64_t count);
+/* The tokens of the working members (tok[k] 0: leave member k's as it is):
+ * first recorded as the ones being written (next 1), then, once they are on
+ * the devices, as the members' (next 0), which clears the ones being
+ * written. */
+int meta_set_tokens(struct meta *m, const uint64_t tok[NVC_MAX_DEVS],
+		    int next);
 /* The names and st_rdevs members were last found at (meta_hdr.names), and
  * the recording of member k's (name NULL: none). */
 void meta_member_names(struct meta *m, char names[NVC_MAX_DEVS][META_NAME_LEN],

@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <sys/random.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -982,6 +983,63 @@ void cache_note_member_names(struct cache *c)
 	}
 }
 
+/*
+ * Tokens.  Every mount writes a new random token into each working
+ * member's superblock and records it in the header (meta_hdr.tokens), so
+ * that a block-for-block copy of a member taken before it (a dd backup)
+ * is told from the member itself when the member is gone and the copy is
+ * the only device with its UUID (members_pick refuses it).  The header
+ * first records the tokens being written (tokens_next), then the devices
+ * get them, then the header takes them as the members': a crash anywhere
+ * leaves every member's superblock with one of the two the header accepts.
+ * A member missing at this mount keeps its old token, in the header and on
+ * its device, and is taken again when it is back.
+ */
+void cache_note_tokens(struct cache *c)
+{
+	const struct meta_hdr *h = meta_hdr_of(&c->meta);
+	uint64_t tok[NVC_MAX_DEVS] = { 0 }, done[NVC_MAX_DEVS] = { 0 };
+	uint8_t removed[NVC_MAX_DEVS];
+	struct sb_disk sb;
+	int d, any = 0, left = 0;
+
+	if (!h || !members_recorded(h))
+		return;
+	meta_removed(&c->meta, removed);
+	for (d = 0; d < c->ndevs; d++) {
+		if (removed[d] ||
+		    __atomic_load_n(&c->dev_failed[d], __ATOMIC_ACQUIRE))
+			continue;
+		while (!tok[d])
+			if (getrandom(&tok[d], sizeof(tok[d]), 0) !=
+			    sizeof(tok[d]))
+				return;
+		any = 1;
+	}
+	if (!any || meta_set_tokens(&c->meta, tok, 1))
+		return;
+	for (d = 0; d < c->ndevs; d++) {
+		if (!tok[d])
+			continue;
+		if (sb_read(c->devs[d], &sb)) {
+			left++;
+			continue;
+		}
+		sb.token = tok[d];
+		if (sb_write(c->devs[d], &sb))
+			left++;
+		else
+			done[d] = tok[d];
+	}
+	if (left)
+		log_msg(LOG_WARNING,
+			"%d cache device%s kept the token of the last mount "
+			"(cannot write its superblock)",
+			left, left > 1 ? "s" : "");
+	if (meta_set_tokens(&c->meta, done, 0))
+		log_msg(LOG_WARNING, "cannot record the devices' new tokens");
+}
+
 /* A detached cache's members as fenced stand-ins, named where each was
  * last found. */
 static int standins(const struct cache_config *cfg, const struct meta_hdr *h,
@@ -1123,8 +1181,10 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	open_detached = 0;
 	if (ret)
 		goto err_close;
-	if (!detached)
+	if (!detached) {
 		cache_note_member_names(*out);
+		cache_note_tokens(*out);
+	}
 	if (detached)
 		detach_at_mount(*out);
 	else if (devlife_resume_start(*out))

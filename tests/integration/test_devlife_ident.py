@@ -182,3 +182,30 @@ def test_stale_detached_mark_is_not_believed(make_cache):
         c.cleanup()
         if os.path.lexists(link):
             os.unlink(link)
+
+
+def test_old_copy_of_a_gone_member_is_refused(make_cache):
+    """A block-for-block copy of a member (a dd backup), taken before the last mount: when the member itself
+    is gone, the copy is the only device with its UUID, and the scan finds it; the token every mount writes
+    tells it from the member, and the mount is refused naming it (before: mounted on the copy, and served the
+    bytes it held when it was copied)."""
+    c = make_cache(extra={"destage.on_unmount": "keep"})
+    c.format()
+    c.mount()
+    old = {"f": os.urandom(4 * MiB)}
+    write_all(c, old)
+    assert c.unmount() == 0
+    copy = f"/dev/shm/{c.tag}-copy.img"
+    sh("cp", "--sparse=always", c.images[1], copy)   # the backup
+    c.images.append(copy)                            # removed by cleanup
+    c.mount()                                        # a new token on each member
+    new = {"f": os.urandom(4 * MiB)}
+    write_all(c, new)
+    assert c.unmount() == 0
+    sh("losetup", "-d", c.loops[1])                  # member 2 is gone; its backup is on another device
+    c.loops[1] = sh("losetup", "--find", "--show", "--direct-io=on", copy).stdout.strip()
+    p = c.mount(check=False)
+    assert p.wait(timeout=60) != 0
+    log = c.log_text()
+    assert f"{c.loops[1]} is an old copy of member 2 of 2" in log, log[-2000:]
+    assert "not the one the last mount wrote" in log
