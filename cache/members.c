@@ -667,13 +667,14 @@ int members_stable_name(const char *name, char *out, size_t len,
 {
 	static const char byid[] = "/dev/disk/by-id";
 	struct stat st, o;
+	size_t n = strlen(name);
 	struct dirent *e;
 	DIR *dir;
 
 	*rdev = 0;
-	if (strlen(name) >= len)
+	if (n >= len)
 		return -ENAMETOOLONG;
-	snprintf(out, len, "%s", name);
+	memcpy(out, name, n + 1);
 	if (stat(name, &st))
 		return -errno;
 	if (!S_ISBLK(st.st_mode))
