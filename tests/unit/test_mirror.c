@@ -136,7 +136,7 @@ static void test_resumed_mirror_replace_spares_a_file_not_its_own(void)
 static void test_resumed_mirror_replace_proves_its_place(void)
 {
 	static const char what[] = "not a mirror";
-	char p[PATH_MAX], err[768], rec[256];
+	char p[PATH_MAX], err[768], rec[256], *was;
 	struct pm_region nr;
 	struct meta_ident id;
 	struct env e;
@@ -158,7 +158,10 @@ static void test_resumed_mirror_replace_proves_its_place(void)
 	CHECK_EQ(devid_claim_place(e.c, &nr, &id), 0);
 	CHECK_EQ(meta_set_mirror_id(&e.c->meta, &id), 0);
 	pm_unmap(&nr);
+	was = e.cfg.meta_paths[1]; /* kept allocated by the replace */
 	CHECK_EQ(mirror_replace(e.c, "m1", p, 1, err, sizeof(err)), 0);
+	if (e.cfg.meta_paths[1] != was)
+		free(was);
 	CHECK_EQ(meta_mirror_replacing(&e.c->meta, rec), 0);
 	CHECK(!strcmp(e.c->cfg->meta_paths[1], p));
 	CHECK(records_same(&e.c->meta));
