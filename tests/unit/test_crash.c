@@ -145,7 +145,7 @@ static int replace_mode, replaced, force_pick;
  * with two devices and no spare place, grown by a third halfway (a crash
  * state is recovered with the devices its metadata names) */
 static int remove_mode, add_mode, removed_ok, added_ok;
-/* NVC_CRASH_DETACH=1: the cache detached halfway (destaged, emptied, both
+/* NVC_CRASH_DETACH=1: the cache detached a quarter in (destaged, emptied, both
  * headers marked, devices closed), then attached again (detach_attach) */
 static int detach_mode, reattached, devs_gone;
 static struct dev *live_devs[2]; /* the devices the attach took */
@@ -349,8 +349,12 @@ static int detach_attach(char *e, size_t elen)
 	detach_done = rec_log_count(L);
 	devs_gone = !r; /* the detach closed them */
 	CHECK(r || C->detached);
-	if (!r)
-		usleep(20000); /* the workload runs detached for a while */
+	/* the other threads go on detached for an eighth of the workload
+	 * (at most 2 s), and leave some for after the attach */
+	for (j = 0; !r && nthreads > 1 && j < 2000 &&
+	     __atomic_load_n(&nops, __ATOMIC_RELAXED) < total_ops * 5 / 8;
+	     j++)
+		usleep(1000);
 	attach_begin = rec_log_count(L);
 	for (d = 0; d < 2 && !r; d++) {
 		img = dev_alloc_buf(size[d]);
@@ -492,8 +496,8 @@ static void do_op(unsigned *rs, int nth, char *buf, char *rb)
 	}
 	if (idx == total_ops / 2 && replace_mode)
 		__atomic_store_n(&race_state, RACE_ARMED, __ATOMIC_RELEASE);
-	else if (idx == total_ops / 2)
-		devlife_op();
+	else if (idx == (detach_mode ? total_ops / 4 : total_ops / 2))
+		devlife_op(); /* a detach takes long: a quarter in */
 	if (idx == total_ops * 3 / 4 && replace_mode &&
 	    __atomic_compare_exchange_n(&race_state, &(int){ RACE_ARMED },
 					RACE_STARTED, 0, __ATOMIC_ACQ_REL,
@@ -1967,7 +1971,7 @@ static int run_seed(unsigned s)
 	struct cache_config cfg;
 	struct dev *devs[3] = { 0 };
 	struct pm_region r[2];
-	char err[CFG_ERRLEN], held[64] = "";
+	char err[CFG_ERRLEN], held[160] = "";
 	size_t *points, npoints = 0, j, nkill = 0, nlost = 0, nstates = 0;
 	size_t limit = getenv("NVC_CRASH_POINTS")
 			       ? strtoul(getenv("NVC_CRASH_POINTS"), NULL, 0)
@@ -2140,8 +2144,10 @@ static int run_seed(unsigned s)
 			 ", replaced while a commit was held %d ms", race_ms);
 	if (detach_mode)
 		snprintf(held, sizeof(held),
-			 ", %zu states detaching, %zu detached, %zu torn",
-			 n_detaching, n_detached, n_torn);
+			 ", detached at event %zu, attached %zu..%zu; %zu "
+			 "states detaching, %zu detached, %zu torn",
+			 detach_done, attach_begin, devlife_done, n_detaching,
+			 n_detached, n_torn);
 	if (detach_mode) /* each kind came, the torn one too */
 		CHECK(n_detaching && n_detached && n_torn);
 	fprintf(out,
