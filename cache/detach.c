@@ -149,6 +149,11 @@ static void files_restore_locked(struct cache *c)
 				__atomic_store_n(&f->pol.mode, f->mode_saved,
 						 __ATOMIC_RELEASE);
 				f->detach_gen = 0;
+				/* what it took writethrough on its way to
+				 * bypass (file_to_bypass) is in the backing
+				 * file unsynced, and a writeback fsync syncs
+				 * that only when bk_wgen says so */
+				file_bk_changed(f);
 			}
 }
 
