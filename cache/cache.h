@@ -317,6 +317,12 @@ int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
 		 size_t errlen);
 /* Take the listed devices back (checked as a mount does). */
 int cache_attach(struct cache *c, char *err, size_t errlen);
+/* The same with n devices already open instead of the listed names (tests):
+ * the members among them are picked by identity (members_pick) and, on
+ * success, belong to the cache; the others, and all of them on failure,
+ * stay the caller's. */
+int cache_attach_with(struct cache *c, struct dev **devs, int n, char *err,
+		      size_t errlen);
 /* Metadata mirror old (a path of cache.metadata) becomes new_path, rebuilt
  * from the other mirror while the mount serves (mirror.c).  0, or -errno
  * with err set. */

@@ -149,6 +149,11 @@ static void files_restore_locked(struct cache *c)
 				__atomic_store_n(&f->pol.mode, f->mode_saved,
 						 __ATOMIC_RELEASE);
 				f->detach_gen = 0;
+				/* what it took writethrough on its way to
+				 * bypass (file_to_bypass) is in the backing
+				 * file unsynced, and a writeback fsync syncs
+				 * that only when bk_wgen says so */
+				file_bk_changed(f);
 			}
 }
 
@@ -321,34 +326,92 @@ out_unlock:
 	return ret;
 }
 
+/* Close what an attach took for the members, except the caller's own
+ * candidates (cache_attach_with: they stay the caller's on failure). */
+static void devices_drop(struct cache *c, struct dev **devs,
+			 struct dev **cand, int ncand)
+{
+	int d, i, theirs;
+
+	for (d = 0; d < c->ndevs; d++) {
+		for (i = 0, theirs = 0; i < ncand && !theirs; i++)
+			theirs = devs[d] == cand[i];
+		if (!theirs)
+			dev_close(devs[d]);
+		devs[d] = NULL;
+	}
+}
+
+/* The members among ncand already open candidates (members_pick against
+ * the current header), a removed member's place a fenced stand-in; 0, or
+ * -errno with err set and nothing made left open. */
+static int devices_pick(struct cache *c, struct dev **cand, int ncand,
+			struct dev **devs, char *err, size_t errlen)
+{
+	const struct meta_hdr *h = meta_hdr_of(&c->meta);
+	int kof[NVC_MAX_DEVS * 4], d, ret;
+	char u[37];
+
+	if (!h || ncand > (int)(sizeof(kof) / sizeof(kof[0]))) {
+		snprintf(err, errlen, "%s",
+			 h ? "too many devices" : "no usable metadata mirror");
+		return -EINVAL;
+	}
+	ret = members_pick(h, cand, ncand, devs, kof, err, errlen);
+	for (d = 0; d < c->ndevs && !ret; d++) {
+		if (devs[d])
+			continue;
+		if (h->removed[d]) {
+			ret = dev_missing_create(h->names[d][0] ? h->names[d]
+								: CFG_SPARE,
+						 UINT64_MAX, &devs[d]);
+			continue;
+		}
+		snprintf(err, errlen,
+			 "member %d of %d of this cache (UUID %s) is not among "
+			 "the devices given",
+			 d + 1, c->ndevs, members_uuid_str(h->members[d], u));
+		ret = -ENODEV;
+	}
+	if (ret)
+		devices_drop(c, devs, cand, ncand);
+	return ret;
+}
+
+/* Each member found checked against the metadata as a mount does (the
+ * removed ones are not read); nothing dropped. */
+static int devices_fit(struct cache *c, struct dev **devs,
+		       const uint8_t removed[NVC_MAX_DEVS], char *err,
+		       size_t errlen)
+{
+	int d, ret = 0;
+
+	for (d = 0; d < c->ndevs && !ret; d++)
+		if (!removed[d])
+			ret = cache_sb_fits(c, devs[d], d, err, errlen);
+	return ret;
+}
+
 /* The members opened by identity (members.c: cache.devices' names, where
  * the headers say each was last found, and the names they had in this
- * mount), each checked against the metadata; 0, or -errno with err set and
- * nothing left open. */
-static int devices_take(struct cache *c, struct dev **devs,
-			const uint8_t removed[NVC_MAX_DEVS], char *err,
+ * mount); 0, or -errno with err set and nothing left open. */
+static int devices_take(struct cache *c, struct dev **devs, char *err,
 			size_t errlen)
 {
 	const char *now[NVC_MAX_DEVS];
-	int d, ret, missing = 0;
+	int d, missing = 0;
 
 	for (d = 0; d < c->ndevs; d++)
 		now[d] = dev_path(c->devs[d]);
 	/* the header stays put: mirrors are replaced under devlife_lock */
-	ret = members_open(c->cfg, meta_hdr_of(&c->meta), now, c->ndevs, 0,
-			   devs, &missing, err, errlen);
-	if (ret)
-		return ret;
-	for (d = 0; d < c->ndevs && !ret; d++)
-		if (!removed[d])
-			ret = cache_sb_fits(c, devs[d], d, err, errlen);
-	if (ret)
-		for (d = 0; d < c->ndevs; d++)
-			dev_close(devs[d]);
-	return ret;
+	return members_open(c->cfg, meta_hdr_of(&c->meta), now, c->ndevs, 0,
+			    devs, &missing, err, errlen);
 }
 
-int cache_attach(struct cache *c, char *err, size_t errlen)
+/* An attach: the members opened by name (cand NULL) or picked among the
+ * caller's open candidates, checked, then swapped in. */
+static int attach(struct cache *c, struct dev **cand, int ncand, char *err,
+		  size_t errlen)
 {
 	struct dev *devs[NVC_MAX_DEVS], *old[NVC_MAX_DEVS];
 	uint8_t removed[NVC_MAX_DEVS];
@@ -362,17 +425,19 @@ int cache_attach(struct cache *c, char *err, size_t errlen)
 		goto out_unlock;
 	}
 	meta_removed(&c->meta, removed);
-	ret = devices_take(c, devs, removed, err, errlen);
+	ret = cand ? devices_pick(c, cand, ncand, devs, err, errlen)
+		   : devices_take(c, devs, err, errlen);
 	if (ret)
 		goto out_unlock;
+	ret = devices_fit(c, devs, removed, err, errlen);
+	if (ret)
+		goto out_drop;
 	ret = meta_set_detached(&c->meta, 0);
 	if (ret) {
 		snprintf(err, errlen, "cannot write the metadata: %s",
 			 strerror(-ret));
 		meta_set_detached(&c->meta, 1);
-		for (d = 0; d < c->ndevs; d++)
-			dev_close(devs[d]);
-		goto out_unlock;
+		goto out_drop;
 	}
 	for (d = 0; d < c->ndevs; d++) {
 		if (removed[d]) /* fenced again: never used */
@@ -391,7 +456,21 @@ int cache_attach(struct cache *c, char *err, size_t errlen)
 	stats_attach_devs(c);
 	log_msg(LOG_NOTICE, "attached: caching again on %d device%s", c->ndevs,
 		c->ndevs > 1 ? "s" : "");
+	goto out_unlock;
+out_drop:
+	devices_drop(c, devs, cand, ncand);
 out_unlock:
 	pthread_mutex_unlock(&devlife_lock);
 	return ret;
+}
+
+int cache_attach(struct cache *c, char *err, size_t errlen)
+{
+	return attach(c, NULL, 0, err, errlen);
+}
+
+int cache_attach_with(struct cache *c, struct dev **devs, int n, char *err,
+		      size_t errlen)
+{
+	return attach(c, devs, n, err, errlen);
 }

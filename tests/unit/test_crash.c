@@ -145,6 +145,12 @@ static int replace_mode, replaced, force_pick;
  * with two devices and no spare place, grown by a third halfway (a crash
  * state is recovered with the devices its metadata names) */
 static int remove_mode, add_mode, removed_ok, added_ok;
+/* NVC_CRASH_DETACH=1: the cache detached a quarter in (destaged, emptied, both
+ * headers marked, devices closed), then attached again (detach_attach) */
+static int detach_mode, reattached, devs_gone;
+static struct dev *live_devs[2]; /* the devices the attach took */
+static size_t detach_done, attach_begin; /* no device write between */
+static size_t n_detaching, n_detached, n_torn; /* states recovered so */
 static struct dev *spare_standin;
 static size_t devlife_done; /* events logged when it returned */
 /* NVC_CRASH_MODE=1: cache.mode = writethrough */
@@ -319,6 +325,65 @@ static void inc_unlink(int i)
 	cache_unlink_end(C);
 }
 
+/*
+ * A detach closes the cache devices (detach.c, step 4), and an attach takes
+ * open ones (cache_attach_with): the devices given back are fresh recording
+ * devices with the same ids, so that the log of each id stays one device's
+ * history, the one a crash state is built from.  Each is first given what
+ * its predecessor held, as a real device keeps it while detached: every
+ * write the log has for its id, in log order (the detach left no slot, so
+ * nothing is written to it meanwhile: devlife_check), in one FUA write;
+ * the bytes are those the log holds there already.
+ */
+static int detach_attach(char *e, size_t elen)
+{
+	struct dev *fresh[2] = { 0 };
+	uint64_t size[2];
+	uint8_t *img;
+	size_t j;
+	int d, r = 0;
+
+	for (d = 0; d < 2; d++)
+		size[d] = dev_size(C->devs[d]);
+	r = cache_detach(C, NULL, NULL, e, elen);
+	detach_done = rec_log_count(L);
+	devs_gone = !r; /* the detach closed them */
+	CHECK(r || C->detached);
+	/* the other threads go on detached for an eighth of the workload
+	 * (at most 2 s), and leave some for after the attach */
+	for (j = 0; !r && nthreads > 1 && j < 2000 &&
+	     __atomic_load_n(&nops, __ATOMIC_RELAXED) < total_ops * 5 / 8;
+	     j++)
+		usleep(1000);
+	attach_begin = rec_log_count(L);
+	for (d = 0; d < 2 && !r; d++) {
+		img = dev_alloc_buf(size[d]);
+		r = img ? dev_rec_create(L, d, size[d], &fresh[d]) : -ENOMEM;
+		if (!r) {
+			memset(img, 0, size[d]);
+			for (j = 0; j < attach_begin; j++)
+				if (ev(j)->kind == REC_DEV_WRITE &&
+				    ev(j)->target == d)
+					memcpy(img + ev(j)->off, ev(j)->data,
+					       ev(j)->len);
+			r = dev_write_fua(fresh[d], img, size[d], 0);
+		}
+		free(img);
+		if (r)
+			snprintf(e, elen, "fresh device: %s", strerror(-r));
+	}
+	if (!r)
+		r = cache_attach_with(C, fresh, 2, e, elen);
+	reattached = !r;
+	CHECK(r || !C->detached);
+	for (d = 0; d < 2; d++) {
+		if (r)
+			dev_close(fresh[d]);
+		live_devs[d] = r ? NULL : fresh[d];
+	}
+	return r;
+}
+
 /* Halfway through the workload: the device-life operation of the run, while
  * the other threads go on. */
 static void devlife_op(void)
@@ -326,6 +391,7 @@ static void devlife_op(void)
 	const char *what = replace_mode ? "replace"
 			   : remove_mode ? "remove"
 			   : add_mode	 ? "add"
+			   : detach_mode ? "detach+attach"
 					 : NULL;
 	char e[512];
 	int r;
@@ -336,6 +402,7 @@ static void devlife_op(void)
 						   sizeof(e))
 	    : remove_mode ? cache_remove_dev(C, "rec1", NULL, NULL, e,
 					     sizeof(e))
+	    : detach_mode ? detach_attach(e, sizeof(e))
 			  : cache_add_dev_with(C, new_dev, e, sizeof(e));
 	if (r)
 		fprintf(out, "%s failed: %s\n", what, e);
@@ -429,8 +496,8 @@ static void do_op(unsigned *rs, int nth, char *buf, char *rb)
 	}
 	if (idx == total_ops / 2 && replace_mode)
 		__atomic_store_n(&race_state, RACE_ARMED, __ATOMIC_RELEASE);
-	else if (idx == total_ops / 2)
-		devlife_op();
+	else if (idx == (detach_mode ? total_ops / 4 : total_ops / 2))
+		devlife_op(); /* a detach takes long: a quarter in */
 	if (idx == total_ops * 3 / 4 && replace_mode &&
 	    __atomic_compare_exchange_n(&race_state, &(int){ RACE_ARMED },
 					RACE_STARTED, 0, __ATOMIC_ACQ_REL,
@@ -519,11 +586,22 @@ static void *worker(void *arg)
 /* --------------------------------------------------------------- model */
 
 /* A remove let its device go: no write reached it after it returned; an
- * added device took new data. */
+ * added device took new data.  A detach let both go (no write between its
+ * return and the attach's superblock copies), and the attach took them back
+ * (new data reached them). */
 static void devlife_check(void)
 {
 	size_t j, to[3] = { 0, 0, 0 };
 
+	if (detach_mode && reattached) {
+		for (j = detach_done; j < attach_begin; j++)
+			CHECK(ev(j)->kind != REC_DEV_WRITE &&
+			      ev(j)->kind != REC_DEV_FLUSH_BEGIN);
+		for (j = devlife_done; j < rec_log_count(L); j++)
+			if (ev(j)->kind == REC_DEV_WRITE && ev(j)->target < 3)
+				to[ev(j)->target]++;
+		CHECK(to[0] + to[1] > 0);
+	}
 	if (!remove_mode && !add_mode)
 		return;
 	for (j = devlife_done; j < rec_log_count(L); j++)
@@ -790,6 +868,7 @@ struct crash {
 	size_t k;
 	int kill; /* the process died, the machine did not */
 	int lose, lose_dev; /* two copies: a device lost too */
+	int whole; /* a kill before the next persist's copy began */
 };
 
 static size_t nev, opened;
@@ -926,7 +1005,7 @@ static void materialize_meta(const struct crash *cr, struct pm_region *r)
 		}
 		/* torn: a kill leaves a prefix (the copy stopped) */
 		e = under_way(cr->k, REC_PM_PERSIST);
-		if (e)
+		if (e && !cr->whole)
 			apply_torn((uint8_t *)r[e->target].addr + e->off,
 				   e->data, e->len, 64, cr->kill);
 		return;
@@ -1571,9 +1650,112 @@ static int member1_of(struct dev **all, struct pm_region *r)
 		       : 1;
 }
 
+/* A copy of a crash state's device (for the check after a resumed detach
+ * closed the one it had). */
+static struct dev *dev_copy(struct dev *from)
+{
+	uint64_t size = dev_size(from), at;
+	char *buf = dev_alloc_buf(64 * KiB);
+	struct dev *to = NULL;
+
+	if (!buf || dev_mem_create(size, &to)) {
+		free(buf);
+		return NULL;
+	}
+	for (at = 0; at < size; at += 64 * KiB) {
+		uint32_t n = size - at < 64 * KiB ? size - at : 64 * KiB;
+
+		if (!dev_read(from, buf, n, at))
+			dev_write(to, buf, n, at);
+	}
+	free(buf);
+	return to;
+}
+
+/*
+ * A crash state whose current header says detached, or a detach under way:
+ * what cache_open does after opening it.  Detached (1): the mount opens no
+ * device and is detached (detach_at_mount); here the devices are opened and
+ * fenced instead (cache_open_devs takes no stand-ins for members), after
+ * checking that the metadata maps no block: every read then comes from the
+ * backing store.  A detach under way (META_DETACHING): the mount resumes it
+ * (devlife_resume_start); here it runs to its end before the files are
+ * checked, and must succeed.  It closes the devices: the check after it
+ * reads copies (devs[] and all[] take them).  0 or the failures.
+ */
+static int detached_open(const struct crash *cr, struct cache *c,
+			 uint32_t state, struct dev **devs, struct dev **all,
+			 int pick)
+{
+	struct dev *copy[2] = { 0 };
+	char err[512];
+	uint64_t used;
+	int d, bad = 0;
+
+	if (state == META_DETACHING) {
+		for (d = 0; d < 2; d++)
+			copy[d] = dev_copy(devs[d]);
+		if (cache_detach(c, NULL, NULL, err, sizeof(err))) {
+			fprintf(out,
+				"crash point %zu%s: the resumed detach "
+				"failed: %s\n",
+				cr->k, cr->kill ? " (kill)" : "", err);
+			bad++;
+		}
+		for (d = 0; d < 2; d++) {
+			if (c->devs[d] == devs[d]) { /* not released */
+				dev_close(copy[d]);
+				continue;
+			}
+			/* closed by the detach; c->devs[d] is its stand-in */
+			devs[d] = copy[d];
+			all[d ? pick : 0] = copy[d];
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	used = c->nslots - c->nfree;
+	cache_unlock(c);
+	if (used) {
+		fprintf(out,
+			"crash point %zu%s: detached (header %u), but the "
+			"cache maps %llu blocks\n",
+			cr->k, cr->kill ? " (kill)" : "", state,
+			(unsigned long long)used);
+		bad++;
+	}
+	if (state == 1) {
+		for (d = 0; d < 2; d++)
+			dev_faults(devs[d])->fail_reads =
+				dev_faults(devs[d])->fail_writes = -ENODEV;
+		detach_at_mount(c);
+	}
+	return bad;
+}
+
+/* After recovery both headers agree on the device-life state. */
+static int headers_agree(const struct crash *cr, struct pm_region *r)
+{
+	const struct meta_hdr *h0 = r[0].addr, *h1 = r[1].addr;
+
+	if (meta_hdr_check(h0, mlen, NULL) || meta_hdr_check(h1, mlen, NULL))
+		return 0; /* a mirror lost with its device: rebuilt later */
+	if (h0->detached == h1->detached && h0->ndevs == h1->ndevs &&
+	    !memcmp(h0->removed, h1->removed, sizeof(h0->removed)) &&
+	    !memcmp(h0->members, h1->members, sizeof(h0->members)))
+		return 0;
+	fprintf(out,
+		"crash point %zu%s: the headers differ after recovery "
+		"(detached %u / %u)\n",
+		cr->k, cr->kill ? " (kill)" : "", h0->detached, h1->detached);
+	return 1;
+}
+
 static void crash_check(struct cache_config *cfg, const struct crash *cr,
 			uint8_t *img)
 {
+	struct dev *standin[2] = { 0 };
+	const struct meta_hdr *h;
+	uint32_t dstate;
 	struct dev *devs[3] = { 0 }, *all[3] = { 0 };
 	struct pm_region r[2];
 	struct cache *c;
@@ -1600,6 +1782,14 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 		lose_device(cr, devs);
 	all[0] = devs[0];
 	all[pick] = devs[1];
+	h = cur_hdr(r);
+	dstate = h ? h->detached : 0;
+	n_detaching += dstate == META_DETACHING;
+	n_detached += dstate == 1;
+	n_torn += !meta_hdr_check(r[0].addr, mlen, NULL) &&
+		  !meta_hdr_check(r[1].addr, mlen, NULL) &&
+		  ((const struct meta_hdr *)r[0].addr)->detached !=
+			  ((const struct meta_hdr *)r[1].addr)->detached;
 	behind_apply(cr);
 	bad += check_records(cr, r);
 	if (debug > 1)
@@ -1641,8 +1831,21 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 		bad++;
 		goto out;
 	}
+	if (dstate) {
+		bad += detached_open(cr, c, dstate, devs, all, pick);
+		for (d = 0; d < 2; d++)
+			if (c->devs[d] != devs[d])
+				standin[d] = c->devs[d]; /* the detach's */
+	}
 	bad += check_files(cr, c);
 	cache_close(c, 0); /* destage stops: the mirrors must agree */
+	for (d = 0; d < 2; d++) {
+		dev_close(standin[d]);
+		if (dstate == 1) /* fenced by detached_open */
+			dev_faults(devs[d])->fail_reads =
+				dev_faults(devs[d])->fail_writes = 0;
+	}
+	bad += headers_agree(cr, r);
 	bad += check_lost_found(cr);
 	for (i = 0; i < nincs && ident_mode == IDENT_PATH; i++)
 		if (bh[i])
@@ -1664,6 +1867,13 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 	}
 out:
 	behind_undo();
+	if (bad && detach_mode)
+		fprintf(out,
+			"crash point %zu%s: current header: detached %u; "
+			"detach returned at %zu, attach began at %zu, returned "
+			"at %zu\n",
+			cr->k, cr->kill ? " (kill)" : "", dstate, detach_done,
+			attach_begin, devlife_done);
 	if (bad) {
 		check_failures += bad;
 		failed_states++;
@@ -1761,7 +1971,7 @@ static int run_seed(unsigned s)
 	struct cache_config cfg;
 	struct dev *devs[3] = { 0 };
 	struct pm_region r[2];
-	char err[CFG_ERRLEN], held[64] = "";
+	char err[CFG_ERRLEN], held[160] = "";
 	size_t *points, npoints = 0, j, nkill = 0, nlost = 0, nstates = 0;
 	size_t limit = getenv("NVC_CRASH_POINTS")
 			       ? strtoul(getenv("NVC_CRASH_POINTS"), NULL, 0)
@@ -1788,7 +1998,8 @@ static int run_seed(unsigned s)
 	for (d = 0; d < 2 + (replace_mode || add_mode); d++)
 		dev_rec_create(L, d, devsize, &devs[d]);
 	new_dev = devs[2];
-	replaced = removed_ok = added_ok = 0;
+	replaced = removed_ok = added_ok = reattached = devs_gone = 0;
+	n_detaching = n_detached = n_torn = 0;
 	{
 		/* with a spare place: none at format, a stand-in at open */
 		struct dev *fdevs[3] = { devs[0], devs[1], NULL };
@@ -1892,7 +2103,7 @@ static int run_seed(unsigned s)
 	}
 	img = malloc(IMG);
 	for (j = 0; j < npoints; j++) {
-		struct crash cr = { points[j], 0, LOSE_NONE, 0 };
+		struct crash cr = { points[j], 0, LOSE_NONE, 0, 0 };
 		const struct rec_event *prev = ev(points[j] - 1);
 
 		if (copies > 1 && rnd() % 2) {
@@ -1906,10 +2117,15 @@ static int run_seed(unsigned s)
 		nlost += cr.lose != LOSE_NONE;
 		crash_check(&cfg, &cr, img);
 		nstates++;
-		/* the kill -9 state: after every op, and now and then */
+		/* the kill -9 state: after every op, and now and then; with
+		 * NVC_CRASH_DETACH after every header persist too, so that
+		 * each state between the two mirrors' persists of a header
+		 * field comes whole: the second mirror's copy not begun */
+		cr.whole = detach_mode && prev->kind == REC_PM_PERSIST &&
+			   prev->off == 0;
 		if (((prev->kind == REC_MARK && prev->target >= 0 &&
 		      (prev->off == 1 || prev->off == 3)) ||
-		     rnd() % 4 == 0 || getenv("NVC_CRASH_AT")) &&
+		     rnd() % 4 == 0 || getenv("NVC_CRASH_AT") || cr.whole) &&
 		    env_int("NVC_CRASH_KILL", 1)) {
 			cr.kill = 1;
 			cr.lose = LOSE_NONE;
@@ -1926,6 +2142,14 @@ static int run_seed(unsigned s)
 	if (race_held)
 		snprintf(held, sizeof(held),
 			 ", replaced while a commit was held %d ms", race_ms);
+	if (detach_mode)
+		snprintf(held, sizeof(held),
+			 ", detached at event %zu, attached %zu..%zu; %zu "
+			 "states detaching, %zu detached, %zu torn",
+			 detach_done, attach_begin, devlife_done, n_detaching,
+			 n_detached, n_torn);
+	if (detach_mode) /* each kind came, the torn one too */
+		CHECK(n_detaching && n_detached && n_torn);
 	fprintf(out,
 		"seed %u: %d threads, %d copies%s%s: %d ops, %d files, %zu "
 		"events, %zu crash points, %zu states (%zu kill -9, %zu with a "
@@ -1958,6 +2182,8 @@ static int run_seed(unsigned s)
 	}
 	if (removed_ok) /* so did the remove, for the stand-in it made */
 		devs[1] = NULL;
+	for (d = 0; d < 2 && devs_gone; d++) /* and the detach */
+		devs[d] = live_devs[d];
 	if (!added_ok) /* the add closed the spare place's stand-in */
 		dev_close(spare_standin);
 	for (d = 0; d < 3; d++)
@@ -2005,6 +2231,7 @@ int main(void)
 	behind = env_int("NVC_CRASH_BEHIND", 0);
 	replace_mode = !!env_int("NVC_CRASH_REPLACE", 0);
 	remove_mode = !!env_int("NVC_CRASH_REMOVE", 0);
+	detach_mode = !!env_int("NVC_CRASH_DETACH", 0);
 	add_mode = env_int("NVC_CRASH_ADD", 0);
 	cache_mode = env_int("NVC_CRASH_MODE", 0);
 	total_ops = env_int("NVC_CRASH_OPS", total_ops);
