@@ -2148,7 +2148,10 @@ static int run_seed(unsigned s)
 			 "states detaching, %zu detached, %zu torn",
 			 detach_done, attach_begin, devlife_done, n_detaching,
 			 n_detached, n_torn);
-	if (detach_mode) /* each kind came, the torn one too */
+	/* each kind came, the torn one too: sure when every crash point is
+	 * taken (both sides of each persist, the attach's FUA writes while
+	 * still detached), not when a sanitizer build samples them */
+	if (detach_mode && !limit)
 		CHECK(n_detaching && n_detached && n_torn);
 	fprintf(out,
 		"seed %u: %d threads, %d copies%s%s: %d ops, %d files, %zu "
