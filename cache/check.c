@@ -386,23 +386,19 @@ static void check_geometry(struct chk *k, const struct cache_config *cfg,
 }
 
 /* The ndev devices given in member order into ord, as a mount takes them
- * (members.c); *n: how many places. */
+ * (members_pick); *n: how many places. */
 static void member_devs(struct chk *k, const struct cache_config *cfg,
 			struct dev **devs, int ndev, const struct meta_hdr *h,
 			struct dev **ord, int *n)
 {
 	char err[512], u[37];
-	int kof[NVC_MAX_DEVS], missing = 0;
+	int kof[NVC_MAX_DEVS];
 	uint32_t m;
 
 	memcpy(ord, devs, ndev * sizeof(*devs));
 	*n = ndev;
-	if (!h || !members_recorded(h)) {
-		if (h && members_order(h, ord, ndev, &missing, err,
-				       sizeof(err)))
-			problem(k, "%s", err);
-		return;
-	}
+	if (!h || !members_recorded(h))
+		return; /* the listed order, checked by dev_index */
 	*n = (int)h->ndevs;
 	if (members_pick(h, devs, ndev, ord, kof, err, sizeof(err))) {
 		problem(k, "%s", err);

@@ -343,11 +343,6 @@ int members_uuid_taken(uint8_t (*m)[16], int i);
 const char *members_uuid_str(const uint8_t u[16], char buf[37]);
 /* 1 if the header records its members' UUIDs. */
 int members_recorded(const struct meta_hdr *h);
-/* Put the n listed devices in member order (by their superblocks' UUIDs);
- * *missing (listed index + 1 of a stand-in, or 0) follows its device.
- * 0, or -EINVAL with err naming a stale member or a copied device. */
-int members_order(const struct meta_hdr *h, struct dev **devs, int n,
-		  int *missing, char *err, size_t errlen);
 
 /* "8-4-4-4-12" hex (dashes optional) into out; 0 or -EINVAL. */
 int members_parse_uuid(const char *s, uint8_t out[16]);
