@@ -228,8 +228,6 @@ struct dev *cache_dev_swap(struct cache *c, int d, struct dev *dev, int state)
 	__atomic_store_n(&c->devs[d], dev, __ATOMIC_RELEASE);
 	__atomic_store_n(&c->dev_failed[d], state, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&c->dsync[d].lock);
-	if (state == STAT_DEV_OK)
-		cache_note_member_names(c); /* where the next mount looks */
 	return old;
 }
 
@@ -454,6 +452,7 @@ static int attach(struct cache *c, struct dev **cand, int ncand, char *err,
 	for (d = 0; d < c->ndevs; d++)
 		dev_close(old[d]);
 	stats_attach_devs(c);
+	cache_note_member_names(c); /* where the next mount looks first */
 	log_msg(LOG_NOTICE, "attached: caching again on %d device%s", c->ndevs,
 		c->ndevs > 1 ? "s" : "");
 	goto out_unlock;

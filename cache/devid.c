@@ -387,6 +387,23 @@ static int still_same(struct dev *nd, const char *path, const struct thing *t,
 	return -EAGAIN;
 }
 
+/* path opened into *out, and still what t was judged; 0, or -errno with
+ * err set and nothing left open. */
+static int open_judged(const char *path, const struct thing *t,
+		       struct dev **out, char *err, size_t errlen)
+{
+	int ret = dev_open(path, out);
+
+	if (ret)
+		return open_err(path, ret, err, errlen);
+	ret = still_same(*out, path, t, err, errlen);
+	if (ret) {
+		dev_close(*out);
+		*out = NULL;
+	}
+	return ret;
+}
+
 static int big_enough(struct dev *nd, const char *path, uint64_t need,
 		      char *err, size_t errlen)
 {
@@ -413,12 +430,10 @@ int devid_new_dev(struct cache *c, const char *path, uint64_t min_slots,
 			       errlen);
 	if (ret)
 		return ret;
-	ret = dev_open(path, out);
+	ret = open_judged(path, &t, out, err, errlen);
 	if (ret)
-		return open_err(path, ret, err, errlen);
-	ret = still_same(*out, path, &t, err, errlen);
-	if (!ret)
-		ret = big_enough(*out, path, need, err, errlen);
+		return ret;
+	ret = big_enough(*out, path, need, err, errlen);
 	if (!ret)
 		ret = content_refused(c, *out, path, err, errlen);
 	if (ret) {
@@ -589,12 +604,10 @@ int devid_prove_dev(struct cache *c, const char *path,
 	ret = judge_name(c, path, &t, err, errlen);
 	if (ret)
 		return ret;
-	ret = dev_open(path, out);
+	ret = open_judged(path, &t, out, err, errlen);
 	if (ret)
-		return open_err(path, ret, err, errlen);
-	ret = still_same(*out, path, &t, err, errlen);
-	if (!ret)
-		ret = ident_matches(path, &t, dev_size(*out), id, err, errlen);
+		return ret;
+	ret = ident_matches(path, &t, dev_size(*out), id, err, errlen);
 	if (!ret)
 		ret = dev_is_ours(c, *out, path, &t, id, err, errlen);
 	if (!ret)

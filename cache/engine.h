@@ -1080,8 +1080,8 @@ int grow_interleave_locked(struct cache *c);
 const char *cache_listed_name(struct cache *c, int d);
 /* Where each working member was found (its device's name, or a by-id link
  * to it), recorded in the headers where that changed: the next mount's and
- * attach's candidates (members.c).  recover.c; called at mount and after
- * every device swap that puts a device in use (replace, add, attach). */
+ * attach's candidates (members.c).  recover.c; called at mount, and once
+ * after a replace, an add, a grow or an attach has put its devices in use. */
 void cache_note_member_names(struct cache *c);
 /* A new token in each working member's superblock and in the headers
  * (recover.c, "Tokens"); at mount. */

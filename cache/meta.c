@@ -1672,6 +1672,13 @@ int meta_set_member_name(struct meta *m, int k, const char *name,
 	return hdr_apply(m, name_set, &n);
 }
 
+static int ident_put(struct meta *m, size_t off, const struct meta_ident *id)
+{
+	static const struct meta_ident none;
+
+	return hdr_put(m, off, id ? id : &none, sizeof(*id));
+}
+
 void meta_replace_id(struct meta *m, struct meta_ident *out)
 {
 	hdr_get(m, offsetof(struct meta_hdr, replace_id), out, sizeof(*out));
@@ -1679,10 +1686,7 @@ void meta_replace_id(struct meta *m, struct meta_ident *out)
 
 int meta_set_replace_id(struct meta *m, const struct meta_ident *id)
 {
-	static const struct meta_ident none;
-
-	return hdr_put(m, offsetof(struct meta_hdr, replace_id),
-		       id ? id : &none, sizeof(*id));
+	return ident_put(m, offsetof(struct meta_hdr, replace_id), id);
 }
 
 void meta_mirror_id(struct meta *m, struct meta_ident *out)
@@ -1692,8 +1696,5 @@ void meta_mirror_id(struct meta *m, struct meta_ident *out)
 
 int meta_set_mirror_id(struct meta *m, const struct meta_ident *id)
 {
-	static const struct meta_ident none;
-
-	return hdr_put(m, offsetof(struct meta_hdr, mirror_id),
-		       id ? id : &none, sizeof(*id));
+	return ident_put(m, offsetof(struct meta_hdr, mirror_id), id);
 }
