@@ -23,6 +23,29 @@ def sh(*args, check=True, **kw):
     return subprocess.run(list(args), check=check, capture_output=True, text=True, **kw)
 
 
+def use_devices(c, *paths):
+    """cache.devices names these from now on."""
+    c.keys = dict(c.keys, **{"cache.devices": ", ".join(paths)})
+    c.write_conf()
+
+
+def renumber(c):
+    """Every loop device let go and attached again, the images rotated one name on: each name now holds
+    another image (between boots, device names change so)."""
+    for lo in c.loops:
+        sh("losetup", "-d", lo)
+    for lo, img in zip(c.loops, c.images[1:] + c.images[:1]):
+        sh("losetup", "--direct-io=on", lo, img)
+
+
+def wait_log(c, text, secs=60):
+    """Until the daemon's log says text (at most secs)."""
+    deadline = time.time() + secs
+    while text not in c.log_text() and time.time() < deadline:
+        time.sleep(0.05)
+    assert text in c.log_text(), c.log_text()[-3000:]
+
+
 def mounted(path):
     with open("/proc/mounts") as f:
         return any(line.split()[1] == path for line in f)

@@ -1,5 +1,4 @@
 """Bad configuration and bad devices: one clear message, devices untouched."""
-import hashlib
 import os
 import shutil
 import signal
@@ -8,19 +7,8 @@ import time
 
 import pytest
 
-from conftest import CTL, DAEMON, MiB, sh
-
-
-def digest(paths):
-    h = hashlib.sha256()
-    for p in paths:
-        with open(p, "rb") as f:
-            while True:
-                b = f.read(4 * MiB)
-                if not b:
-                    break
-                h.update(b)
-    return h.hexdigest()
+from blobs import digest
+from conftest import CTL, DAEMON, sh
 
 
 def run_daemon(c, *extra):

@@ -1,49 +1,13 @@
 """Cache devices by identity: loop devices renumbered between mounts are taken by their UUIDs (the listed names
 hold other members now), and a device of another cache or a copy of a member is refused, naming it."""
-import hashlib
 import os
 import shutil
 import subprocess
 import time
 
-from conftest import CTL, MiB, sh
+from blobs import digest, read_all, write_all
+from conftest import CTL, MiB, renumber, sh, use_devices, wait_log
 from rwload import Workload, excl_free
-
-
-def digest(paths):
-    h = hashlib.sha256()
-    for p in paths:
-        with open(p, "rb") as f:
-            for b in iter(lambda: f.read(4 * MiB), b""):
-                h.update(b)
-    return h.hexdigest()
-
-
-def write_all(c, blobs):
-    for n, b in blobs.items():
-        with open(c.path(n), "wb") as f:
-            f.write(b)
-
-
-def read_all(c, blobs):
-    for n, b in blobs.items():
-        with open(c.path(n), "rb") as f:
-            assert f.read() == b, n
-
-
-def use_devices(c, *paths):
-    """cache.devices names these from now on."""
-    c.keys = dict(c.keys, **{"cache.devices": ", ".join(paths)})
-    c.write_conf()
-
-
-def renumber(c):
-    """The loop devices come back in another order: each listed name now holds the next image."""
-    for lo in c.loops:
-        sh("losetup", "-d", lo)
-    imgs = c.images[1:] + c.images[:1]
-    for lo, img in zip(c.loops, imgs):
-        sh("losetup", "--direct-io=on", lo, img)
 
 
 def every_byte_then_clean(c, w, blobs, check=True):
@@ -239,13 +203,6 @@ def test_replace_healthy_device_under_load_copies_it(make_cache):
     assert [(d["path"], d["state"]) for d in st["devices"]] == [(c.loops[0], "ok"), (c.loops[2], "ok")]
     assert st["devices"][1]["gauges"]["dirty_bytes"] >= sum(map(len, blobs.values())) // 2, st["devices"]
     lose_member1_after_kill9(c, blobs, w)
-
-
-def wait_log(c, text, secs=60):
-    deadline = time.time() + secs
-    while text not in c.log_text() and time.time() < deadline:
-        time.sleep(0.05)
-    assert text in c.log_text(), c.log_text()[-3000:]
 
 
 def test_replace_killed_midway_resumes(make_cache):

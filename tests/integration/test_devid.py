@@ -6,37 +6,8 @@ import os
 import subprocess
 import time
 
-from conftest import CTL, MiB, mounted, sh
-
-
-def write_all(c, blobs):
-    for n, b in blobs.items():
-        with open(c.path(n), "wb") as f:
-            f.write(b)
-
-
-def read_all(c, blobs):
-    for n, b in blobs.items():
-        with open(c.path(n), "rb") as f:
-            assert f.read() == b, n
-
-
-def in_store(c, blobs):
-    for n, b in blobs.items():
-        with open(os.path.join(c.backing, n), "rb") as f:
-            assert f.read() == b, n
-
-
-def use_devices(c, *paths):
-    c.keys = dict(c.keys, **{"cache.devices": ", ".join(paths)})
-    c.write_conf()
-
-
-def wait_log(c, text, secs=60):
-    deadline = time.time() + secs
-    while text not in c.log_text() and time.time() < deadline:
-        time.sleep(0.05)
-    assert text in c.log_text(), c.log_text()[-3000:]
+from blobs import in_store, read_all, write_all
+from conftest import CTL, MiB, sh, use_devices, wait_log
 
 
 def member_uuid(path):
@@ -106,6 +77,18 @@ def test_other_names_of_a_member_file_are_refused(make_cache):
     assert c.unmount() == 0
 
 
+def unmount_during(c, p):
+    """An unmount while nvcachectl (p) runs a device command: the daemon's exit status, how long the unmount
+    took, and what the client printed."""
+    t0 = time.time()
+    sh("fusermount3", "-u", c.mnt)
+    rc = c.proc.wait(timeout=60)
+    took = time.time() - t0
+    c.proc = None
+    out, err = p.communicate(timeout=30)
+    return rc, took, out, err
+
+
 def capped_replace(make_cache, rate):
     """Member 2 holds 24 MiB of dirty data; its replace by loops[2], capped at rate, is running."""
     c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep", "cache.rebuild_max_rate": rate})
@@ -156,12 +139,7 @@ def test_unmount_stops_a_capped_replace(make_cache):
     """An unmount during a replace capped at 2 MiB/s (12 s of copying) returns within seconds; the client is told
     the replace stopped and resumes; the next mount resumes it to the end; every byte is there."""
     c, blobs, p = capped_replace(make_cache, "2M")
-    t0 = time.time()
-    sh("fusermount3", "-u", c.mnt)
-    rc = c.proc.wait(timeout=60)
-    took = time.time() - t0
-    c.proc = None
-    out, err = p.communicate(timeout=30)
+    rc, took, out, err = unmount_during(c, p)
     assert rc == 0 and took < 8, (rc, took, c.log_text()[-2000:])
     assert "stopped by the unmount; it resumes at the next mount" in err, (out, err)
     c.mount("cache.rebuild_max_rate=0")
@@ -228,12 +206,7 @@ def test_unmount_stops_a_capped_remove(make_cache):
         time.sleep(0.02)
     assert c.stats()["devices"][2]["state"] == "draining"
     time.sleep(0.3)
-    t0 = time.time()
-    sh("fusermount3", "-u", c.mnt)
-    rc = c.proc.wait(timeout=60)
-    took = time.time() - t0
-    c.proc = None
-    out, err = p.communicate(timeout=30)
+    rc, took, out, err = unmount_during(c, p)
     assert rc == 0 and took < 6, (rc, took, c.log_text()[-2000:])
     assert "stopped by the unmount; it resumes at the next mount" in err, (out, err)
     c.mount("destage.max_rate=0")

@@ -1,21 +1,11 @@
 """Device changes need no configuration edit: members are found by the UUIDs in their superblocks, the names
 the metadata recorded where each was last found and the names cache.devices lists are only candidates, and the
 current metadata header is the one meta_current picks (a header written while mirror 0 was away wins)."""
+import contextlib
 import os
 
-from conftest import CTL, MiB, sh
-
-
-def write_all(c, blobs):
-    for n, b in blobs.items():
-        with open(c.path(n), "wb") as f:
-            f.write(b)
-
-
-def read_all(c, blobs):
-    for n, b in blobs.items():
-        with open(c.path(n), "rb") as f:
-            assert f.read() == b, n
+from blobs import read_all, write_all
+from conftest import CTL, MiB, renumber, sh
 
 
 def loop_of(img):
@@ -23,15 +13,6 @@ def loop_of(img):
     out = sh("losetup", "-j", img).stdout.strip()
     assert out, img
     return out.split(":")[0]
-
-
-def renumber(c):
-    """Every loop device let go and attached again, the images rotated one name on: each name now holds
-    another image (between boots, device names change so)."""
-    for lo in c.loops:
-        sh("losetup", "-d", lo)
-    for lo, img in zip(c.loops, c.images[1:] + c.images[:1]):
-        sh("losetup", "--direct-io=on", lo, img)
 
 
 def paths_of(c):
@@ -106,12 +87,19 @@ def test_replace_add_remove_detach_attach_with_names_changing(make_cache):
     assert r.stdout == f"devices = {loop_of(img[0])}, spare, {loop_of(img[3])}\n", r.stdout
 
 
+@contextlib.contextmanager
 def mirror0_on_a_link(c, devices):
-    """Mirror 0 on the last loop device, named by a link in /dev that can be taken away."""
+    """Mirror 0 on the last loop device, named by a link in /dev that can be taken away; the cache cleaned up
+    and the link removed at the end."""
     link = f"/dev/{c.tag}-m0"
     os.symlink(c.loops[-1], link)
     c.write_conf({**c.keys, "cache.devices": ", ".join(devices), "cache.metadata": f"{link}, {c.meta[1]}"})
-    return link
+    try:
+        yield link
+    finally:
+        c.cleanup()
+        if os.path.lexists(link):
+            os.unlink(link)
 
 
 def test_replace_while_mirror0_is_away(make_cache):
@@ -119,8 +107,7 @@ def test_replace_while_mirror0_is_away(make_cache):
     stale; when mirror 0 comes back with its older header, the mount goes by mirror 1's (before, it ordered the
     devices by mirror 0's and refused the new member as a former one), rebuilds mirror 0, and check agrees."""
     c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
-    link = mirror0_on_a_link(c, c.loops[:2])
-    try:
+    with mirror0_on_a_link(c, c.loops[:2]) as link:
         c.format()
         c.mount()
         blobs = {f"f{i}": os.urandom(2 * MiB + i * 4097) for i in range(3)}
@@ -148,10 +135,6 @@ def test_replace_while_mirror0_is_away(make_cache):
         assert [m["state"] for m in c.stats()["mirrors"]] == ["ok", "ok"]
         read_all(c, blobs)
         assert c.unmount() == 0
-    finally:
-        c.cleanup()
-        if os.path.lexists(link):
-            os.unlink(link)
 
 
 def test_stale_detached_mark_is_not_believed(make_cache):
@@ -159,8 +142,7 @@ def test_stale_detached_mark_is_not_believed(make_cache):
     detached when it comes back, but it is stale; the mount attaches (before, either header saying detached
     was enough, and the dirty data was not served from the cache at all)."""
     c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep"})
-    link = mirror0_on_a_link(c, c.loops[:2])
-    try:
+    with mirror0_on_a_link(c, c.loops[:2]) as link:
         c.format()
         c.mount()
         c.ctl("detach", c.mnt)
@@ -178,10 +160,6 @@ def test_stale_detached_mark_is_not_believed(make_cache):
         assert st["detached"] == 0 and st["dirty_bytes"] > 0, (st["detached"], st["dirty_bytes"])
         read_all(c, blobs)
         assert c.unmount() == 0
-    finally:
-        c.cleanup()
-        if os.path.lexists(link):
-            os.unlink(link)
 
 
 def test_old_copy_of_a_gone_member_is_refused(make_cache):
