@@ -328,6 +328,12 @@ int cache_attach_with(struct cache *c, struct dev **devs, int n, char *err,
  * with err set. */
 int cache_replace_mirror(struct cache *c, const char *old,
 			 const char *new_path, char *err, size_t errlen);
+/* The same onto region r, mapped by the caller (the crash harness) and
+ * named new_name; on success r is mirror k's and the old one is unmapped,
+ * else r stays the caller's. */
+int cache_replace_mirror_with(struct cache *c, const char *old,
+			      const char *new_name, const struct pm_region *r,
+			      char *err, size_t errlen);
 /* new_path takes cache device old's place as a new member, with old's
  * blocks copied onto it (replace.c, rebuild.c).  0, or -errno with err
  * set. */

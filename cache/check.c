@@ -554,8 +554,9 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 	struct dev *devs[NVC_MAX_DEVS] = { 0 };
 	struct pm_region r[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	struct chk k = { .out = out };
-	uint64_t total;
-	int i, ret = 0, ndev = 0;
+	char why[2][256], *followed[2] = { NULL, NULL };
+	uint64_t total[2] = { 0, 0 };
+	int i, ret = 0, ndev = 0, mret[2];
 
 	for (i = 0; i < 2; i++) {
 		ret = pm_map(cfg->meta_paths[i], 0, 0, &r[i]);
@@ -565,12 +566,31 @@ int fmt_check(const struct cache_config *cfg, FILE *out, char *err,
 				 cfg->meta_paths[i]);
 			goto out;
 		}
-		if (!ret && !meta_hdr_check(r[i].addr, r[i].len, &total))
-			ret = pm_load(&r[i], total);
+		mret[i] = ret ? ret
+			      : meta_hdr_check(r[i].addr, r[i].len, &total[i]);
+		if (!mret[i])
+			ret = mret[i] = pm_load(&r[i], total[i]);
 		if (ret)
 			problem(&k, "mirror %d (%s): cannot map: %s", i,
 				cfg->meta_paths[i], strerror(-ret));
 	}
+	/* as a mount would: a replaced mirror's successor in its place */
+	ret = mirror_follow((const char *const *)cfg->meta_paths, r, mret, why,
+			    total, followed, err, errlen);
+	for (i = 0; i < 2; i++)
+		if (followed[i])
+			fprintf(out,
+				"mirror %d: %s was replaced by %s, which is "
+				"checked in its place; change cache.metadata\n",
+				i, cfg->meta_paths[i], followed[i]);
+	for (i = 0; i < 2; i++)
+		if (mret[i] == -ESTALE)
+			problem(&k, "mirror %d (%s): %s", i, cfg->meta_paths[i],
+				why[i]);
+	free(followed[0]);
+	free(followed[1]);
+	if (ret)
+		goto out;
 	ret = check_open_devs(cfg, r, &k, devs, &ndev, err, errlen);
 	if (ret)
 		goto out;

@@ -644,6 +644,32 @@ int devid_claim_place(struct cache *c, struct pm_region *r,
 	return pm_write(r, 0, &cl, sizeof(cl));
 }
 
+int devid_place_is(const struct pm_region *r, const struct meta_ident *id)
+{
+	struct stat st;
+
+	if (id->rdev)
+		return r->bdev && !dev_stat(r->bdev, &st) &&
+		       st.st_rdev == (dev_t)id->rdev;
+	if (ident_zero(id) || r->bdev)
+		return 0;
+	return r->created_dev == (dev_t)id->dev &&
+	       r->created_ino == (ino_t)id->ino;
+}
+
+int devid_place_unfinished(const struct pm_region *r,
+			   const uint8_t set_uuid[16],
+			   const struct meta_ident *id)
+{
+	const struct claim_disk *cl = r->addr;
+
+	if (!r->addr || r->len < META_HDR_SIZE || !devid_place_is(r, id))
+		return 0;
+	return is_zero(r->addr, META_HDR_SIZE) ||
+	       (claim_ok(cl) && !memcmp(cl->set_uuid, set_uuid, 16) &&
+		!memcmp(cl->uuid, id->uuid, 16));
+}
+
 /* The place's first 4 KiB (read from fd): zero, our claim under id, or a
  * header of this cache. */
 static int place_head_ours(struct cache *c, int fd, const char *path,

@@ -1044,6 +1044,25 @@ int devlife_resume_start(struct cache *c);
  * replace cut short, which may have left a file there. */
 int mirror_replace(struct cache *c, const char *old, const char *new_path,
 		   int resumed, char *err, size_t errlen);
+/* Which valid header (0, 1) records a replace of mirror k, the newer if
+ * both do; -1: none. */
+int mirror_forward_of(const struct meta_hdr *const h[2], const int valid[2],
+		      int k);
+/* Mapped region s is the new place a mirror replace recorded (id) and holds
+ * a valid header of set: the copy finished there. */
+int mirror_successor_ok(const uint8_t set_uuid[16],
+			const struct meta_ident *id, const struct pm_region *s);
+/* At a mount or a check, the places names[] mapped into m[] (mret[k] 0
+ * where a valid header is loaded): one that a replace-mirror replaced is
+ * given up for its successor (m[k], mret[k] and total[k] become the new
+ * place's, and followed[k] its name, allocated), or marked stale in
+ * mret/why when it may have missed writes.  0, or -errno with err set. */
+int mirror_follow(const char *const names[2], struct pm_region m[2],
+		  int mret[2], char why[2][256], uint64_t total[2],
+		  char *followed[2], char *err, size_t errlen);
+/* Tests (the crash harness): maps the place at path instead of pm_map_err,
+ * into a region mirror_follow then owns. */
+extern int (*mirror_test_place)(const char *path, struct pm_region *out);
 void devlife_resume_join(struct cache *c);
 /* detach.c: serialises detach, attach and replace-mirror (mirror.c). */
 extern pthread_mutex_t devlife_lock;
@@ -1137,6 +1156,14 @@ int devid_prove_dev(struct cache *c, const char *path,
  * header written at its start and persisted, and its identity in *id. */
 int devid_claim_place(struct cache *c, struct pm_region *r,
 		      struct meta_ident *id);
+/* Region r (mapped) is the place id recorded: the same block device
+ * (st_rdev) or file (st_dev, st_ino); 0 for an identity not recorded. */
+int devid_place_is(const struct pm_region *r, const struct meta_ident *id);
+/* ... and its first 4 KiB are zero or set's claim under id: a mirror
+ * replace's copy never finished there. */
+int devid_place_unfinished(const struct pm_region *r,
+			   const uint8_t set_uuid[16],
+			   const struct meta_ident *id);
 /* The place at path is the one id recorded: the same block device or file,
  * the same size, and its first 4 KiB zero (a copy under way), our claim or
  * a mirror header of this cache.  0 (also when nothing is there: -ENOENT

@@ -33,13 +33,20 @@
  *      is written there and the replace stays recorded, logged;
  *   2. meta_replace: the copy, persisted, its header last (meta_rebuild:
  *      a copy cut short never passes for a mirror); the other mirror's
- *      header then no longer calls mirror k stale;
- *   3. the old place's header is wiped (magic zeroed, if it can still be
- *      written), so that a configuration still naming it can never take
- *      its stale records for current ones: the mount rebuilds it instead;
- *   4. the record is cleared.
- * cache.metadata is the administrator's: the daemon says to change it, and
- * until it is changed every mount rebuilds the old place from the good one.
+ *      header then no longer calls mirror k stale.  From here on nothing is
+ *      written to the old place: its header stays as the copy found it,
+ *      recording its own replace by the new place (mirror_replacing = its
+ *      own index + 1, mirror_path, mirror_id): a pointer to its successor;
+ *   3. the record is cleared (in the other mirror and the new place).
+ *
+ * The old place is not wiped.  A mount whose cache.metadata still names it
+ * (the administrator did not change it yet, or a crash came before the
+ * daemon said to) follows the pointer (mirror_follow): the new place, if it
+ * is the one recorded and holds a header of this cache, is mirror k, and
+ * the old one is left alone.  Wiping it instead left the mount one valid
+ * header among the places it was given, so that a torn write of the other
+ * mirror's header or record lost the cache although the new place held
+ * all of it (the crash harness's NVC_CRASH_MIRROR run found this).
  */
 
 /* Which mirror old names (as configured, or the same file): 0, 1 or -1. */
@@ -60,19 +67,6 @@ static int mirror_index(struct cache *c, const char *old)
 		    a.st_rdev == b.st_rdev)
 			return k;
 	return -1;
-}
-
-/* Step 3: the old place can never pass for a mirror again. */
-static void old_place_wipe(struct pm_region *old)
-{
-	static const uint64_t zero;
-
-	if (old->missing || !old->addr || old->len < META_HDR_SIZE)
-		return;
-	if (pm_write(old, offsetof(struct meta_hdr, magic), &zero,
-		     sizeof(zero)))
-		log_msg(LOG_WARNING, "replace-mirror: the old mirror's header "
-				     "could not be wiped");
 }
 
 /* The place a mirror replace cut short recorded (id), if it is still the
@@ -109,20 +103,25 @@ static int resumed_place(struct cache *c, int k, const char *path,
 	return -ESTALE;
 }
 
-/* Steps 0 to 3 onto new_path, mirror k being old: the place made or taken,
- * claimed, and its identity recorded with the replace, then the copy. */
+/* Steps 0 to 2 onto new_path, mirror k being old: the place made or taken
+ * (or given, mapped already), claimed, and its identity recorded with the
+ * replace, then the copy. */
 static int mirror_onto(struct cache *c, int k, const char *old,
-		       const char *new_path, char *err, size_t errlen)
+		       const char *new_path, const struct pm_region *given,
+		       char *err, size_t errlen)
 {
 	struct pm_region nr, oldr;
 	uint64_t total = meta_total_len(c->meta.layout.room, c->meta.nfiles,
 					c->meta.block_size);
 	struct meta_ident id;
 	char *keep;
-	int ret;
+	int ret = 0;
 
 	/* made O_EXCL, never through a link (pm_open_place) */
-	ret = pm_map_err(new_path, total, PM_NEW, &nr, err, errlen);
+	if (given)
+		nr = *given;
+	else
+		ret = pm_map_err(new_path, total, PM_NEW, &nr, err, errlen);
 	if (ret) {
 		if (!err[0])
 			snprintf(err, errlen, "%s: cannot map it: %s", new_path,
@@ -150,7 +149,6 @@ static int mirror_onto(struct cache *c, int k, const char *old,
 			 new_path, strerror(-ret));
 		goto err_unmap;
 	}
-	old_place_wipe(&oldr);
 	pm_unmap(&oldr);
 	/* the old name stays allocated: the statistics may be reading it */
 	keep = strdup(new_path);
@@ -159,18 +157,24 @@ static int mirror_onto(struct cache *c, int k, const char *old,
 				 __ATOMIC_RELEASE);
 	log_msg(LOG_NOTICE,
 		"replace-mirror: mirror %d is now %s (a copy of %s); change "
-		"cache.metadata in the configuration from %s to %s before the "
-		"next mount",
+		"cache.metadata in the configuration from %s to %s (until "
+		"then a mount finds the new place through the old one)",
 		k, new_path, c->cfg->meta_paths[!k], old, new_path);
 	return 0;
 err_unmap:
-	pm_unmap(&nr);
-	pm_unlink_created(&nr, new_path);
+	if (!given) {
+		pm_unmap(&nr);
+		pm_unlink_created(&nr, new_path);
+	}
 	return ret;
 }
 
-int mirror_replace(struct cache *c, const char *old, const char *new_path,
-		   int resumed, char *err, size_t errlen)
+/* A replace of the mirror at old by new_path, proven new (or, resumed, the
+ * place recorded), or by the region given (the crash harness). */
+static int mirror_replace_on(struct cache *c, const char *old,
+			     const char *new_path, int resumed,
+			     const struct pm_region *given, char *err,
+			     size_t errlen)
 {
 	struct meta_ident id;
 	int k, ret;
@@ -201,12 +205,13 @@ int mirror_replace(struct cache *c, const char *old, const char *new_path,
 		goto out_unlock;
 	}
 	meta_mirror_id(&c->meta, &id);
-	ret = resumed ? resumed_place(c, k, new_path, &id, err, errlen)
-		      : devid_new_place(c, new_path, err, errlen);
+	ret = given     ? 0
+	      : resumed ? resumed_place(c, k, new_path, &id, err, errlen)
+			: devid_new_place(c, new_path, err, errlen);
 	if (ret)
 		goto out_unlock;
-	ret = mirror_onto(c, k, old, new_path, err, errlen);
-	if (!ret || !devlife_stopping(c)) { /* 4, or failed */
+	ret = mirror_onto(c, k, old, new_path, given, err, errlen);
+	if (!ret || !devlife_stopping(c)) { /* 3, or failed */
 		meta_set_mirror_replacing(&c->meta, 0, NULL);
 		meta_set_mirror_id(&c->meta, NULL);
 	}
@@ -215,8 +220,146 @@ out_unlock:
 	return ret;
 }
 
+int mirror_replace(struct cache *c, const char *old, const char *new_path,
+		   int resumed, char *err, size_t errlen)
+{
+	return mirror_replace_on(c, old, new_path, resumed, NULL, err, errlen);
+}
+
 int cache_replace_mirror(struct cache *c, const char *old, const char *new_path,
 			 char *err, size_t errlen)
 {
 	return mirror_replace(c, old, new_path, 0, err, errlen);
+}
+
+int cache_replace_mirror_with(struct cache *c, const char *old,
+			      const char *new_name, const struct pm_region *r,
+			      char *err, size_t errlen)
+{
+	return mirror_replace_on(c, old, new_name, 0, r, err, errlen);
+}
+
+/*
+ * Following a replaced mirror (the essay at the top).  For mirror k, the
+ * valid header that records a replace of k (the newer, if both do) names
+ * the new place P and its identity.  Then, at a mount:
+ *   - the configuration names P already (the same place): nothing to do;
+ *   - P is the place recorded and holds a valid header of this cache: the
+ *     copy finished, and P is mirror k (the old place may have missed
+ *     every write since);
+ *   - P is the place recorded, its start zero or our claim: the copy never
+ *     finished, and the configured place is mirror k (the replace resumes);
+ *   - else (P gone, another thing, unreadable): if the configured place's
+ *     own header records its replace, it may have missed writes since the
+ *     copy: it is rebuilt from the other mirror, or, with no other, the
+ *     mount is refused rather than served from records that may be old.
+ */
+int mirror_forward_of(const struct meta_hdr *const h[2], const int valid[2],
+		      int k)
+{
+	int i, best = -1;
+
+	for (i = 0; i < 2; i++)
+		if (valid[i] && h[i]->mirror_replacing == (uint32_t)k + 1 &&
+		    h[i]->mirror_path[0] &&
+		    (best < 0 || h[i]->gen > h[best]->gen))
+			best = i;
+	return best;
+}
+
+int mirror_successor_ok(const uint8_t set_uuid[16],
+			const struct meta_ident *id, const struct pm_region *s)
+{
+	const struct meta_hdr *sh = s->addr;
+
+	return !meta_hdr_check(s->addr, s->len, NULL) &&
+	       !memcmp(sh->set_uuid, set_uuid, 16) && devid_place_is(s, id);
+}
+
+int (*mirror_test_place)(const char *path, struct pm_region *out);
+
+/* The successor at path mapped and loaded into *s if it is proven; 1 then,
+ * 0 if not (*unfinished: the copy never finished there). */
+static int successor_map(const char *path, const uint8_t set_uuid[16],
+			 const struct meta_ident *id, struct pm_region *s,
+			 int *unfinished)
+{
+	char why[256];
+	uint64_t total;
+
+	*unfinished = 0;
+	if (mirror_test_place ? mirror_test_place(path, s)
+			      : pm_map_err(path, 0, 0, s, why, sizeof(why)))
+		return 0;
+	*unfinished = devid_place_unfinished(s, set_uuid, id);
+	if (!meta_hdr_why(s->addr, s->len, &total, why, sizeof(why)) &&
+	    mirror_successor_ok(set_uuid, id, s) && !pm_load(s, total))
+		return 1;
+	pm_unmap(s);
+	return 0;
+}
+
+int mirror_follow(const char *const names[2], struct pm_region m[2],
+		  int mret[2], char why[2][256], uint64_t total[2],
+		  char *followed[2], char *err, size_t errlen)
+{
+	const struct meta_hdr *h[2] = { m[0].addr, m[1].addr };
+	int valid[2] = { !mret[0], !mret[1] };
+	struct meta_ident id;
+	uint8_t set[16];
+	char path[256];
+	struct pm_region s;
+	int k, i, self, unfinished;
+
+	for (k = 0; k < 2; k++) {
+		i = mirror_forward_of(h, valid, k);
+		if (i < 0)
+			continue;
+		memcpy(path, h[i]->mirror_path, sizeof(path));
+		path[sizeof(path) - 1] = 0;
+		memcpy(set, h[i]->set_uuid, 16);
+		id = h[i]->mirror_id;
+		self = valid[k] && h[k]->mirror_replacing == (uint32_t)k + 1;
+		if (!strcmp(path, names[k]) ||
+		    (m[k].addr && devid_place_is(&m[k], &id)))
+			continue; /* configured: the new place itself */
+		if (successor_map(path, set, &id, &s, &unfinished)) {
+			followed[k] = strdup(path);
+			if (!followed[k]) {
+				pm_unmap(&s);
+				return -ENOMEM;
+			}
+			log_msg(LOG_WARNING,
+				"cache.metadata names %s as mirror %d, but a "
+				"replace-mirror replaced it by %s: using %s, "
+				"and leaving %s alone; change cache.metadata",
+				names[k], k, path, path, names[k]);
+			pm_unmap(&m[k]);
+			m[k] = s;
+			h[k] = s.addr;
+			mret[k] = 0;
+			valid[k] = 1;
+			total[k] = h[k]->total_len;
+			why[k][0] = 0;
+			continue;
+		}
+		if (unfinished || !self)
+			continue; /* the configured place is mirror k */
+		if (!valid[!k]) {
+			snprintf(err, errlen,
+				 "metadata mirror %s records its replace by %s, "
+				 "which is not there or not the place recorded: "
+				 "%s may have missed writes since, and the other "
+				 "mirror (%s) is not usable; nothing mounted",
+				 names[k], path, names[k], names[!k]);
+			return -ESTALE;
+		}
+		mret[k] = -ESTALE;
+		valid[k] = 0;
+		snprintf(why[k], sizeof(why[k]),
+			 "replaced by %s, which is not there: it may have "
+			 "missed writes since",
+			 path);
+	}
+	return 0;
 }

@@ -1062,7 +1062,7 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	struct dev *devs[NVC_MAX_DEVS] = { 0 };
 	struct pm_region mirrors[2] = { { .lock_fd = -1 }, { .lock_fd = -1 } };
 	uint64_t total[2] = { 0, 0 };
-	char why[2][256] = { "", "" };
+	char why[2][256] = { "", "" }, *followed[2] = { NULL, NULL };
 	const struct meta_hdr *h;
 	int i, ret, mret[2], missing = 0, detached = 0, removed = 0, cur, ndevs;
 
@@ -1109,6 +1109,16 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 					 strerror(-mret[i]));
 		}
 	}
+	/* a mirror replaced while the configuration names the old place */
+	ret = mirror_follow((const char *const *)cfg->meta_paths, mirrors,
+			    mret, why, total, followed, err, errlen);
+	for (i = 0; i < 2; i++)
+		if (followed[i]) { /* the place the mount uses, by its name */
+			free(cfg->meta_paths[i]);
+			cfg->meta_paths[i] = followed[i];
+		}
+	if (ret)
+		goto err_close;
 	if (mret[0] && mret[1]) {
 		snprintf(err, errlen,
 			 "neither metadata mirror (%s, %s) holds a valid "

@@ -83,7 +83,9 @@ static void usage(FILE *f)
 		"new file or an\n"
 		"        empty block device), rebuilt from the other mirror "
 		"while the mount\n"
-		"        serves; then change cache.metadata to name NEW\n"
+		"        serves; then change cache.metadata to name NEW (a "
+		"mount finds NEW\n"
+		"        through OLD until then)\n"
 		"  warm PATH... [-r] [--partial]\n"
 		"        read the files into the cache (all of them must "
 		"fit, unless --partial:\n"
@@ -707,8 +709,9 @@ static int cmd_replace(const char *cmd, int argc, char **argv)
 	if (!ret && mirror)
 		printf("mirror %s replaced by %s (rebuilt from the other one); "
 		       "change cache.metadata in the configuration to name %s "
-		       "before the next mount\n",
-		       old, nw, nw);
+		       "(until then a mount finds it through %s, left as it "
+		       "was)\n",
+		       old, nw, nw, old);
 	else if (!ret)
 		printf("device %s replaced by %s (its blocks copied onto it); "
 		       "it is found by its UUID at the next mount: "

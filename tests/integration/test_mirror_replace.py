@@ -1,10 +1,11 @@
 """nvcachectl replace-mirror: a metadata mirror (healthy, or failed while mounted) is rebuilt on a new file or
 block device from the other one while a workload runs; after a kill -9 the cache mounts from the new mirror with
-every byte; the old place can no longer pass for a mirror; bad new places are refused, naming why."""
+every byte; a mount whose configuration still names the old place finds the new one through it, and never
+takes the old records for current; bad new places are refused, naming why."""
 import os
 import subprocess
 
-from conftest import CTL, MiB, sh
+from conftest import CTL, MiB, mounted, sh
 from rwload import Workload
 
 
@@ -37,13 +38,67 @@ def test_replace_healthy_mirror_under_load(make_cache):
     w.finish()
     mirrors = c.stats()["mirrors"]
     assert [(m["path"], m["state"]) for m in mirrors] == [(c.meta[0], "ok"), (new, "ok")], mirrors
-    assert magic(c.meta[1]) == b"\0" * 8            # the old one can never pass for a mirror
     c.kill9()
-    os.unlink(c.meta[0])                            # and the other one goes: the new one alone has it all
+    # The crash tore mirror 0's header, and cache.metadata still names the old mirror 1, which missed every
+    # write since the copy: the mount finds the new one through the old one's header and rebuilds mirror 0
+    # from it (the old place used to be wiped, and this mount refused: no valid header in the places named).
+    with open(c.meta[0], "r+b") as f:
+        f.write(os.urandom(4096))
+    log0 = len(c.log_text())
+    c.mount()
+    w.check(c.mnt)
+    log = c.log_text()[log0:]
+    assert f"replace-mirror replaced it by {new}: using {new}" in log, log
+    assert f"metadata mirror {c.meta[0]} is damaged or lost" in log and f"rebuilding it from {new}" in log, log
+    assert c.unmount() == 0
+    r = sh(CTL, "check", "-c", c.conf, check=False)    # the configuration still unchanged
+    assert r.returncode == 0 and f"{c.meta[1]} was replaced by {new}" in r.stdout, r.stdout + r.stderr
+    os.unlink(c.meta[0])                            # and mirror 0 goes: the new one alone has it all
+    log0 = len(c.log_text())
     remount_with_mirrors(c, [c.meta[0], new])
     w.check(c.mnt)
-    log = c.log_text()
+    log = c.log_text()[log0:]
     assert f"metadata mirror {c.meta[0]} is damaged or lost" in log and f"rebuilding it from {new}" in log, log
+    assert "replace-mirror replaced it" not in log, log
+    assert c.unmount() == 0
+    r = sh(CTL, "check", "-c", c.conf, check=False)
+    assert r.returncode == 0 and "was replaced by" not in r.stdout, r.stdout + r.stderr
+
+
+def test_replaced_mirror_whose_successor_is_gone(make_cache):
+    """The new place of a finished replace-mirror is deleted and cache.metadata still names the old one, which
+    may have missed writes since the copy: it is rebuilt from mirror 0, never trusted; with mirror 0 unusable
+    too the mount is refused, saying why, rather than served from the old records."""
+    c = make_cache(extra={"destage.on_unmount": "keep"})
+    c.format()
+    c.mount()
+    w = Workload(c)
+    w.start()
+    w.wait_ops(200)
+    new = f"/dev/shm/{c.tag}-meta1-gone"
+    c.meta.append(new)                              # removed by cleanup
+    c.ctl("replace-mirror", c.mnt, c.meta[1], new)
+    w.wait_ops(w.ops + 300)                         # records the old place never sees
+    w.finish()
+    assert c.unmount() == 0
+    os.unlink(new)
+    with open(c.meta[0], "rb") as f:
+        head = f.read(4096)
+    with open(c.meta[0], "r+b") as f:
+        f.write(os.urandom(4096))
+    p = c.mount(check=False)
+    assert p.wait(timeout=30) != 0 and not mounted(c.mnt)
+    c.proc = None
+    log = c.log_text()
+    assert f"metadata mirror {c.meta[1]} records its replace by {new}, which is not there" in log, log[-3000:]
+    with open(c.meta[0], "r+b") as f:
+        f.write(head)
+    log0 = len(c.log_text())
+    c.mount()
+    w.check(c.mnt)
+    log = c.log_text()[log0:]
+    assert f"metadata mirror {c.meta[1]} is damaged or lost (replaced by {new}, which is not there" in log, log
+    assert f"rebuilding it from {c.meta[0]}" in log, log
     assert c.unmount() == 0
     r = sh(CTL, "check", "-c", c.conf, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -117,7 +172,7 @@ def test_bad_new_places_are_refused(make_cache, tmp_path):
 
 def test_replace_mirror_killed_midway_resumes(make_cache):
     """A kill -9 while a large mirror is copied: the next mount, its configuration unchanged, has every byte and
-    finishes the replace on its own (onto the recorded place); the old place can no longer pass for a mirror."""
+    finishes the replace on its own (onto the recorded place); then the old place leads to the new one."""
     import time
     c = make_cache(dev_size=1024 * MiB, extra={"destage.on_unmount": "keep", "cache.block_size": "4K",
                                                 "cache.max_files": "524288"})
@@ -149,7 +204,14 @@ def test_replace_mirror_killed_midway_resumes(make_cache):
     log = c.log_text()
     assert f"replace-mirror: resuming the replace of mirror 1 ({c.meta[1]}) by {new}" in log, log[-3000:]
     assert f"mirror 1 is now {new}" in log, log[-3000:]
-    assert magic(c.meta[1]) != magic(c.meta[0])           # the old place is wiped
+    c.kill9()
+    log0 = len(c.log_text())
+    c.mount()                                             # unchanged still: the new place found through the old
+    for n, b in blobs.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == b, n
+    log = c.log_text()[log0:]
+    assert f"replace-mirror replaced it by {new}: using {new}" in log and "resuming" not in log, log
     c.kill9()
     remount_with_mirrors(c, [c.meta[0], new])
     for n, b in blobs.items():

@@ -153,6 +153,13 @@ static size_t detach_done, attach_begin; /* no device write between */
 static size_t n_detaching, n_detached, n_torn; /* states recovered so */
 static struct dev *spare_standin;
 static size_t devlife_done; /* events logged when it returned */
+/* NVC_CRASH_MIRROR=1: metadata mirror 1 replaced halfway by a third region
+ * (cache_replace_mirror_with); a crash state after the replace returned is
+ * recovered with the configuration naming the new mirror or, as an
+ * administrator who did not change it yet, the old one */
+static int mirror_mode, mirrored_ok;
+static struct pm_region new_mirror;
+static size_t n_mrec, n_mtorn, n_newcfg, n_followed; /* states so */
 /* NVC_CRASH_MODE=1: cache.mode = writethrough */
 static int cache_mode;
 static struct dev *new_dev;
@@ -392,6 +399,7 @@ static void devlife_op(void)
 			   : remove_mode ? "remove"
 			   : add_mode	 ? "add"
 			   : detach_mode ? "detach+attach"
+			   : mirror_mode ? "replace-mirror"
 					 : NULL;
 	char e[512];
 	int r;
@@ -403,6 +411,8 @@ static void devlife_op(void)
 	    : remove_mode ? cache_remove_dev(C, "rec1", NULL, NULL, e,
 					     sizeof(e))
 	    : detach_mode ? detach_attach(e, sizeof(e))
+	    : mirror_mode ? cache_replace_mirror_with(C, "m1", "m2",
+						      &new_mirror, e, sizeof(e))
 			  : cache_add_dev_with(C, new_dev, e, sizeof(e));
 	if (r)
 		fprintf(out, "%s failed: %s\n", what, e);
@@ -410,6 +420,7 @@ static void devlife_op(void)
 	replaced = replace_mode && !r;
 	removed_ok = remove_mode && !r;
 	added_ok = add_mode && !r;
+	mirrored_ok = mirror_mode && !r;
 	devlife_done = rec_log_count(L);
 }
 
@@ -1732,6 +1743,75 @@ static int detached_open(const struct crash *cr, struct cache *c,
 	return bad;
 }
 
+/* Mirror replace runs: the states whose current header records the replace
+ * under way, and those whose two live mirrors disagree on it: a crash
+ * between the two persists of the record (mirror 0 and the old mirror 1,
+ * the copy not made) or of its clearing (mirror 0 and the new one). */
+static void mirror_census(struct pm_region *r)
+{
+	const struct meta_hdr *h = cur_hdr(r), *h0 = r[0].addr,
+			      *h1 = r[1].addr, *h2 = r[2].addr;
+	int v0, v1, v2;
+
+	if (!mirror_mode)
+		return;
+	v0 = !meta_hdr_check(h0, mlen, NULL);
+	v1 = !meta_hdr_check(h1, mlen, NULL);
+	v2 = !meta_hdr_check(h2, mlen, NULL);
+	n_mrec += h && h->mirror_replacing;
+	n_mtorn += v0 && (v2 ? h0->mirror_replacing != h2->mirror_replacing
+			     : v1 && h0->mirror_replacing != h1->mirror_replacing);
+}
+
+/* The new place as the harness's crash state has it (mirror_test_place):
+ * a copy, which mirror_follow then owns. */
+static struct pm_region *place_m2;
+
+static int place_of(const char *path, struct pm_region *out)
+{
+	if (strcmp(path, "m2") || !place_m2 || pm_mem_create(mlen, out))
+		return -ENOENT;
+	memcpy(out->addr, place_m2->addr, mlen);
+	out->created_ino = 3; /* the file the replace made (run_seed) */
+	return 0;
+}
+
+/* What a mount with cache.metadata naming the old place (m0, m1) does
+ * before it attaches (recover.c, cache_open): mirror_follow, then a place
+ * found stale is given to the attach to be rebuilt whole.  1 if the mount
+ * was refused. */
+static int mirror_at_mount(struct cache_config *cfg, const struct crash *cr,
+			   struct pm_region *r)
+{
+	char why[2][256], err[512], *followed[2] = { NULL, NULL };
+	uint64_t total[2] = { 0, 0 };
+	int mret[2], d, ret;
+
+	for (d = 0; d < 2; d++)
+		mret[d] = meta_hdr_check(r[d].addr, mlen, &total[d]) ? -EINVAL
+								    : 0;
+	place_m2 = &r[2];
+	mirror_test_place = place_of;
+	ret = mirror_follow((const char *const *)cfg->meta_paths, r, mret, why,
+			    total, followed, err, sizeof(err));
+	mirror_test_place = NULL;
+	for (d = 0; d < 2; d++)
+		if (followed[d]) {
+			free(cfg->meta_paths[d]);
+			cfg->meta_paths[d] = followed[d];
+		}
+	if (ret) {
+		fprintf(out, "crash point %zu%s: the mount was refused: %s\n",
+			cr->k, cr->kill ? " (kill)" : "", err);
+		return 1;
+	}
+	n_followed += !strcmp(cfg->meta_paths[1], "m2");
+	for (d = 0; d < 2; d++)
+		if (mret[d] == -ESTALE)
+			memset(r[d].addr, 0, META_HDR_SIZE);
+	return 0;
+}
+
 /* After recovery both headers agree on the device-life state. */
 static int headers_agree(const struct crash *cr, struct pm_region *r)
 {
@@ -1741,12 +1821,17 @@ static int headers_agree(const struct crash *cr, struct pm_region *r)
 		return 0; /* a mirror lost with its device: rebuilt later */
 	if (h0->detached == h1->detached && h0->ndevs == h1->ndevs &&
 	    !memcmp(h0->removed, h1->removed, sizeof(h0->removed)) &&
-	    !memcmp(h0->members, h1->members, sizeof(h0->members)))
+	    !memcmp(h0->members, h1->members, sizeof(h0->members)) &&
+	    h0->removing == h1->removing && h0->replacing == h1->replacing &&
+	    h0->mirror_replacing == h1->mirror_replacing &&
+	    !strcmp(h0->mirror_path, h1->mirror_path) &&
+	    !memcmp(&h0->mirror_id, &h1->mirror_id, sizeof(h0->mirror_id)))
 		return 0;
 	fprintf(out,
 		"crash point %zu%s: the headers differ after recovery "
-		"(detached %u / %u)\n",
-		cr->k, cr->kill ? " (kill)" : "", h0->detached, h1->detached);
+		"(detached %u / %u, mirror replace %u / %u)\n",
+		cr->k, cr->kill ? " (kill)" : "", h0->detached, h1->detached,
+		h0->mirror_replacing, h1->mirror_replacing);
 	return 1;
 }
 
@@ -1755,9 +1840,9 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 {
 	struct dev *standin[2] = { 0 };
 	const struct meta_hdr *h;
-	uint32_t dstate;
+	uint32_t dstate = 0;
 	struct dev *devs[3] = { 0 }, *all[3] = { 0 };
-	struct pm_region r[2];
+	struct pm_region r[3], swap;
 	struct cache *c;
 	char err[CFG_ERRLEN] = "";
 	FILE *devnull = fopen("/dev/null", "w");
@@ -1765,10 +1850,25 @@ static void crash_check(struct cache_config *cfg, const struct crash *cr,
 
 	for (d = 0; d < 2 + (replace_mode || add_mode); d++)
 		dev_mem_create(devsize, &all[d]);
-	for (d = 0; d < 2; d++)
+	for (d = 0; d < 2 + mirror_mode; d++) {
 		pm_mem_create(mlen, &r[d]);
+		r[d].created_ino = d + 1; /* m0, m1, m2 as files */
+	}
 	materialize_devs(cr, all);
 	materialize_meta(cr, r);
+	mirror_census(r);
+	if (mirrored_ok && cr->k >= devlife_done && rnd() % 2) {
+		/* cache.metadata changed as the replace said */
+		swap = r[1];
+		r[1] = r[2];
+		r[2] = swap;
+		n_newcfg++;
+		free(cfg->meta_paths[1]);
+		cfg->meta_paths[1] = strdup("m2");
+	} else if (mirror_mode && mirror_at_mount(cfg, cr, r)) {
+		bad++;
+		goto out;
+	}
 	pick = force_pick ? force_pick : replace_mode ? member1_of(all, r) : 1;
 	devs[0] = all[0];
 	devs[1] = all[pick];
@@ -1881,10 +1981,14 @@ out:
 out_close:
 	if (add_mode == 2)
 		cfg->ndevs = 2;
+	if (mirror_mode && strcmp(cfg->meta_paths[1], "m1")) {
+		free(cfg->meta_paths[1]); /* the configuration names m1 */
+		cfg->meta_paths[1] = strdup("m1");
+	}
 	fclose(devnull);
 	for (d = 0; d < 3; d++)
 		dev_close(all[d]);
-	for (d = 0; d < 2; d++)
+	for (d = 0; d < 2 + mirror_mode; d++)
 		pm_unmap(&r[d]);
 }
 
@@ -1978,6 +2082,7 @@ static int run_seed(unsigned s)
 			       : 0;
 	pthread_t th[16];
 	uint8_t *img;
+	char *m1_name;
 	int d, i, t, ret, failures0 = check_failures;
 	struct timespec t0, t1;
 
@@ -1994,12 +2099,15 @@ static int run_seed(unsigned s)
 	backing_fd = open(dir, O_RDONLY | O_DIRECTORY);
 	rec_log_new(&L);
 	config(&cfg);
+	m1_name = cfg.meta_paths[1]; /* a mirror replace leaves it allocated */
 	devsize = SB_DATA_OFF + SLOTS_PER_DEV * BS;
 	for (d = 0; d < 2 + (replace_mode || add_mode); d++)
 		dev_rec_create(L, d, devsize, &devs[d]);
 	new_dev = devs[2];
 	replaced = removed_ok = added_ok = reattached = devs_gone = 0;
+	mirrored_ok = 0;
 	n_detaching = n_detached = n_torn = 0;
+	n_mrec = n_mtorn = n_newcfg = n_followed = 0;
 	{
 		/* with a spare place: none at format, a stand-in at open */
 		struct dev *fdevs[3] = { devs[0], devs[1], NULL };
@@ -2011,6 +2119,11 @@ static int run_seed(unsigned s)
 		for (d = 0; d < 2; d++)
 			(blk ? pm_rec_create_blk : pm_rec_create)(L, d, mlen,
 								  &r[d]);
+		if (mirror_mode) {
+			pm_rec_create(L, 2, mlen, &new_mirror);
+			/* told apart as files are (devid_place_is) */
+			new_mirror.created_ino = 3;
+		}
 		ret = fmt_format_open(&cfg, fdevs, cfg.ndevs, r, err,
 				      sizeof(err));
 		fdevs[2] = spare_standin;
@@ -2044,6 +2157,10 @@ static int run_seed(unsigned s)
 	C->test_committing = NULL;
 	nops_max = nops < MAXOPS ? nops : MAXOPS;
 	cache_abandon(C); /* the power goes */
+	if (mirrored_ok) { /* the configuration still names m1 */
+		free(cfg.meta_paths[1]); /* "m2" */
+		cfg.meta_paths[1] = m1_name;
+	}
 	__atomic_store_n(&recording, 0, __ATOMIC_RELEASE);
 
 	model_build();
@@ -2121,8 +2238,8 @@ static int run_seed(unsigned s)
 		 * NVC_CRASH_DETACH after every header persist too, so that
 		 * each state between the two mirrors' persists of a header
 		 * field comes whole: the second mirror's copy not begun */
-		cr.whole = detach_mode && prev->kind == REC_PM_PERSIST &&
-			   prev->off == 0;
+		cr.whole = (detach_mode || mirror_mode) &&
+			   prev->kind == REC_PM_PERSIST && prev->off == 0;
 		if (((prev->kind == REC_MARK && prev->target >= 0 &&
 		      (prev->off == 1 || prev->off == 3)) ||
 		     rnd() % 4 == 0 || getenv("NVC_CRASH_AT") || cr.whole) &&
@@ -2154,6 +2271,15 @@ static int run_seed(unsigned s)
 	 * detach's long destage is sure to be hit */
 	if (detach_mode)
 		CHECK(n_detaching && (limit || (n_detached && n_torn)));
+	if (mirror_mode) {
+		snprintf(held, sizeof(held),
+			 ", mirror 1 replaced at event %zu; %zu states "
+			 "replacing, %zu torn, %zu on the new mirror, %zu "
+			 "followed to it",
+			 devlife_done, n_mrec, n_mtorn, n_newcfg, n_followed);
+		CHECK(mirrored_ok && n_mrec && n_followed &&
+		      (limit || (n_mtorn && n_newcfg)));
+	}
 	fprintf(out,
 		"seed %u: %d threads, %d copies%s%s: %d ops, %d files, %zu "
 		"events, %zu crash points, %zu states (%zu kill -9, %zu with a "
@@ -2190,6 +2316,11 @@ static int run_seed(unsigned s)
 		devs[d] = live_devs[d];
 	if (!added_ok) /* the add closed the spare place's stand-in */
 		dev_close(spare_standin);
+	if (mirrored_ok) { /* the replace unmapped the old mirror 1 */
+		r[1] = new_mirror;
+	} else if (mirror_mode) {
+		pm_unmap(&new_mirror);
+	}
 	for (d = 0; d < 3; d++)
 		dev_close(devs[d]);
 	for (d = 0; d < 2; d++)
@@ -2236,6 +2367,7 @@ int main(void)
 	replace_mode = !!env_int("NVC_CRASH_REPLACE", 0);
 	remove_mode = !!env_int("NVC_CRASH_REMOVE", 0);
 	detach_mode = !!env_int("NVC_CRASH_DETACH", 0);
+	mirror_mode = !!env_int("NVC_CRASH_MIRROR", 0);
 	add_mode = env_int("NVC_CRASH_ADD", 0);
 	cache_mode = env_int("NVC_CRASH_MODE", 0);
 	total_ops = env_int("NVC_CRASH_OPS", total_ops);
