@@ -960,6 +960,12 @@ int file_bk_sync(struct cache *c, struct cfile *f);
 
 /* recover.c */
 int recover_load(struct cache *c, char *err, size_t errlen);
+/* recover.c: cache_open_devs with what a mount by name found: missing, the
+ * member (index + 1) found missing (a stand-in, its superblock not read);
+ * detached, the headers say detached (every device a stand-in). */
+int recover_open(struct cache_config *cfg, struct dev **devs, int ndev,
+		 struct pm_region mirrors[2], int backing_fd, int missing,
+		 int detached, struct cache **out, char *err, size_t errlen);
 void file_check_backing(struct cache *c, struct cfile *f);
 
 int backing_write(struct cache *c, struct cfile *f, const void *buf, size_t len,
