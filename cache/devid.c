@@ -260,9 +260,11 @@ static int hdr_valid(const struct meta_hdr *h)
 
 /* What the first 4 KiB (head) of path say against it being used: a mirror
  * header or a claim of any cache (not a claim of this cache's other than
- * the mirror replace's under way).  0, or -EEXIST with err set. */
+ * the mirror replace's under way; for a mirror place (place), not a place
+ * of this cache that a mirror replace let go, whose header points to its
+ * successor).  0, or -EEXIST with err set. */
 static int head_refused(struct cache *c, const char *path, const void *head,
-			char *err, size_t errlen)
+			int place, char *err, size_t errlen)
 {
 	const struct claim_disk *cl = head;
 	const struct meta_hdr *h = head;
@@ -272,9 +274,13 @@ static int head_refused(struct cache *c, const char *path, const void *head,
 
 	if (hdr_valid(h)) {
 		mine = !memcmp(h->set_uuid, c->meta.set_uuid, 16);
+		if (place && mine && h->mirror < 2 &&
+		    h->mirror_replacing == h->mirror + 1 && h->mirror_path[0])
+			return 0; /* a place of ours replaced (mirror.c) */
 		snprintf(err, errlen,
 			 "%s holds a metadata mirror of nvcachefs cache %s%s; "
-			 "%s",
+			 "%s (to reuse it, zero its first 4 KiB: wipefs does "
+			 "not know nvcachefs)",
 			 path, members_uuid_str(h->set_uuid, u),
 			 mine ? " (this cache)" : " (another cache)", REFUSAL);
 		return -EEXIST;
@@ -331,9 +337,9 @@ static int sb_refused(struct cache *c, struct dev *nd, const char *path,
 	return 0;
 }
 
-/* The checks of what nd holds (opened on path). */
+/* The checks of what nd holds (opened on path); place: for a mirror. */
 static int content_refused(struct cache *c, struct dev *nd, const char *path,
-			   char *err, size_t errlen)
+			   int place, char *err, size_t errlen)
 {
 	void *head = dev_alloc_buf(META_HDR_SIZE);
 	int ret;
@@ -345,7 +351,7 @@ static int content_refused(struct cache *c, struct dev *nd, const char *path,
 		snprintf(err, errlen, "%s: cannot read it: %s", path,
 			 strerror(-ret));
 	else
-		ret = head_refused(c, path, head, err, errlen);
+		ret = head_refused(c, path, head, place, err, errlen);
 	free(head);
 	return ret ? ret : sb_refused(c, nd, path, err, errlen);
 }
@@ -435,7 +441,7 @@ int devid_new_dev(struct cache *c, const char *path, uint64_t min_slots,
 		return ret;
 	ret = big_enough(*out, path, need, err, errlen);
 	if (!ret)
-		ret = content_refused(c, *out, path, err, errlen);
+		ret = content_refused(c, *out, path, 0, err, errlen);
 	if (ret) {
 		dev_close(*out);
 		*out = NULL;
@@ -484,7 +490,7 @@ int devid_new_place(struct cache *c, const char *path, char *err, size_t errlen)
 		return open_err(path, ret, err, errlen);
 	ret = still_same(nd, path, &t, err, errlen);
 	if (!ret)
-		ret = content_refused(c, nd, path, err, errlen);
+		ret = content_refused(c, nd, path, 1, err, errlen);
 	dev_close(nd);
 	return ret;
 }
@@ -589,7 +595,7 @@ static int dev_is_ours(struct cache *c, struct dev *nd, const char *path,
 		ret = fmt_probe_head(fd, SB_DATA_OFF, path,
 				     "it was overwritten since", err, errlen);
 	close(fd);
-	return ret ? ret : content_refused(c, nd, path, err, errlen);
+	return ret ? ret : content_refused(c, nd, path, 0, err, errlen);
 }
 
 int devid_prove_dev(struct cache *c, const char *path,

@@ -1054,10 +1054,14 @@ int mirror_replace(struct cache *c, const char *old, const char *new_path,
  * both do; -1: none. */
 int mirror_forward_of(const struct meta_hdr *const h[2], const int valid[2],
 		      int k);
-/* Mapped region s is the new place a mirror replace recorded (id) and holds
- * a valid header of set: the copy finished there. */
+/* Mapped region s is the new place a mirror replace of mirror k recorded
+ * (id, or a block device renumbered) in a header of generation gen, and
+ * holds a valid header of set for mirror k, no older, and is not other:
+ * the copy finished there (the essay in mirror.c). */
 int mirror_successor_ok(const uint8_t set_uuid[16],
-			const struct meta_ident *id, const struct pm_region *s);
+			const struct meta_ident *id, uint64_t gen, int k,
+			const struct pm_region *other,
+			const struct pm_region *s);
 /* At a mount or a check, the places names[] mapped into m[] (mret[k] 0
  * where a valid header is loaded): one that a replace-mirror replaced is
  * given up for its successor (m[k], mret[k] and total[k] become the new

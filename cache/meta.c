@@ -534,6 +534,33 @@ int meta_grow(struct meta *m, int k, const uint8_t uuid[16], uint64_t count)
  * and takes mirror k's place.  A failure leaves the old region in place, in
  * the state it had.
  */
+/*
+ * The old place of mirror k, replaced: the new mirror's header written
+ * there, if it can still be written (mirror.c: a pointer to its successor;
+ * the header records the replace under way, the new place and its
+ * identity).  A healthy old place has that record already (the replace
+ * wrote it to both before the copy); a failed one missed it, and without
+ * it a mount on a configuration naming it would take its records, older
+ * than the failure, for current ones.  Nothing else is written there again.
+ */
+static void old_point(struct pm_region *old, const struct meta_hdr *cur,
+		      int k)
+{
+	struct meta_hdr h;
+
+	memcpy(&h, cur, sizeof(h));
+	h.mirror = k;
+	h.failed = 0;
+	h.csum = meta_csum(&h, offsetof(struct meta_hdr, csum));
+	if (old->missing || !old->addr || old->len < META_HDR_SIZE ||
+	    pm_write(old, 0, &h, sizeof(h)))
+		log_msg(LOG_WARNING,
+			"replace-mirror: the old place of mirror %d cannot be "
+			"written: it keeps no pointer to its successor, so "
+			"change cache.metadata before the next mount",
+			k);
+}
+
 int meta_replace(struct meta *m, int k, struct pm_region *nr,
 		 struct pm_region *old)
 {
@@ -565,6 +592,7 @@ int meta_replace(struct meta *m, int k, struct pm_region *nr,
 	}
 	m->failed[k] = 0;
 	m->rebuilt[k] = 0;
+	old_point(old, m->r[k].addr, k);
 out_unlock:
 	pthread_rwlock_unlock(&m->swap);
 	return ret;

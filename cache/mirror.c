@@ -23,30 +23,37 @@
  *      size, O_EXCL) and claimed: a claim header with a new UUID at its
  *      start, persisted; then the headers record the place's identity (that
  *      UUID, its st_rdev or file, its size: meta_hdr.mirror_id) and the
- *      replace under way (mirror, new place).  A crash before 4 leaves the
- *      configuration naming the old place, as before: the next mount uses
- *      it (or rebuilds it, if it was lost or damaged), then resumes the
- *      replace on its thread (replace.c, resume_main) onto the recorded
- *      place, only if it is still the one claimed: the same device or
- *      file, the same size, and its first 4 KiB zero (the copy under way),
- *      the claim, or this cache's header (devid_prove_place); else nothing
- *      is written there and the replace stays recorded, logged;
- *   2. meta_replace: the copy, persisted, its header last (meta_rebuild:
+ *      replace under way (mirror, new place).  A crash before the copy's
+ *      header lands leaves the configuration naming the old place, as
+ *      before: the next mount uses it (or rebuilds it, if it was lost or
+ *      damaged), then resumes the replace on its thread (replace.c,
+ *      resume_main) onto the recorded place, only if it is still the one
+ *      claimed: the same device or file, the same size, and its first 4
+ *      KiB zero (the copy under way), the claim, or this cache's header
+ *      (devid_prove_place); else nothing is written there and the replace
+ *      stays recorded, logged;
+ *   1. meta_replace: the copy, persisted, its header last (meta_rebuild:
  *      a copy cut short never passes for a mirror); the other mirror's
- *      header then no longer calls mirror k stale.  From here on nothing is
- *      written to the old place: its header stays as the copy found it,
- *      recording its own replace by the new place (mirror_replacing = its
- *      own index + 1, mirror_path, mirror_id): a pointer to its successor;
- *   3. the record is cleared (in the other mirror and the new place).
+ *      header then no longer calls mirror k stale.  The old place, if it
+ *      can still be written, then takes the new header (meta.c old_point:
+ *      a healthy one recorded the replace already, a failed one missed
+ *      it), and nothing is written there again: its header records its own
+ *      replace by the new place (mirror_replacing = its own index + 1,
+ *      mirror_path, mirror_id), a pointer to its successor;
+ *   2. the record is cleared (in the other mirror and the new place).
  *
  * The old place is not wiped.  A mount whose cache.metadata still names it
  * (the administrator did not change it yet, or a crash came before the
- * daemon said to) follows the pointer (mirror_follow): the new place, if it
- * is the one recorded and holds a header of this cache, is mirror k, and
- * the old one is left alone.  Wiping it instead left the mount one valid
- * header among the places it was given, so that a torn write of the other
- * mirror's header or record lost the cache although the new place held
- * all of it (the crash harness's NVC_CRASH_MIRROR run found this).
+ * daemon said to) follows the pointer, and the new place's own pointer
+ * after a later replace (mirror_follow): the new place, if proven, is
+ * mirror k, and the old one is left alone.  Wiping it instead left the
+ * mount one valid header among the places it was given, so that a torn
+ * write of the other mirror's header or record lost the cache although the
+ * new place held all of it (the crash harness's NVC_CRASH_MIRROR run found
+ * this).  An old place that cannot be written (failed, gone) holds no
+ * pointer: if it comes back with its old header while the configuration
+ * still names it and the other mirror is lost, its records are taken
+ * (README, Limits); the daemon says so at the replace.
  */
 
 /* Which mirror old names (as configured, or the same file): 0, 1 or -1. */
@@ -103,7 +110,7 @@ static int resumed_place(struct cache *c, int k, const char *path,
 	return -ESTALE;
 }
 
-/* Steps 0 to 2 onto new_path, mirror k being old: the place made or taken
+/* Steps 0 and 1 onto new_path, mirror k being old: the place made or taken
  * (or given, mapped already), claimed, and its identity recorded with the
  * replace, then the copy. */
 static int mirror_onto(struct cache *c, int k, const char *old,
@@ -211,7 +218,7 @@ static int mirror_replace_on(struct cache *c, const char *old,
 	if (ret)
 		goto out_unlock;
 	ret = mirror_onto(c, k, old, new_path, given, err, errlen);
-	if (!ret || !devlife_stopping(c)) { /* 3, or failed */
+	if (!ret || !devlife_stopping(c)) { /* 2, or failed */
 		meta_set_mirror_replacing(&c->meta, 0, NULL);
 		meta_set_mirror_id(&c->meta, NULL);
 	}
@@ -240,19 +247,26 @@ int cache_replace_mirror_with(struct cache *c, const char *old,
 }
 
 /*
- * Following a replaced mirror (the essay at the top).  For mirror k, the
- * valid header that records a replace of k (the newer, if both do) names
- * the new place P and its identity.  Then, at a mount:
- *   - the configuration names P already (the same place): nothing to do;
- *   - P is the place recorded and holds a valid header of this cache: the
- *     copy finished, and P is mirror k (the old place may have missed
- *     every write since);
+ * Following a replaced mirror (the essay at the top).  The place mirror k
+ * is taken from starts as the configured one.  A valid header that records
+ * a replace of k names the new place P and its identity: at the first step
+ * either header (the newer, if both do: the other mirror records a replace
+ * the old place may have missed, if it had failed), then only the current
+ * place's own header, since each later replace froze a header there.  Then:
+ *   - P is the current place itself: it is mirror k;
+ *   - P holds a valid header of this cache for mirror k, of a generation no
+ *     older than the recording header's, and is not the other mirror's
+ *     place; and it is the place recorded (the same file, or the same block
+ *     device number; a block device under another number only if all the
+ *     rest holds, as after a reboot): the copy finished there, and P is
+ *     mirror k now (the current place may have missed every write since);
+ *     the next step looks at P's own header, for a later replace;
  *   - P is the place recorded, its start zero or our claim: the copy never
- *     finished, and the configured place is mirror k (the replace resumes);
- *   - else (P gone, another thing, unreadable): if the configured place's
- *     own header records its replace, it may have missed writes since the
- *     copy: it is rebuilt from the other mirror, or, with no other, the
- *     mount is refused rather than served from records that may be old.
+ *     finished, and the current place is mirror k (the replace resumes);
+ *   - else (P gone, another thing, unreadable): if the current place's own
+ *     header records its replace, it may have missed writes since the copy:
+ *     it is rebuilt from the other mirror, or, with no other, the mount is
+ *     refused rather than served from records that may be old.
  */
 int mirror_forward_of(const struct meta_hdr *const h[2], const int valid[2],
 		      int k)
@@ -267,37 +281,115 @@ int mirror_forward_of(const struct meta_hdr *const h[2], const int valid[2],
 	return best;
 }
 
+/* What a header records of a replace of mirror k: the new place. */
+struct fwd {
+	char path[256];
+	uint8_t set[16];
+	struct meta_ident id;
+	uint64_t gen;
+};
+
+static void fwd_of(const struct meta_hdr *h, struct fwd *f)
+{
+	memcpy(f->path, h->mirror_path, sizeof(f->path));
+	f->path[sizeof(f->path) - 1] = 0;
+	memcpy(f->set, h->set_uuid, 16);
+	f->id = h->mirror_id;
+	f->gen = h->gen;
+}
+
+/* a and b are the same file or block device */
+static int same_place(const struct pm_region *a, const struct pm_region *b)
+{
+	struct stat x, y;
+
+	if (!a->addr || !b->addr || !a->bdev != !b->bdev)
+		return 0;
+	if (a->bdev)
+		return !dev_stat(a->bdev, &x) && !dev_stat(b->bdev, &y) &&
+		       x.st_rdev == y.st_rdev;
+	return !a->is_mem && !b->is_mem && a->created_dev == b->created_dev &&
+	       a->created_ino == b->created_ino;
+}
+
 int mirror_successor_ok(const uint8_t set_uuid[16],
-			const struct meta_ident *id, const struct pm_region *s)
+			const struct meta_ident *id, uint64_t gen, int k,
+			const struct pm_region *other,
+			const struct pm_region *s)
 {
 	const struct meta_hdr *sh = s->addr;
 
-	return !meta_hdr_check(s->addr, s->len, NULL) &&
-	       !memcmp(sh->set_uuid, set_uuid, 16) && devid_place_is(s, id);
+	if (meta_hdr_check(s->addr, s->len, NULL) ||
+	    memcmp(sh->set_uuid, set_uuid, 16) || sh->mirror != (uint32_t)k ||
+	    sh->gen < gen || same_place(s, other))
+		return 0;
+	return devid_place_is(s, id) || (s->bdev && id->rdev);
 }
 
 int (*mirror_test_place)(const char *path, struct pm_region *out);
 
-/* The successor at path mapped and loaded into *s if it is proven; 1 then,
+/* The successor f names mapped and loaded into *s if it is proven; 1 then,
  * 0 if not (*unfinished: the copy never finished there). */
-static int successor_map(const char *path, const uint8_t set_uuid[16],
-			 const struct meta_ident *id, struct pm_region *s,
+static int successor_map(const struct fwd *f, int k,
+			 const struct pm_region *other, struct pm_region *s,
 			 int *unfinished)
 {
 	char why[256];
 	uint64_t total;
 
 	*unfinished = 0;
-	if (mirror_test_place ? mirror_test_place(path, s)
-			      : pm_map_err(path, 0, 0, s, why, sizeof(why)))
+	if (mirror_test_place
+		    ? mirror_test_place(f->path, s)
+		    : pm_map_err(f->path, 0, 0, s, why, sizeof(why)))
 		return 0;
-	*unfinished = devid_place_unfinished(s, set_uuid, id);
+	*unfinished = devid_place_unfinished(s, f->set, &f->id);
 	if (!meta_hdr_why(s->addr, s->len, &total, why, sizeof(why)) &&
-	    mirror_successor_ok(set_uuid, id, s) && !pm_load(s, total))
+	    mirror_successor_ok(f->set, &f->id, f->gen, k, other, s) &&
+	    !pm_load(s, total)) {
+		if (!devid_place_is(s, &f->id))
+			log_msg(LOG_NOTICE,
+				"metadata mirror %d: %s holds its current "
+				"header under another device number than "
+				"recorded (renumbered)",
+				k, f->path);
 		return 1;
+	}
 	pm_unmap(s);
 	return 0;
 }
+
+/* Mirror k's place m[k] (named cur) records its own replace. */
+static int self_replaced(const struct pm_region *r, int valid, int k)
+{
+	const struct meta_hdr *h = r->addr;
+
+	return valid && h->mirror_replacing == (uint32_t)k + 1 &&
+	       h->mirror_path[0];
+}
+
+/* The successor s takes m[k]'s place, named as f says. */
+static int follow(const char *cur, int k, const struct fwd *f,
+		  struct pm_region m[2], struct pm_region *s, char **followed)
+{
+	char *name = strdup(f->path);
+
+	if (!name) {
+		pm_unmap(s);
+		return -ENOMEM;
+	}
+	log_msg(LOG_WARNING,
+		"cache.metadata names %s as mirror %d, but a replace-mirror "
+		"replaced it by %s: using %s, and leaving %s alone; change "
+		"cache.metadata",
+		cur, k, f->path, f->path, cur);
+	pm_unmap(&m[k]);
+	m[k] = *s;
+	free(*followed);
+	*followed = name;
+	return 0;
+}
+
+#define FOLLOW_MAX 16 /* replaces in a row, each froze a pointer */
 
 int mirror_follow(const char *const names[2], struct pm_region m[2],
 		  int mret[2], char why[2][256], uint64_t total[2],
@@ -305,61 +397,54 @@ int mirror_follow(const char *const names[2], struct pm_region m[2],
 {
 	const struct meta_hdr *h[2] = { m[0].addr, m[1].addr };
 	int valid[2] = { !mret[0], !mret[1] };
-	struct meta_ident id;
-	uint8_t set[16];
-	char path[256];
+	int k, i, hop, unfinished, ret;
 	struct pm_region s;
-	int k, i, self, unfinished;
+	struct fwd f;
 
 	for (k = 0; k < 2; k++) {
 		i = mirror_forward_of(h, valid, k);
-		if (i < 0)
-			continue;
-		memcpy(path, h[i]->mirror_path, sizeof(path));
-		path[sizeof(path) - 1] = 0;
-		memcpy(set, h[i]->set_uuid, 16);
-		id = h[i]->mirror_id;
-		self = valid[k] && h[k]->mirror_replacing == (uint32_t)k + 1;
-		if (!strcmp(path, names[k]) ||
-		    (m[k].addr && devid_place_is(&m[k], &id)))
-			continue; /* configured: the new place itself */
-		if (successor_map(path, set, &id, &s, &unfinished)) {
-			followed[k] = strdup(path);
-			if (!followed[k]) {
-				pm_unmap(&s);
-				return -ENOMEM;
+		for (hop = 0; i >= 0 && hop < FOLLOW_MAX; hop++) {
+			const char *cur = followed[k] ? followed[k] : names[k];
+
+			fwd_of(h[i], &f);
+			if (!strcmp(f.path, cur) ||
+			    (m[k].addr && devid_place_is(&m[k], &f.id)))
+				break; /* the current place is the new one */
+			if (!successor_map(&f, k, &m[!k], &s, &unfinished)) {
+				if (unfinished || !self_replaced(&m[k], valid[k],
+								 k))
+					break; /* the current place is k */
+				if (!valid[!k]) {
+					snprintf(err, errlen,
+						 "metadata mirror %s records "
+						 "its replace by %s, which is "
+						 "not there or not the place "
+						 "recorded: %s may have missed "
+						 "writes since, and the other "
+						 "mirror (%s) is not usable; "
+						 "nothing mounted",
+						 cur, f.path, cur, names[!k]);
+					return -ESTALE;
+				}
+				mret[k] = -ESTALE;
+				valid[k] = 0;
+				snprintf(why[k], sizeof(why[k]),
+					 "replaced by %.180s, which is not there: "
+					 "it may have missed writes since",
+					 f.path);
+				break;
 			}
-			log_msg(LOG_WARNING,
-				"cache.metadata names %s as mirror %d, but a "
-				"replace-mirror replaced it by %s: using %s, "
-				"and leaving %s alone; change cache.metadata",
-				names[k], k, path, path, names[k]);
-			pm_unmap(&m[k]);
-			m[k] = s;
-			h[k] = s.addr;
+			ret = follow(cur, k, &f, m, &s, &followed[k]);
+			if (ret)
+				return ret;
+			h[k] = m[k].addr;
 			mret[k] = 0;
 			valid[k] = 1;
 			total[k] = h[k]->total_len;
 			why[k][0] = 0;
-			continue;
+			/* a later replace froze a pointer there too */
+			i = self_replaced(&m[k], 1, k) ? k : -1;
 		}
-		if (unfinished || !self)
-			continue; /* the configured place is mirror k */
-		if (!valid[!k]) {
-			snprintf(err, errlen,
-				 "metadata mirror %s records its replace by %s, "
-				 "which is not there or not the place recorded: "
-				 "%s may have missed writes since, and the other "
-				 "mirror (%s) is not usable; nothing mounted",
-				 names[k], path, names[k], names[!k]);
-			return -ESTALE;
-		}
-		mret[k] = -ESTALE;
-		valid[k] = 0;
-		snprintf(why[k], sizeof(why[k]),
-			 "replaced by %s, which is not there: it may have "
-			 "missed writes since",
-			 path);
 	}
 	return 0;
 }

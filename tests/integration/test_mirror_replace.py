@@ -3,6 +3,7 @@ block device from the other one while a workload runs; after a kill -9 the cache
 every byte; a mount whose configuration still names the old place finds the new one through it, and never
 takes the old records for current; bad new places are refused, naming why."""
 import os
+import time
 import subprocess
 
 from conftest import CTL, MiB, mounted, sh
@@ -173,7 +174,6 @@ def test_bad_new_places_are_refused(make_cache, tmp_path):
 def test_replace_mirror_killed_midway_resumes(make_cache):
     """A kill -9 while a large mirror is copied: the next mount, its configuration unchanged, has every byte and
     finishes the replace on its own (onto the recorded place); then the old place leads to the new one."""
-    import time
     c = make_cache(dev_size=1024 * MiB, extra={"destage.on_unmount": "keep", "cache.block_size": "4K",
                                                 "cache.max_files": "524288"})
     c.format()
@@ -218,4 +218,99 @@ def test_replace_mirror_killed_midway_resumes(make_cache):
         with open(c.path(n), "rb") as f:
             assert f.read() == b, n
     assert "resuming" not in c.log_text().split(f"mirror 1 is now {new}")[-1]
+    assert c.unmount() == 0
+
+
+def test_replaces_in_a_row_are_followed(make_cache):
+    """replace-mirror A -> B, a mount on the unedited configuration (it finds B through A), then B -> C: B's
+    header froze pointing to C. With mirror 0 torn, a mount still naming A follows A -> B -> C and has every
+    fsynced byte (following one step took B's records, which missed everything written since, and the resume
+    then rebuilt C from them)."""
+    c = make_cache(extra={"destage.on_unmount": "keep"})
+    c.format()
+    c.mount()
+    b = f"/dev/shm/{c.tag}-meta1-b"
+    cc = f"/dev/shm/{c.tag}-meta1-c"
+    c.meta += [b, cc]                               # removed by cleanup
+    early = os.urandom(3 * MiB)
+    with open(c.path("early"), "wb") as f:
+        f.write(early)
+        os.fsync(f.fileno())
+    c.ctl("replace-mirror", c.mnt, c.meta[1], b)
+    assert c.unmount() == 0
+    log0 = len(c.log_text())
+    c.mount()                                       # [m0, A]: B found through A
+    assert f"replaced it by {b}: using {b}" in c.log_text()[log0:]
+    c.ctl("replace-mirror", c.mnt, b, cc)           # the daemon knows mirror 1 as B now
+    late = {f"late{i}": os.urandom(200 * 1024 + i) for i in range(6)}
+    for n, data in late.items():
+        with open(c.path(n), "wb") as f:
+            f.write(data)
+            os.fsync(f.fileno())
+    with open(c.path("early"), "r+b") as f:
+        f.truncate(1000)
+        os.fsync(f.fileno())
+    c.kill9()
+    with open(c.meta[0], "r+b") as f:               # mirror 0 torn
+        f.write(os.urandom(4096))
+    ino_c = os.stat(cc).st_ino
+    log0 = len(c.log_text())
+    c.mount()                                       # still [m0, A]
+    log = c.log_text()[log0:]
+    assert f"replaced it by {b}: using {b}" in log and f"replaced it by {cc}: using {cc}" in log, log
+    for n, data in late.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == data, n
+    with open(c.path("early"), "rb") as f:
+        assert f.read() == early[:1000]
+    assert "resuming" not in log and os.stat(cc).st_ino == ino_c, log
+    assert c.unmount() == 0
+    r = sh(CTL, "check", "-c", c.conf, check=False)
+    assert r.returncode == 0 and f"was replaced by {cc}" in r.stdout, r.stdout + r.stderr
+
+
+def test_failed_mirror_replaced_then_back(make_cache):
+    """Mirror 1 on a block device fails its writes (read-only) while mounted, is replaced by a file, and comes
+    back writable with its old header: the replace wrote the pointer to it once it could, so a mount on the
+    unedited configuration with mirror 0 torn follows it to the new mirror and has every fsynced byte (it
+    used to take the old device's records, older than the failure)."""
+    c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep"})
+    keys = dict(c.keys)
+    keys["cache.devices"] = ", ".join(c.loops[:2])
+    keys["cache.metadata"] = f"{c.meta[0]}, {c.loops[2]}"  # mirror 1 on a block device
+    c.keys = keys
+    c.write_conf()
+    c.format()
+    c.mount()
+    sh("blockdev", "--setro", c.loops[2])
+    try:
+        data = {f"f{i}": os.urandom(300 * 1024 + i) for i in range(5)}
+        for n, d in data.items():
+            with open(c.path(n), "wb") as f:
+                f.write(d)
+                os.fsync(f.fileno())
+        deadline = time.time() + 10
+        while c.stats()["mirrors"][1]["state"] != "failed" and time.time() < deadline:
+            time.sleep(0.05)
+        assert c.stats()["mirrors"][1]["state"] == "failed", c.stats()["mirrors"]
+    finally:
+        sh("blockdev", "--setrw", c.loops[2])
+    new = f"/dev/shm/{c.tag}-meta1-new"
+    c.meta.append(new)
+    c.ctl("replace-mirror", c.mnt, c.loops[2], new)
+    more = {f"g{i}": os.urandom(100 * 1024 + i) for i in range(5)}
+    for n, d in more.items():
+        with open(c.path(n), "wb") as f:
+            f.write(d)
+            os.fsync(f.fileno())
+    c.kill9()
+    with open(c.meta[0], "r+b") as f:
+        f.write(os.urandom(4096))
+    log0 = len(c.log_text())
+    c.mount()
+    log = c.log_text()[log0:]
+    assert f"replaced it by {new}: using {new}" in log, log
+    for n, d in {**data, **more}.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == d, n
     assert c.unmount() == 0
