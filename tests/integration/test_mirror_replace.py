@@ -313,4 +313,14 @@ def test_failed_mirror_replaced_then_back(make_cache):
     for n, d in {**data, **more}.items():
         with open(c.path(n), "rb") as f:
             assert f.read() == d, n
+    # the old device, its header a pointer of this cache, is taken back as a new place (it was refused, and
+    # wipefs cannot clear an nvcachefs header); then the configuration as it was names the current mirror
+    c.ctl("replace-mirror", c.mnt, new, c.loops[2])
+    assert c.unmount() == 0
+    log0 = len(c.log_text())
+    c.mount()
+    for n, d in {**data, **more}.items():
+        with open(c.path(n), "rb") as f:
+            assert f.read() == d, n
+    assert "replaced it by" not in c.log_text()[log0:]
     assert c.unmount() == 0
