@@ -327,3 +327,36 @@ def test_switch_by_rename(make_cache):
     assert store(c, "pt/g3.bin") == bytes(want)
     counts, pt, log = counters(c)
     assert pt["kernel"] >= 3 and pt["cache"] >= 3, pt
+
+
+def test_refused_on_a_stacked_store(make_cache, tmp_path):
+    """A store that is stacked already (overlayfs): the kernel refuses its backing files (ELOOP); logged once,
+    every open through the cache, the data right."""
+    ov = tmp_path / "ov"
+    for d in ("lower", "upper", "work", "merged"):
+        (ov / d).mkdir(parents=True)
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                    f"lowerdir={ov}/lower,upperdir={ov}/upper,workdir={ov}/work", str(ov / "merged")], check=True)
+    try:
+        c = make_cache(extra={"fuse.passthrough": "auto", "backing.path": str(ov / "merged")})
+        c.write_conf()
+        with open(c.conf, "a") as f:
+            f.write(RULES)
+        c.format()
+        os.mkdir(os.path.join(c.backing, "pt"))
+        c.mount()
+        data = os.urandom(MiB + 5)
+        for i in range(3):
+            with open(c.path("pt", f"f{i}"), "wb") as f:
+                f.write(data)
+            with open(c.path("pt", f"f{i}"), "rb") as f:
+                assert f.read() == data
+            assert store(c, f"pt/f{i}") == data
+        counts, pt, log = counters(c)
+        assert log.count("the kernel refuses backing files") == 1, log[-3000:]
+        assert "stacked" in log
+        assert pt["state"] == "refused" and pt["kernel"] == 0, pt
+        assert counts.get("READ", 0) > 0 and counts.get("WRITE", 0) > 0
+    finally:
+        c.cleanup()
+        subprocess.run(["umount", str(ov / "merged")], check=False)
