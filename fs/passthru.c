@@ -47,26 +47,26 @@
  *      way, fs_pt_hold): the cache's path.
  *   3. Else passthrough when the mount has it, the cache holds nothing of
  *      the file (cache_file_outside) and its mode is bypass, or writearound
- *      for a write-only open; otherwise the cache's path.  Its backing is registered with the file
- *      opened by the caller (below).
+ *      for a write-only open; otherwise the cache's path.  Its backing is
+ *      registered with the file opened by the caller (below).
  *
  * The invariant: while a file has a passthrough open, the cache holds no
  * block of it and nothing fills one: no open is on the cache's path (1, 2)
  * and no warm or pin runs (fs_pt_hold refuses).  Every byte of the file is
  * then the store's alone, and the kernel reads and writes the store, so no
- * open of either kind can be served stale data from the cache.  The kernel's
- * page cache of the FUSE inode is the other place old data could hide: no
- * passthrough open's reply has FOPEN_KEEP_CACHE (the kernel drops the pages
- * a cache-path open left), and nothing adds pages to it meanwhile
- * (passthrough reads and maps use the store's own pages); the first
- * cache-path open after a passthrough one (in->pt_gen, a generation of the
- * inode's passthrough opens, against in->pt_seen) has no FOPEN_KEEP_CACHE
- * either, whatever its revalidation (§4.7) found, so the kernel reads the
- * store again whatever the timestamps' granularity.  The direction back
- * needs nothing:
- * the cache's path keeps no data the store lacks for a bypass or writearound
- * file once its blocks are gone, which rule 3 asks before the switch.
- * Asserted in debug builds at each decision and at the last release.
+ * open of either kind can be served stale data from the cache.  Switching
+ * to passthrough (3) needs nothing more: the cache holds nothing of the
+ * file then, and a bypass or writearound file's writes through the cache's
+ * path went to the store before they were answered.  Switching back, the
+ * kernel's page cache of the FUSE inode is the one place old data could
+ * hide (passthrough opens neither read nor fill it; the store's own pages
+ * serve them): the first cache-path open after a passthrough one (in->pt_gen,
+ * a generation of the inode's passthrough opens, against in->pt_seen) has no
+ * FOPEN_KEEP_CACHE, whatever its revalidation (§4.7) found, so the kernel
+ * reads through the cache, and so the store, again, whatever the
+ * timestamps' granularity.  Asserted in debug builds at each decision (never
+ * both kinds of open; nothing cached beside a passthrough open) and at the
+ * last passthrough release (nothing cached).
  *
  * Acting as the caller (PRODUCT.md §5).  The kernel does no permission
  * check when it opens its per-open backing file, and runs every read and
