@@ -280,6 +280,31 @@ def test_hostile_user_refused_what_the_store_refuses(make_cache):
     assert pt["kernel"] >= 3
 
 
+def test_hostile_user_refused_by_the_store_itself(make_cache):
+    """The kernel's cached attributes still say 0644 (fuse.attr_timeout) when the store's mode became 0600
+    behind the mount: the kernel lets nobody's open through, and only the daemon's open of the file as nobody,
+    which passthrough makes before it hands the kernel a backing file, refuses it."""
+    c = pt_cache(make_cache, public=True, **{"fuse.attr_timeout": "600s"})
+    granted(c)
+    p = c.path("pt", "f")
+    with open(p, "wb") as f:
+        f.write(b"x" * 4096)
+    os.chmod(p, 0o644)
+    for _ in range(2):  # opens that revalidate (and drop the kernel's attributes) before the change
+        with open(p, "rb") as f:
+            f.read()
+    os.stat(p)
+    os.chmod(os.path.join(c.backing, "pt", "f"), 0o600)
+    assert os.stat(p).st_mode & 0o777 == 0o644  # what the kernel checks nobody's open against
+    assert nobody(OPEN_AS, p, str(os.O_RDONLY)) == "EACCES"
+    # root holding it open through passthrough changes nothing for nobody
+    held = os.open(p, os.O_RDONLY)
+    assert nobody(OPEN_AS, p, str(os.O_RDONLY)) == "EACCES"
+    os.close(held)
+    counts, pt, _ = counters(c)
+    assert pt["kernel"] >= 3, pt
+
+
 def test_switch_by_rename(make_cache):
     """An open whose policy says the cache's path while a passthrough open of the file exists is passthrough too
     (the kernel refuses anything else with EIO); an open whose policy says passthrough while a cache-path open
