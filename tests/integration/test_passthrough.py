@@ -6,6 +6,7 @@ import mmap
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -132,21 +133,39 @@ def test_mmap_through_passthrough(make_cache):
 
 
 def test_writearound_reads_stay_cached(make_cache):
-    """A writearound file's reads are kept in the cache (PRODUCT.md §4.2): only its write-only opens pass
-    through."""
+    """A writearound file's reads are kept in the cache (PRODUCT.md §4.2): only write-only opens of files it holds
+    nothing of pass through."""
     c = pt_cache(make_cache)
     granted(c)
     data = os.urandom(2 * MiB)
-    p = c.path("wa", "r.bin")
-    with open(p, "wb") as f:
+    with open(os.path.join(c.backing, "wa", "r.bin"), "wb") as f:  # behind the mount
         f.write(data)
+    p = c.path("wa", "r.bin")
     before = c.stats()["used_bytes"]
     with open(p, "rb") as f:
         assert f.read() == data
     assert c.stats()["used_bytes"] >= before + 2 * MiB
+    with open(p, "r+b") as f:  # cached now: the cache's path, even write-only
+        f.write(b"w" * 4096)
+    with open(c.path("wa", "new.bin"), "wb") as f:  # nothing cached: passthrough
+        f.write(data)
+    assert store(c, "wa/new.bin") == data and store(c, "wa/r.bin") == b"w" * 4096 + data[4096:]
     counts, pt, _ = counters(c)
-    assert pt["kernel"] == 1 and pt["cache"] == 1, pt
-    assert counts.get("READ", 0) > 0 and counts.get("WRITE", 0) == 0, counts
+    assert pt["kernel"] == 1 and pt["cache"] == 2, pt
+    assert counts.get("READ", 0) > 0 and counts.get("WRITE", 0) > 0, counts
+
+
+def warm_when_released(c, p, secs=10):
+    """nvcachectl warm p, retried while it is refused for a passthrough open whose RELEASE (asynchronous after
+    close(2)) has not reached the daemon yet."""
+    deadline = time.time() + secs
+    while True:
+        r = c.ctl("warm", p, check=False)
+        if r.returncode == 0 or time.time() > deadline:
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            return
+        assert "passthrough" in r.stdout + r.stderr, (r.stdout, r.stderr)
+        time.sleep(0.02)
 
 
 def test_switch_never_stale(make_cache):
@@ -175,10 +194,10 @@ def test_switch_never_stale(make_cache):
     os.close(a)
     os.close(b)
     assert store(c, "wa/s.bin") == bytes(want)
-    # 2. read-write opens: the cache's path (they read); the cache fills; they see the passthrough writes
+    # 2. warmed once the passthrough opens are released: the cache's path, which sees the passthrough writes
+    warm_when_released(c, p)
     x = os.open(p, os.O_RDWR)
     check(x)
-    c.ctl("warm", p)
     y = os.open(p, os.O_WRONLY)  # the cache's path too: x is open there, and the cache holds the file
     for i in range(20):
         off = (i * 61 * 1024) % (len(want) - 5000)
@@ -189,9 +208,19 @@ def test_switch_never_stale(make_cache):
     os.close(x)
     os.close(y)
     assert store(c, "wa/s.bin") == bytes(want)
-    # 3. evicted: passthrough again after the cache's path wrote; a reader shares it; nothing stale
-    c.ctl("evict", p)
-    z = os.open(p, os.O_WRONLY)
+    # 3. evicted: passthrough again after the cache's path wrote (once x and y are released: until then an open
+    # stays on the cache's path, and a warm is not refused); a reader shares it; nothing stale
+    deadline = time.time() + 10
+    while True:
+        c.ctl("evict", p)
+        z = os.open(p, os.O_WRONLY)
+        w = c.ctl("warm", p, check=False)
+        if w.returncode != 0:
+            break  # refused: z is a passthrough open
+        os.close(z)
+        assert time.time() < deadline, "the cache-path opens were never released"
+        time.sleep(0.02)
+    assert "passthrough" in (w.stdout + w.stderr), (w.stdout, w.stderr)
     r = os.open(p, os.O_RDONLY)
     check(r)
     os.pwrite(z, b"Z" * 5000, 1000)
@@ -205,12 +234,12 @@ def test_switch_never_stale(make_cache):
     # 4. and the cache's path again: sees the passthrough write at once, then from the cache once warmed
     with open(p, "rb") as f:
         assert f.read() == bytes(want)
-    c.ctl("warm", p)
+    warm_when_released(c, p)
     with open(p, "rb") as f:
         assert f.read() == bytes(want)
     assert store(c, "wa/s.bin") == bytes(want)
     counts, pt, log = counters(c)
-    assert pt["kernel"] >= 4 and pt["cache"] >= 4, pt
+    assert pt["kernel"] >= 4 and pt["cache"] >= 3, pt
     assert "Assertion" not in log
 
 
@@ -352,7 +381,9 @@ def test_switch_by_rename(make_cache):
         assert f.read() == bytes(want)
     assert store(c, "pt/g3.bin") == bytes(want)
     counts, pt, log = counters(c)
-    assert pt["kernel"] >= 3 and pt["cache"] >= 3, pt
+    # the create, a and b at least; an open right after a close may still follow the closed one's rule (its
+    # RELEASE is asynchronous)
+    assert pt["kernel"] >= 3 and pt["kernel"] + pt["cache"] == 7, pt
 
 
 def test_refused_on_a_stacked_store(make_cache, tmp_path):
