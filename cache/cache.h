@@ -22,6 +22,7 @@
 /* ---------------------------------------------------------------- config */
 
 enum cache_mode { MODE_WRITEBACK, MODE_WRITETHROUGH, MODE_WRITEAROUND };
+enum fuse_pt { FUSE_PT_AUTO, FUSE_PT_OFF };
 enum unmount_policy { UNMOUNT_FLUSH, UNMOUNT_KEEP };
 enum identity_mode { IDENT_AUTO, IDENT_HANDLE, IDENT_PATH };
 enum conflict_policy { CONFLICT_OVERWRITE, CONFLICT_KEEP_BOTH };
@@ -75,6 +76,7 @@ struct cache_config {
 	uint64_t fuse_workers;
 	uint64_t fuse_threads;
 	int fuse_transport; /* FSLOOP_* order: auto, uring, dev */
+	int fuse_passthrough; /* FUSE_PT_*: auto, off */
 	uint64_t attr_timeout_ms;
 	uint64_t negative_timeout_ms;
 	uint64_t read_ahead;
@@ -200,6 +202,18 @@ void cache_file_put(struct cache *c, struct cfile *f);
  * until its next open (fpolicy.c).  0, or -ENOMEM.
  */
 int cache_file_policy_match(struct cache *c, struct cfile *f);
+/*
+ * What an open served outside the cache (fs/passthru.c) needs of f, as bits:
+ * CACHE_OUT_EMPTY, the cache holds nothing of it (no block, clean or dirty,
+ * nothing lost); CACHE_OUT_BYPASS, its mode reads and writes the backing
+ * file itself; CACHE_OUT_WRITEAROUND, its mode writes the backing file
+ * itself (and keeps what reads miss).  Only fills made for an open or a warm
+ * add blocks: the caller keeps both away while it relies on EMPTY.
+ */
+#define CACHE_OUT_EMPTY 1
+#define CACHE_OUT_BYPASS 2
+#define CACHE_OUT_WRITEAROUND 4
+int cache_file_outside(struct cache *c, struct cfile *f);
 /* The name of the policy f got at its last open, or NULL (none); valid for
  * the life of the process. */
 const char *cache_file_policy(const struct cfile *f);

@@ -37,6 +37,7 @@ static const char *const conflict_names[] = { "overwrite", "keep-both",
 					      NULL };
 static const char *const on_close_names[] = { "none", "flush", NULL };
 static const char *const transport_names[] = { "auto", "uring", "dev", NULL };
+static const char *const passthrough_names[] = { "auto", "off", NULL };
 
 #define OFF(f) offsetof(struct cache_config, f)
 #define KIB 1024ull
@@ -141,6 +142,14 @@ static const struct cfg_key keys[] = {
 	  "administrator turns it on with the fuse module's enable_uring=1), "
 	  "dev (/dev/fuse), auto (uring where the kernel offers it, else "
 	  "/dev/fuse; the log says which)" },
+	{ "fuse", "passthrough", T_ENUM, OFF(fuse_passthrough), 0, 1, "auto", 0,
+	  passthrough_names,
+	  "auto: an open of a bypass file, or a write-only open of a "
+	  "writearound one, that the cache holds nothing of is served by the "
+	  "kernel from the backing file (FUSE passthrough: its reads, writes "
+	  "and maps reach no daemon; needs CAP_SYS_ADMIN and a kernel that "
+	  "offers it, else logged and off); off: every open through the "
+	  "cache" },
 	{ "fuse", "read_ahead", T_SIZE, OFF(read_ahead), 0, 64 * MIB, "1M", 0,
 	  NULL, "kernel read-ahead of the mount (its bdi read_ahead_kb)" },
 	{ "fuse", "attr_timeout", T_TIME, OFF(attr_timeout_ms), 0, 3600000,

@@ -47,6 +47,21 @@
  * the tail of the new level's list (the most recently used end) at once.
  */
 
+int cache_file_outside(struct cache *c, struct cfile *f)
+{
+	int mode = file_mode(c, f), ret = 0;
+
+	if (mode == MODE_BYPASS)
+		ret |= CACHE_OUT_BYPASS;
+	else if (mode == MODE_WRITEAROUND)
+		ret |= CACHE_OUT_WRITEAROUND;
+	pthread_mutex_lock(&c->lock);
+	if (!f->nslots && !f->ndirty && !f->lost)
+		ret |= CACHE_OUT_EMPTY;
+	cache_unlock(c);
+	return ret;
+}
+
 const char *cache_file_policy(const struct cfile *f)
 {
 	return __atomic_load_n(&f->pol.name, __ATOMIC_ACQUIRE);

@@ -2,6 +2,7 @@
  * backing directory, directories walked, progress streamed. */
 #define _GNU_SOURCE
 #include "ctl.h"
+#include "passthru.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -324,12 +325,32 @@ static const char *mib(uint64_t b, char *buf, size_t len)
 }
 
 /* Warm e up to limit bytes (with the file f, referenced); *cached after. */
+/* A warm fills the cache outside any open: not while the file is open
+ * through passthrough, and no passthrough open while it runs (passthru.c). */
 static int warm_one(struct job *j, const struct entry *e, struct cfile *f,
 		    uint64_t limit, uint64_t *read, uint64_t *cached)
 {
 	struct cache_file_info i;
-	int ret = cache_file_warm(j->fs->cache, f, limit, warm_progress,
-				  client_gone, j, read);
+	struct stat st;
+	int fd = open_beneath(j->fs, j->fs->backing_fd, e->rel), ret;
+
+	if (fd < 0)
+		return fd;
+	ret = fstat(fd, &st) ? -errno : 0;
+	close(fd);
+	if (!ret)
+		ret = fs_pt_hold(st.st_dev, st.st_ino);
+	if (ret) {
+		*read = *cached = 0;
+		perr(j, e->rel, "warm: %s",
+		     ret == -EBUSY
+			     ? "open through passthrough (fuse.passthrough)"
+			     : strerror(-ret));
+		return ret;
+	}
+	ret = cache_file_warm(j->fs->cache, f, limit, warm_progress,
+			      client_gone, j, read);
+	fs_pt_unhold(st.st_dev, st.st_ino);
 
 	cache_file_info(j->fs->cache, f, &i);
 	*cached = i.cached;

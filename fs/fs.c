@@ -7,6 +7,7 @@
 #include "cred.h"
 #include "killpriv.h"
 #include "kinval.h"
+#include "passthru.h"
 #include "proto.h"
 
 #include <assert.h>
@@ -48,6 +49,7 @@ struct fs_fh {
 				  * opener_known */
 	gid_t *ogroups;
 	int opener_known;
+	int pt; /* how it is served (FS_PT_*, passthru.c) */
 };
 
 struct fs_dir {
@@ -636,14 +638,24 @@ static int open_fh_cf(fuse_req_t req, fuse_ino_t ino, struct cfile *cf,
 	fh->ino = ino;
 	fi->fh = (uintptr_t)fh;
 	proto_open(fi);
+	/* served by the kernel from the store, or through the cache */
+	ret = fs_pt_open(req, fs_inode_of(fs, ino), fh->cf, fi);
+	if (ret < 0) {
+		cache_file_put(fs->cache, fh->cf);
+		free(fh->ogroups);
+		free(fh);
+		return ret;
+	}
+	fh->pt = ret;
 	/* a close that waits for nothing asks nothing (op_flush) */
 	if (fs->cfg->on_close != ON_CLOSE_FLUSH ||
 	    (fi->flags & O_ACCMODE) == O_RDONLY)
 		fi->noflush = 1;
 	fh->kdio = fi->direct_io;
 	/* before the reply: a direct write that misses it is in the cache
-	 * before this handle reads, and one before it is dropped (kinval.c) */
-	if (!fi->direct_io &&
+	 * before this handle reads, and one before it is dropped (kinval.c);
+	 * a passthrough handle sends no READ or WRITE */
+	if (fh->pt != FS_PT_KERNEL && !fi->direct_io &&
 	    kinval_open(&fs_inode_of(fs, ino)->kinval, &fh->kdrop))
 		fi->keep_cache = 0;
 	return 0;
@@ -688,6 +700,8 @@ static int open_fh(fuse_req_t req, struct fs_inode *in, fuse_ino_t ino,
 	return ret ? ret : open_fh_cf(req, ino, cf, &st, fi, 0);
 }
 
+static void fh_free(struct fs *fs, struct fs_fh *fh);
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
@@ -695,8 +709,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	if (ret)
 		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_open(req, fi);
+	else if (fuse_reply_open(req, fi) == -ENOENT)
+		/* interrupted: the kernel has no file, and sends no RELEASE
+		 * (its passthrough and cache-path counts, passthru.c) */
+		fh_free(fs, (struct fs_fh *)(uintptr_t)fi->fh);
 }
 
 /*
@@ -828,7 +844,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (fi->flags & O_TRUNC)
 		e.attr.st_size = 0;
-	fuse_reply_create(req, &e, fi);
+	if (fuse_reply_create(req, &e, fi) == -ENOENT)
+		fh_free(fs, (struct fs_fh *)(uintptr_t)fi->fh);
 }
 
 #define READ_BUF (2u * 1024 * 1024 + 2 * 4096)
@@ -1049,22 +1066,26 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, -ret);
 }
 
-static void op_release(fuse_req_t req, fuse_ino_t ino,
-		       struct fuse_file_info *fi)
+/* The end of a handle: what its open took, given back. */
+static void fh_free(struct fs *fs, struct fs_fh *fh)
 {
-	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
-
 	fs_cred_daemon();
-	if (!fh->kdio)
-		kinval_release(&fs_inode_of(fs_of(req), fh->ino)->kinval,
-			       fh->kdrop);
-	cache_file_put(fs_of(req)->cache, fh->cf);
+	if (!fh->kdio && fh->pt != FS_PT_KERNEL)
+		kinval_release(&fs_inode_of(fs, fh->ino)->kinval, fh->kdrop);
+	fs_pt_release(fs, fs_inode_of(fs, fh->ino), fh->cf, fh->pt);
+	cache_file_put(fs->cache, fh->cf);
 	if (fh->kfd >= 0)
 		close(fh->kfd);
 	if (fh->wfd >= 0)
 		close(fh->wfd);
 	free(fh->ogroups);
 	free(fh);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	fh_free(fs_of(req), (struct fs_fh *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 

@@ -30,6 +30,8 @@ struct fs_inode {
 	uint64_t nlookup;
 	struct kinval_ino kinval; /* its handles, for the kernel's page
 				   * cache (kinval.c) */
+	uint64_t pt_gen, pt_seen; /* its passthrough opens, and as the last
+				   * cache-path open saw them (passthru.c) */
 	struct fs_inode *next;
 	int htype;
 	uint8_t hbytes;

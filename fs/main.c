@@ -6,6 +6,7 @@
 #include "kinval.h"
 #include "loop.h"
 #include "notify.h"
+#include "passthru.h"
 #include "proto.h"
 
 #include <errno.h>
@@ -262,6 +263,7 @@ int main(int argc, char **argv)
 	struct fs fs;
 	char err[CFG_ERRLEN], mnt[PATH_MAX], stats[1024];
 	int loop_ret;
+	unsigned int features;
 	const char *config = NULL, *mountpoint;
 	char **ov = calloc(argc, sizeof(char *));
 	int nov = 0, foreground = 0, debug = 0, opt, ret, close_ret, flush;
@@ -403,10 +405,12 @@ int main(int argc, char **argv)
 		cache_close(fs.cache, 0);
 		die("cannot mount on %s", mnt);
 	}
-	ret = proto_attach(se, fuse_session_fd(se),
-			   PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO |
-				   (cfg.fuse_transport != FSLOOP_DEV ? PROTO_URING
-								     : 0));
+	features = PROTO_KILLPRIV_V2 | PROTO_DIRECT_IO;
+	if (cfg.fuse_transport != FSLOOP_DEV)
+		features |= PROTO_URING;
+	if (cfg.fuse_passthrough == FUSE_PT_AUTO)
+		features |= PROTO_PASSTHROUGH;
+	ret = proto_attach(se, fuse_session_fd(se), features);
 	if (ret)
 		log_msg(LOG_WARNING,
 			"cannot see the FUSE requests (%s): running without "
@@ -437,6 +441,8 @@ int main(int argc, char **argv)
 	fuse_session_unmount(se);
 	kinval_stop(); /* after the unmount: nothing waits for a READ now */
 	proto_stats(stats, sizeof(stats));
+	log_msg(LOG_INFO, "%s", stats);
+	fs_pt_stats(stats, sizeof(stats));
 	log_msg(LOG_INFO, "%s", stats);
 	log_msg(LOG_NOTICE, "unmounted %s; %s", mnt,
 		flush ? "destaging all dirty data"

@@ -28,6 +28,10 @@
  *   3.15 cannot set FOPEN_PARALLEL_DIRECT_WRITES, which proto_writev adds to a
  *   reply that has FOPEN_DIRECT_IO (only proto_open sets that).
  * - WRITE.  FUSE_WRITE_KILL_SUIDGID in write_flags (no libfuse passes it on).
+ * - Passthrough (before 3.17 libfuse has no API for it): FUSE_PASSTHROUGH
+ *   and max_stack_depth in the INIT reply; FOPEN_PASSTHROUGH and the backing
+ *   id in the reply of an open that proto_open_passthrough marked (the
+ *   backing ids themselves are fs/passthru.c's).
  *
  * One path per feature: where the library has the API (detected at build
  * time: NVC_FUSE_KILLPRIV_V2, NVC_FUSE_ALLOW_MMAP, NVC_FUSE_PARALLEL_DIO),
@@ -65,6 +69,24 @@
 #ifndef FOPEN_PARALLEL_DIRECT_WRITES
 #define FOPEN_PARALLEL_DIRECT_WRITES (1 << 6)
 #endif
+#ifndef FUSE_PASSTHROUGH
+#define FUSE_PASSTHROUGH (1ULL << 37)
+#endif
+#ifndef FOPEN_PASSTHROUGH
+#define FOPEN_PASSTHROUGH (1 << 7)
+#endif
+/* What a backing file may stack on (the store's s_stack_depth must be below
+ * it): 1 keeps this mount usable under overlayfs; a store that is itself
+ * stacked is refused at BACKING_OPEN (ELOOP) and served by the cache. */
+#define PT_STACK_DEPTH 1
+/* The tails of fuse_init_out and fuse_open_out past what these headers
+ * (older than the kernel) name. */
+#define INIT_OUT_STACK_OFF 36 /* max_stack_depth, unused[0] here */
+struct pt_open_out {
+	uint64_t fh;
+	uint32_t open_flags;
+	int32_t backing_id; /* padding here */
+};
 
 #define NOPS 64 /* counted opcodes; the rest in [0] */
 #define CAP_XATTR "security.capability"
@@ -87,6 +109,8 @@ static __thread struct {
 	uint64_t unique; /* 0: answered, or none */
 	uint32_t opcode;
 	int kill;
+	int pt; /* the open's reply serves it through backing_id */
+	int32_t backing_id;
 } cur;
 
 static void note_init(const struct fuse_init_in *in, size_t len)
@@ -172,6 +196,7 @@ static void note_request(const void *buf, size_t n, int fresh)
 	cur.unique = h->unique;
 	cur.opcode = h->opcode;
 	cur.kill = 0;
+	cur.pt = 0;
 	if (fresh)
 		__atomic_add_fetch(&pr.count[h->opcode < NOPS ? h->opcode : 0],
 				   1, __ATOMIC_RELAXED);
@@ -240,6 +265,8 @@ static uint64_t init_wanted(void)
 #endif
 	if ((pr.want & PROTO_URING) && pr.uring_ok)
 		want |= FUSE_OVER_IO_URING;
+	if (pr.want & PROTO_PASSTHROUGH)
+		want |= FUSE_PASSTHROUGH;
 	return want & pr.offered;
 }
 
@@ -261,6 +288,12 @@ static void patch_init(struct iovec *iov, int count)
 	if (out->flags & FUSE_INIT_EXT)
 		got |= (uint64_t)out->flags2 << 32;
 	pr.granted = got & pr.offered;
+	if ((pr.granted & FUSE_PASSTHROUGH) &&
+	    iov[1].iov_len >= INIT_OUT_STACK_OFF + sizeof(uint32_t))
+		memcpy((char *)out + INIT_OUT_STACK_OFF,
+		       &(uint32_t){ PT_STACK_DEPTH }, sizeof(uint32_t));
+	else
+		pr.granted &= ~FUSE_PASSTHROUGH;
 	pr.payload = out->max_write;
 	if ((size_t)out->max_pages * 4096 > pr.payload)
 		pr.payload = (size_t)out->max_pages * 4096;
@@ -272,12 +305,20 @@ static void patch_init(struct iovec *iov, int count)
  * create's). */
 static void patch_open(struct iovec *iov, int count)
 {
-#ifndef NVC_FUSE_PARALLEL_DIO
-	struct fuse_open_out *out;
+	struct pt_open_out *out;
 
 	if (count != 2 || iov[1].iov_len < sizeof(*out))
 		return;
 	out = (void *)((char *)iov[1].iov_base + iov[1].iov_len - sizeof(*out));
+	if (cur.pt) {
+		/* FOPEN_DIRECT_IO would override passthrough in the kernel */
+		out->open_flags &= ~(FOPEN_DIRECT_IO | FOPEN_KEEP_CACHE |
+				     FOPEN_PARALLEL_DIRECT_WRITES);
+		out->open_flags |= FOPEN_PASSTHROUGH;
+		out->backing_id = cur.backing_id;
+		return;
+	}
+#ifndef NVC_FUSE_PARALLEL_DIO
 	if (out->open_flags & FOPEN_DIRECT_IO)
 		out->open_flags |= FOPEN_PARALLEL_DIRECT_WRITES;
 #endif
@@ -414,6 +455,24 @@ void proto_open(struct fuse_file_info *fi)
 #endif
 }
 
+int proto_passthrough_offered(void)
+{
+	return !!(pr.offered & FUSE_PASSTHROUGH);
+}
+
+int proto_passthrough(void)
+{
+	return !!(pr.granted & FUSE_PASSTHROUGH);
+}
+
+void proto_open_passthrough(int backing_id)
+{
+	assert(!pr.attached || cur.opcode == FUSE_OPEN ||
+	       cur.opcode == FUSE_CREATE);
+	cur.pt = 1;
+	cur.backing_id = backing_id;
+}
+
 int proto_write_kill(void)
 {
 	assert(!pr.attached || cur.opcode == FUSE_WRITE);
@@ -504,7 +563,7 @@ int proto_stats(char *buf, size_t len)
 	w = snprintf(
 		buf + (n < len ? n : len), n < len ? len - n : 0,
 		"; GETXATTR %s %llu; at most %lld WRITEs in flight; "
-		"granted%s%s%s",
+		"granted%s%s%s%s",
 		CAP_XATTR,
 		(unsigned long long)__atomic_load_n(&pr.cap_getxattr,
 						    __ATOMIC_RELAXED),
@@ -512,6 +571,7 @@ int proto_stats(char *buf, size_t len)
 		pr.granted & FUSE_HANDLE_KILLPRIV_V2 ? " KILLPRIV_V2" : "",
 		pr.granted & FUSE_DIRECT_IO_ALLOW_MMAP ? " DIRECT_IO_ALLOW_MMAP"
 						       : "",
-		pr.granted & FUSE_OVER_IO_URING ? " OVER_IO_URING" : "");
+		pr.granted & FUSE_OVER_IO_URING ? " OVER_IO_URING" : "",
+		pr.granted & FUSE_PASSTHROUGH ? " PASSTHROUGH" : "");
 	return w < 0 ? w : (int)(n + w);
 }

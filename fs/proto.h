@@ -31,6 +31,10 @@ struct fuse_file_info;
  * /sys/module/fuse/parameters/enable_uring is Y) and the loop can serve it
  * (proto_uring_allow): requests then come through fs/uring.c. */
 #define PROTO_URING 4u
+/* PROTO_PASSTHROUGH: FUSE_PASSTHROUGH (max_stack_depth 1) where the kernel
+ * offers it; an open is then served by the kernel from a backing file when
+ * its reply is marked (proto_open_passthrough; fs/passthru.c). */
+#define PROTO_PASSTHROUGH 8u
 
 /*
  * Install the hooks on a session, reading and writing fd (a mounted session's
@@ -69,6 +73,14 @@ int proto_uring(void);
 /* The payload a ring entry needs: max(8 KiB, max_write, max_pages pages)
  * of the INIT reply. */
 size_t proto_uring_payload(void);
+
+/* After the INIT reply: whether the kernel offered FUSE_PASSTHROUGH, and
+ * whether the reply took it. */
+int proto_passthrough_offered(void);
+int proto_passthrough(void);
+/* From the open and create ops, before the reply: serve this open through
+ * the backing file registered as backing_id (FOPEN_PASSTHROUGH). */
+void proto_open_passthrough(int backing_id);
 
 /* The request counters, one line of text; its length (snprintf's). */
 int proto_stats(char *buf, size_t len);

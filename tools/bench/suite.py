@@ -23,7 +23,12 @@ FLOOR_BIN = os.path.join(BUILD, "tools", "bench", "fuse-floor")
 MiB, GiB = 1 << 20, 1 << 30
 PEERS = ("rclone", "mergerfs", "bindfs", "ext4-dimm")
 FLOOR = ceiling.FLOOR
-DAEMONS = {"nvcachefs": "nvc_proc", "nvcachefs-small": "nvcs_proc", FLOOR: "floor_proc"}
+DAEMONS = {"nvcachefs": "nvc_proc", "nvcachefs-small": "nvcs_proc", FLOOR: "floor_proc",
+           "nvcachefs-pt": "nvcpt_proc", "nvcachefs-nopt": "nvcnopt_proc"}
+PT_CELLS = (("passthrough: bypass 1M seqread buffered", ["--ioengine=psync", "--direct=0"]),
+            ("passthrough: bypass 1M seqread O_DIRECT", ["--ioengine=psync", "--direct=1"]),
+            ("passthrough: bypass 1M seqread O_DIRECT QD8", ["--ioengine=libaio", "--iodepth=8", "--direct=1"]))
+PT_TARGETS = ("pt-store", "nvcachefs-pt", "nvcachefs-nopt")
 MEM_GIB = (1, 8, 64)
 # the issue 11 targets: (workload, ratio of nvcachefs_ratios, at least)
 TARGETS = [("4K randread QD1 (cached)", "of ceiling", 0.8), ("4K randread QD32 (cached)", "of ceiling", 0.8),
@@ -41,7 +46,7 @@ AMP_PATTERNS = (("random", lambda f: ["--rw=randread", "--bs=4k", f"--io_size={f
                                            f"--offset_increment={f // 4}"], 1.2),
                 ("sequential", lambda f: ["--rw=read", "--bs=1M"], 1.2))
 PHASES = ("workloads", "uncached_read", "read_amp", "btest", "checkpoint", "metadata", "bonnie", "destage",
-          "destage_scattered", "resources", "mem_per_gib")
+          "destage_scattered", "resources", "mem_per_gib", "passthrough")
 
 
 def sh(*a, check=True, **kw):
@@ -206,7 +211,10 @@ class Bench:
                 os.unlink(f)
         for f in os.listdir("/dev/shm"):
             if f.startswith(self.tag):
-                os.unlink("/dev/shm/" + f)
+                if os.path.isdir("/dev/shm/" + f):       # the passthrough phase's tmpfs store
+                    shutil.rmtree("/dev/shm/" + f, ignore_errors=True)
+                else:
+                    os.unlink("/dev/shm/" + f)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ------------------------------------------------------------ targets
@@ -496,6 +504,88 @@ class Bench:
             self.drop_caches()
             self.results[(name, x)] = self.fio(x, name, ["--rw=read", "--bs=1M", "--direct=1"], size, file="cold")
         print("  uncached read: done", flush=True)
+
+    def passthrough(self):
+        """Issue 28: sequential reads of a cold bypass file (policy mode = bypass) through nvcachefs with
+        fuse.passthrough = auto and = off, each on its own cache and store directory, against the store itself;
+        on the backing store's disk (the kernel's caches dropped before each cell) and on a tmpfs store (faster
+        than FUSE: the transport's own cost shows)."""
+        rules = "passthrough = {}\n[policy all]\nmatch = **\nmode = bypass\n"
+        size = 4 * self.ws
+        block = os.urandom(MiB)
+        for kind in ("disk", "tmpfs"):
+            base = self.backing if kind == "disk" else f"/dev/shm/{self.tag}-pt"
+            if kind == "tmpfs":
+                # three files in RAM beside the DIMM images: at most 1 GiB each, and only with room to spare
+                size = min(size, GiB)
+                with open("/proc/meminfo") as f:
+                    avail = int(re.search(r"MemAvailable:\s+(\d+) kB", f.read()).group(1)) * 1024
+                if avail < 3 * size + 4 * GiB:
+                    self.notes.append(f"passthrough on tmpfs skipped: {avail // MiB} MiB available, "
+                                      f"{(3 * size + 4 * GiB) // MiB} MiB wanted")
+                    break
+            stores = {"pt-store": os.path.join(base, "plain-pt")}
+            mounts = []
+            for name, mode in (("pt", "auto"), ("nopt", "off")):
+                devs = [self.loop(f"{name}{kind}{i}", 64 * MiB, True) for i in range(2)]
+                stores["nvcachefs-" + name] = os.path.join(base, name + kind)
+                self.targets["nvcachefs-" + name] = self.mount_nvc(
+                    name + kind, devs, None, ("[fuse]\n" if not TRANSPORT else "") + rules.format(mode),
+                    backing=stores["nvcachefs-" + name])
+                setattr(self, f"nvc{name}_proc", getattr(self, f"{name}{kind}_proc"))
+                mounts.append(self.targets["nvcachefs-" + name])
+            os.makedirs(stores["pt-store"], exist_ok=True)
+            self.targets["pt-store"] = stores["pt-store"]
+            for x, store in stores.items():
+                with open(os.path.join(store, "cold-pt"), "wb") as f:
+                    for k in range(size // MiB):
+                        f.write(block[k % 4096:] + block[:k % 4096])
+            # three rounds, the targets' order rotated each round; each cell the median round
+            for cell, args in PT_CELLS:
+                name = f"{cell} ({kind})"
+                runs = {x: [] for x in PT_TARGETS}
+                for k in range(3):
+                    for x in PT_TARGETS[k:] + PT_TARGETS[:k]:
+                        self.drop_caches()
+                        runs[x].append(self.fio(x, name, args + ["--rw=read", "--bs=1M"], size, file="cold-pt"))
+                for x, rs in runs.items():
+                    ok = sorted((r for r in rs if r.get("bw")), key=lambda r: r["bw"])
+                    r = dict(ok[len(ok) // 2]) if ok else rs[0]
+                    r["rounds_bw"] = [x_.get("bw", 0) for x_ in rs]
+                    self.results[(name, x)] = r
+            for x in PT_TARGETS:
+                del self.targets[x]
+            for m in mounts:
+                sh("umount", m, check=False)
+            if kind == "tmpfs":
+                shutil.rmtree(base, ignore_errors=True)
+        print("  passthrough: done", flush=True)
+
+    def pt_md(self):
+        """The passthrough section: MB/s, the ratios to the store and to passthrough off, daemon CPU."""
+        cells = [f"{c} ({k})" for k in ("disk", "tmpfs") for c, _ in PT_CELLS]
+        if not any((wl, "nvcachefs-pt") in self.results for wl in cells):
+            return []
+        md = ["## FUSE passthrough (issue 28)\n",
+              f"A cold {4 * self.ws // MiB} MiB file (on tmpfs at most 1024 MiB) under a `mode = bypass` policy, read sequentially in 1 MiB "
+              "reads: nvcachefs with `fuse.passthrough = auto` (the kernel reads the store itself), with "
+              "`fuse.passthrough = off` (every read a FUSE READ the daemon serves from the store), and the store "
+              "itself, in the same run; on the backing store's disk (the kernel's caches dropped before each cell) "
+              "and on tmpfs (a store faster than FUSE). Three rounds, the targets' order rotated; each figure the "
+              "median round (all rounds in results.json, `rounds_bw`). Daemon CPU: its user and system time over "
+              "the median cell.\n",
+              "| cell | store MB/s | passthrough MB/s | off MB/s | passthrough vs store | off vs store | "
+              "passthrough vs off | daemon CPU s (passthrough / off) |", "|---|---|---|---|---|---|---|---|"]
+        for wl in cells:
+            b, p, o = (self.results.get((wl, x), {}) for x in PT_TARGETS)
+            if not (b.get("bw") and p.get("bw") and o.get("bw")):
+                md.append(f"| {wl} | {b.get('skip', '')} | {p.get('skip', '')} | {o.get('skip', '')} | | | | |")
+                continue
+            md.append(f"| {wl[len('passthrough: '):]} | {b['bw'] / 1e6:.0f} | {p['bw'] / 1e6:.0f} | "
+                      f"{o['bw'] / 1e6:.0f} | {p['bw'] / b['bw']:.2f}x | {o['bw'] / b['bw']:.2f}x | "
+                      f"{p['bw'] / o['bw']:.2f}x | {p.get('cpu_s', 0):.2f} / {o.get('cpu_s', 0):.2f} |")
+        md.append("")
+        return md
 
     def nvc_counters(self):
         j = json.loads(sh(CTL, "stats", self.targets["nvcachefs"], "--json").stdout)
@@ -865,7 +955,8 @@ class Bench:
         w("")
         md += self.amp_md()
         md += self.past_md()
-        workloads = [wl for wl in workloads if not wl.startswith("read amplification")]
+        md += self.pt_md()
+        workloads = [wl for wl in workloads if not wl.startswith(("read amplification", "passthrough:"))]
         md += ceiling.ceiling_md(self.results, [wl for wl in workloads if wl != SCATTERED])
         md += ceiling.targets_md(ratios, TARGETS, "Targets of issue 11 (this run)")
         for wl in workloads:

@@ -1,0 +1,419 @@
+"""FUSE passthrough (fuse.passthrough, issue 28): bypass and writearound files the cache holds nothing of are
+served by the kernel from the backing file. Byte-for-byte against the store, proof from the daemon's request
+counters that no READ or WRITE reached it, the switch between passthrough and the cache's path never stale,
+mmap, and nobody refused what the store refuses them."""
+import mmap
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from conftest import MiB
+
+NOBODY = 65534
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+RULES = """
+[policy pt]
+match = pt/**
+mode = bypass
+[policy wa]
+match = wa/**
+mode = writearound
+"""
+
+
+def pt_cache(make_cache, passthrough="auto", public=False, **keys):
+    extra = {"fuse.passthrough": passthrough, **keys}
+    c = make_cache(extra=extra, public=public)
+    c.write_conf()
+    with open(c.conf, "a") as f:
+        f.write(RULES)
+    c.format()
+    for d in ("pt", "wa", "cached"):
+        os.mkdir(os.path.join(c.backing, d))
+        os.chmod(os.path.join(c.backing, d), 0o755)
+    c.mount()
+    return c
+
+
+def counters(c):
+    """Unmount; the daemon's FUSE request counts and its passthrough line, from its log."""
+    assert c.unmount() == 0
+    log = c.log_text()
+    req = [ln for ln in log.splitlines() if "fuse requests:" in ln][-1]
+    pt = [ln for ln in log.splitlines() if "passthrough: " in ln and "opens" in ln][-1]
+    counts = {k: int(v) for k, v in re.findall(r" ([A-Z_]+) (\d+)", req.split(";")[0])}
+    m = re.search(r"passthrough: (\w+); opens (\d+) passthrough, (\d+) cache", pt)
+    return counts, {"state": m.group(1), "kernel": int(m.group(2)), "cache": int(m.group(3))}, log
+
+
+def granted(c):
+    """Skip where this kernel or this daemon cannot have passthrough at all."""
+    if not os.path.exists("/sys/module/fuse") or os.geteuid() != 0:
+        pytest.skip("needs root and the fuse module")
+
+
+def store(c, rel):
+    with open(os.path.join(c.backing, rel), "rb") as f:
+        return f.read()
+
+
+def test_bypass_read_write_through_passthrough(make_cache):
+    c = pt_cache(make_cache)
+    granted(c)
+    data = os.urandom(8 * MiB + 123)
+    p = c.path("pt", "a.bin")
+    with open(p, "wb") as f:
+        f.write(data)
+    assert store(c, "pt/a.bin") == data
+    with open(p, "rb") as f:
+        assert f.read() == data
+    # rewrite the middle through an O_RDWR open, read back through another
+    patch = os.urandom(MiB)
+    fd = os.open(p, os.O_RDWR)
+    os.pwrite(fd, patch, 3 * MiB + 7)
+    os.fsync(fd)  # the store's file fsynced (its data is in the store's page cache, not on a cache device)
+    os.close(fd)
+    want = data[:3 * MiB + 7] + patch + data[4 * MiB + 7:]
+    assert store(c, "pt/a.bin") == want
+    with open(p, "rb") as f:
+        assert f.read() == want
+    # a write-only open of a writearound file with nothing cached goes the same way
+    wa = c.path("wa", "b.bin")
+    with open(wa, "wb") as f:
+        f.write(data[:MiB])
+    assert store(c, "wa/b.bin") == data[:MiB]
+    counts, pt, log = counters(c)
+    assert pt["state"] == "on", log[-3000:]
+    assert pt["kernel"] >= 5 and pt["cache"] == 0, pt
+    # the proof: not one READ or WRITE reached the daemon
+    assert counts.get("READ", 0) == 0 and counts.get("WRITE", 0) == 0, counts
+
+
+def test_passthrough_off_serves_through_the_daemon(make_cache):
+    """The counter check above can fail: with fuse.passthrough = off the same file's I/O is READs and WRITEs."""
+    c = pt_cache(make_cache, passthrough="off")
+    data = os.urandom(2 * MiB)
+    p = c.path("pt", "a.bin")
+    with open(p, "wb") as f:
+        f.write(data)
+    with open(p, "rb") as f:
+        assert f.read() == data
+    counts, pt, _ = counters(c)
+    assert pt["kernel"] == 0
+    assert counts.get("READ", 0) > 0 and counts.get("WRITE", 0) > 0, counts
+
+
+def test_mmap_through_passthrough(make_cache):
+    c = pt_cache(make_cache)
+    granted(c)
+    data = bytearray(os.urandom(4 * MiB))
+    p = c.path("pt", "m.bin")
+    with open(p, "wb") as f:
+        f.write(data)
+    fd = os.open(p, os.O_RDWR)
+    m = mmap.mmap(fd, len(data), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    assert m[:] == bytes(data)
+    m[MiB:MiB + 4096] = b"\xa5" * 4096
+    data[MiB:MiB + 4096] = b"\xa5" * 4096
+    m.flush()
+    # a write through the descriptor shows in the map at once: one page cache, the store's
+    os.pwrite(fd, b"\x5a" * 100, 2 * MiB)
+    data[2 * MiB:2 * MiB + 100] = b"\x5a" * 100
+    assert m[2 * MiB:2 * MiB + 100] == b"\x5a" * 100
+    m.close()
+    os.close(fd)
+    assert store(c, "pt/m.bin") == bytes(data)
+    counts, pt, _ = counters(c)
+    assert pt["kernel"] >= 2 and pt["cache"] == 0, pt
+    assert counts.get("READ", 0) == 0 and counts.get("WRITE", 0) == 0, counts
+
+
+def test_writearound_reads_stay_cached(make_cache):
+    """A writearound file's reads are kept in the cache (PRODUCT.md §4.2): only write-only opens of files it holds
+    nothing of pass through."""
+    c = pt_cache(make_cache)
+    granted(c)
+    data = os.urandom(2 * MiB)
+    with open(os.path.join(c.backing, "wa", "r.bin"), "wb") as f:  # behind the mount
+        f.write(data)
+    p = c.path("wa", "r.bin")
+    before = c.stats()["used_bytes"]
+    with open(p, "rb") as f:
+        assert f.read() == data
+    assert c.stats()["used_bytes"] >= before + 2 * MiB
+    with open(p, "r+b") as f:  # cached now: the cache's path, even write-only
+        f.write(b"w" * 4096)
+    with open(c.path("wa", "new.bin"), "wb") as f:  # nothing cached: passthrough
+        f.write(data)
+    assert store(c, "wa/new.bin") == data and store(c, "wa/r.bin") == b"w" * 4096 + data[4096:]
+    counts, pt, _ = counters(c)
+    assert pt["kernel"] == 1 and pt["cache"] == 2, pt
+    assert counts.get("READ", 0) > 0 and counts.get("WRITE", 0) > 0, counts
+
+
+def warm_when_released(c, p, secs=10):
+    """nvcachectl warm p, retried while it is refused for a passthrough open whose RELEASE (asynchronous after
+    close(2)) has not reached the daemon yet."""
+    deadline = time.time() + secs
+    while True:
+        r = c.ctl("warm", p, check=False)
+        if r.returncode == 0 or time.time() > deadline:
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            return
+        assert "passthrough" in r.stdout + r.stderr, (r.stdout, r.stderr)
+        time.sleep(0.02)
+
+
+def test_switch_never_stale(make_cache):
+    """A writearound file written through passthrough, then on the cache's path once its blocks exist, and
+    back; every open of a file with a passthrough open shares it (a reader too). Interleaved writes and reads
+    from both kinds of open, each checked against the expected bytes and the store."""
+    c = pt_cache(make_cache)
+    granted(c)
+    p = c.path("wa", "s.bin")
+    want = bytearray(os.urandom(2 * MiB))
+    with open(p, "wb") as f:  # passthrough: write-only, nothing cached
+        f.write(want)
+
+    def check(fd):
+        assert os.pread(fd, len(want) + 10, 0) == bytes(want)
+
+    # 1. passthrough open A (write-only); B (read-write) opened while A is open must share it; interleave
+    a = os.open(p, os.O_WRONLY)
+    b = os.open(p, os.O_RDWR)
+    for i in range(20):
+        off = (i * 97 * 1024) % (len(want) - 5000)
+        chunk = os.urandom(4096 + i)
+        os.pwrite(a if i % 2 else b, chunk, off)
+        want[off:off + len(chunk)] = chunk
+        check(b)
+    os.close(a)
+    os.close(b)
+    assert store(c, "wa/s.bin") == bytes(want)
+    # 2. warmed once the passthrough opens are released: the cache's path, which sees the passthrough writes
+    warm_when_released(c, p)
+    x = os.open(p, os.O_RDWR)
+    check(x)
+    y = os.open(p, os.O_WRONLY)  # the cache's path too: x is open there, and the cache holds the file
+    for i in range(20):
+        off = (i * 61 * 1024) % (len(want) - 5000)
+        chunk = os.urandom(3000 + i)
+        os.pwrite(x if i % 2 else y, chunk, off)
+        want[off:off + len(chunk)] = chunk
+        check(x)
+    os.close(x)
+    os.close(y)
+    assert store(c, "wa/s.bin") == bytes(want)
+    # 3. evicted: passthrough again after the cache's path wrote (once x and y are released: until then an open
+    # stays on the cache's path, and a warm is not refused); a reader shares it; nothing stale
+    deadline = time.time() + 10
+    while True:
+        c.ctl("evict", p)
+        z = os.open(p, os.O_WRONLY)
+        w = c.ctl("warm", p, check=False)
+        if w.returncode != 0:
+            break  # refused: z is a passthrough open
+        os.close(z)
+        assert time.time() < deadline, "the cache-path opens were never released"
+        time.sleep(0.02)
+    assert "passthrough" in (w.stdout + w.stderr), (w.stdout, w.stderr)
+    r = os.open(p, os.O_RDONLY)
+    check(r)
+    os.pwrite(z, b"Z" * 5000, 1000)
+    want[1000:6000] = b"Z" * 5000
+    check(r)
+    # a warm while it is open through passthrough is refused (it would fill the cache beside it)
+    w = c.ctl("warm", p, check=False)
+    assert w.returncode != 0 and "passthrough" in (w.stdout + w.stderr), (w.stdout, w.stderr)
+    os.close(z)
+    os.close(r)
+    # 4. and the cache's path again: sees the passthrough write at once, then from the cache once warmed
+    with open(p, "rb") as f:
+        assert f.read() == bytes(want)
+    warm_when_released(c, p)
+    with open(p, "rb") as f:
+        assert f.read() == bytes(want)
+    assert store(c, "wa/s.bin") == bytes(want)
+    counts, pt, log = counters(c)
+    assert pt["kernel"] >= 4 and pt["cache"] >= 3, pt
+    assert "Assertion" not in log
+
+
+def test_open_during_passthrough_shares_it(make_cache):
+    """A bypass file open through passthrough: a second open (O_DIRECT too) shares the backing, no EIO."""
+    c = pt_cache(make_cache)
+    granted(c)
+    p = c.path("pt", "d.bin")
+    data = os.urandom(MiB)
+    with open(p, "wb") as f:
+        f.write(data)
+    a = os.open(p, os.O_RDONLY)
+    d = os.open(p, os.O_RDWR | os.O_DIRECT)
+    buf = mmap.mmap(-1, 65536)
+    buf[:] = os.urandom(65536)
+    assert os.pwritev(d, [buf], 0) == 65536
+    assert os.pread(a, 65536, 0) == bytes(buf)
+    os.close(d)
+    os.close(a)
+    assert store(c, "pt/d.bin") == bytes(buf) + data[65536:]
+    counts, pt, _ = counters(c)
+    assert pt["cache"] == 0 and counts.get("READ", 0) == 0 and counts.get("WRITE", 0) == 0, (counts, pt)
+
+
+def nobody(code, *args):
+    r = subprocess.run([*AS_NOBODY, "/usr/bin/python3", "-c", code, *args], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+OPEN_AS = """import errno, os, sys
+try:
+    fd = os.open(sys.argv[1], int(sys.argv[2]))
+    print("ok", os.read(fd, 16).hex())
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"""
+
+
+def test_hostile_user_refused_what_the_store_refuses(make_cache):
+    """nobody cannot read a file the store would not let them read: not while root holds it open through
+    passthrough (the open would share root's backing), nor once the store's mode changed behind the mount
+    while root holds the file open through passthrough."""
+    c = pt_cache(make_cache, public=True)
+    granted(c)
+    secret = c.path("pt", "secret")
+    with open(secret, "wb") as f:
+        f.write(b"s" * 4096)
+    os.chmod(secret, 0o600)
+    held = os.open(secret, os.O_RDWR)  # root's passthrough open: the backing nobody would share
+    assert nobody(OPEN_AS, secret, str(os.O_RDONLY)) == "EACCES"
+    os.close(held)
+    # readable in the kernel's cached attributes, not in the store any more
+    shared = c.path("pt", "shared")
+    with open(shared, "wb") as f:
+        f.write(b"p" * 4096)
+    os.chmod(shared, 0o644)
+    os.stat(shared)  # the kernel caches 0644 for attr_timeout
+    held = os.open(shared, os.O_RDONLY)
+    assert nobody(OPEN_AS, shared, str(os.O_RDONLY)).startswith("ok")
+    os.chmod(os.path.join(c.backing, "pt", "shared"), 0o600)  # behind the mount's back
+    assert nobody(OPEN_AS, shared, str(os.O_RDONLY)) == "EACCES"
+    os.close(held)
+    assert nobody(OPEN_AS, shared, str(os.O_RDONLY)) == "EACCES"
+    counts, pt, _ = counters(c)
+    assert pt["kernel"] >= 3
+
+
+def test_hostile_user_refused_by_the_store_itself(make_cache):
+    """The kernel's cached attributes still say 0644 (fuse.attr_timeout) when the store's mode became 0600
+    behind the mount: the kernel lets nobody's open through, and only the daemon's open of the file as nobody,
+    which passthrough makes before it hands the kernel a backing file, refuses it."""
+    c = pt_cache(make_cache, public=True, **{"fuse.attr_timeout": "600s"})
+    granted(c)
+    p = c.path("pt", "f")
+    with open(p, "wb") as f:
+        f.write(b"x" * 4096)
+    os.chmod(p, 0o644)
+    for _ in range(2):  # opens that revalidate (and drop the kernel's attributes) before the change
+        with open(p, "rb") as f:
+            f.read()
+    os.stat(p)
+    os.chmod(os.path.join(c.backing, "pt", "f"), 0o600)
+    assert os.stat(p).st_mode & 0o777 == 0o644  # what the kernel checks nobody's open against
+    assert nobody(OPEN_AS, p, str(os.O_RDONLY)) == "EACCES"
+    # root holding it open through passthrough changes nothing for nobody
+    held = os.open(p, os.O_RDONLY)
+    assert nobody(OPEN_AS, p, str(os.O_RDONLY)) == "EACCES"
+    os.close(held)
+    counts, pt, _ = counters(c)
+    assert pt["kernel"] >= 3, pt
+
+
+def test_switch_by_rename(make_cache):
+    """An open whose policy says the cache's path while a passthrough open of the file exists is passthrough too
+    (the kernel refuses anything else with EIO); an open whose policy says passthrough while a cache-path open
+    exists is on the cache's path. Renames move a file between policies while it is open."""
+    c = pt_cache(make_cache)
+    granted(c)
+    want = bytearray(os.urandom(MiB))
+    # passthrough first, then a writeback-policy name: the second open shares the passthrough
+    g = c.path("pt", "g.bin")
+    with open(g, "wb") as f:
+        f.write(want)
+    a = os.open(g, os.O_RDWR)
+    g2 = c.path("cached", "g.bin")
+    os.rename(g, g2)
+    b = os.open(g2, os.O_RDWR)
+    for i in range(10):
+        chunk = os.urandom(777 + i)
+        off = i * 50000
+        os.pwrite(b if i % 2 else a, chunk, off)
+        want[off:off + len(chunk)] = chunk
+        assert os.pread(a if i % 2 else b, len(want), 0) == bytes(want)
+    os.close(a)
+    os.close(b)
+    # now on the cache's path (writeback): it reads the passthrough writes, and writes into the cache
+    with open(g2, "r+b") as f:
+        assert f.read() == bytes(want)
+        f.seek(4096)
+        f.write(b"W" * 8192)
+        want[4096:12288] = b"W" * 8192
+    # the cache's path first, then a bypass name: the second open stays on the cache's path with it
+    x = os.open(g2, os.O_RDWR)
+    g3 = c.path("pt", "g3.bin")
+    os.rename(g2, g3)
+    y = os.open(g3, os.O_RDWR)
+    for i in range(10):
+        chunk = os.urandom(555 + i)
+        off = 3000 + i * 40000
+        os.pwrite(y if i % 2 else x, chunk, off)
+        want[off:off + len(chunk)] = chunk
+        assert os.pread(x if i % 2 else y, len(want), 0) == bytes(want)
+    os.close(x)
+    os.close(y)
+    # bypass now, nothing dirty (it became bypass at y's open): passthrough again, the same bytes
+    with open(g3, "rb") as f:
+        assert f.read() == bytes(want)
+    assert store(c, "pt/g3.bin") == bytes(want)
+    counts, pt, log = counters(c)
+    # the create, a and b at least; an open right after a close may still follow the closed one's rule (its
+    # RELEASE is asynchronous)
+    assert pt["kernel"] >= 3 and pt["kernel"] + pt["cache"] == 7, pt
+
+
+def test_refused_on_a_stacked_store(make_cache, tmp_path):
+    """A store that is stacked already (overlayfs): the kernel refuses its backing files (ELOOP); logged once,
+    every open through the cache, the data right."""
+    ov = tmp_path / "ov"
+    for d in ("lower", "upper", "work", "merged"):
+        (ov / d).mkdir(parents=True)
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                    f"lowerdir={ov}/lower,upperdir={ov}/upper,workdir={ov}/work", str(ov / "merged")], check=True)
+    try:
+        c = make_cache(extra={"fuse.passthrough": "auto", "backing.path": str(ov / "merged")})
+        c.write_conf()
+        with open(c.conf, "a") as f:
+            f.write(RULES)
+        c.format()
+        os.mkdir(os.path.join(c.backing, "pt"))
+        c.mount()
+        data = os.urandom(MiB + 5)
+        for i in range(3):
+            with open(c.path("pt", f"f{i}"), "wb") as f:
+                f.write(data)
+            with open(c.path("pt", f"f{i}"), "rb") as f:
+                assert f.read() == data
+            assert store(c, f"pt/f{i}") == data
+        counts, pt, log = counters(c)
+        assert log.count("the kernel refuses backing files") == 1, log[-3000:]
+        assert "stacked" in log
+        assert pt["state"] == "refused" and pt["kernel"] == 0, pt
+        assert counts.get("READ", 0) > 0 and counts.get("WRITE", 0) > 0
+    finally:
+        c.cleanup()
+        subprocess.run(["umount", str(ov / "merged")], check=False)
