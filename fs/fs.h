@@ -77,6 +77,35 @@ int fs_lookup(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 	      const char *name, struct fuse_entry_param *e);
 void fs_reply_entry(fuse_req_t req, int ret, struct fuse_entry_param *e);
 
+/* names.c: namespace ops */
+void op_readlink(fuse_req_t req, fuse_ino_t ino);
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+	      mode_t mode, dev_t rdev);
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+	      mode_t mode);
+void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		const char *name);
+void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
+	     const char *name);
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+	       fuse_ino_t newparent, const char *newname, unsigned int flags);
+/* The daemon's own names on the store (conflict copies, lost+found, the
+ * identity probe, placeholders), never made, renamed or linked through the
+ * mount. */
+int fs_name_reserved(const char *name);
+
+/* dir.c: directory ops */
+void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		struct fuse_file_info *fi);
+void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi);
+void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+		 struct fuse_file_info *fi);
+
 /* xattr.c: extended attribute ops */
 void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		 const char *value, size_t size, int flags);
