@@ -25,43 +25,59 @@
  * a device write, a map entry, a destage read and the same store write.
  *
  * So: when destage.write_around is not 0 and the dirty blocks (second copies
- * included, as the watermarks count them) are at or past
- * max(destage.write_around, destage.high_watermark) percent of the cache's
- * usable blocks, a writeback write none of whose blocks holds a dirty page is
- * written to the backing file, as the per-file writearound mode writes
- * (write_around below), and clean cached copies of its blocks are dropped.
- * Any dirty page in the range sends the whole request through the cache as
- * before (paced).  A pinned file (nvcachectl pin) keeps writing into the
- * cache: its data is meant to be there.  Never below the high watermark, so
- * that destage runs whenever writes go around, the dirty level falls, and
- * writes come back into the cache below the threshold: the burst buffer
+ * included, as the watermarks count them) reach max(destage.write_around,
+ * destage.high_watermark) percent of the cache's usable blocks, writes go
+ * around until destage has brought them down to destage.low_watermark (the
+ * hysteresis destage itself has: c->wa_on): a writeback write none of whose
+ * blocks holds a dirty page (or is in use: pinned by a read or write under
+ * way) is written to the backing file and clean cached copies of its blocks
+ * are dropped.  Any dirty page in the range sends the whole request through
+ * the cache as before (paced).  A pinned file (nvcachectl pin) keeps
+ * writing into the cache: its data is meant to be there.  Never below the
+ * high watermark, so that destage runs whenever writes go around, and
+ * writes come back into the cache once it has drained: the burst buffer
  * takes bursts, and the store takes what is past them.  The threshold is a
  * level, not a guess at speeds: past the high watermark the store is busy
- * with destage, and whatever the store's speed, the writer gets it directly
- * rather than destage's share of it.  Large sequential writes (a checkpoint
- * past the cache) go around by the same rule.  Read and write workloads
- * below the threshold are unchanged.
+ * with destage anyway, and the writer gets the store directly rather than
+ * destage's share of it.  Large sequential writes (a checkpoint past the
+ * cache) go around by the same rule.  Below the threshold nothing changes.
  *
- * The promises (PRODUCT.md §4) are write_around's, the per-file writearound
- * mode's path, which holds f->rw for writing across the whole write:
- *   - read-your-writes (§4.3): the dirty check, the backing write and the drop
- *     of clean copies happen with no other request of the file running, so no
- *     dirty copy older than the write can be left in the cache to destage over
- *     it later, and no fill begun before the write can keep the old bytes
- *     (f->wgen moves);
+ * Two paths.  A write inside the file (its end within both the cached size
+ * and the store's) goes around with f->rw held for reading
+ * (write_around_shared), beside the file's other reads and writes and its
+ * destage; one that moves the end takes write_around, the per-file
+ * writearound mode's path, with f->rw held for writing (destage extends the
+ * store to the cached size under f->rw held for reading).  A destager pass
+ * yields f->rw to a writer waiting for it (destage.c, DESTAGE_YIELD_AFTER).
+ *
+ * The promises (PRODUCT.md §4):
+ *   - read-your-writes (§4.3), and no older copy destaged over the write:
+ *     at its start, under c->lock, no block of the range is dirty or in
+ *     use, its clean copies are dropped, and (shared path) its blocks are
+ *     marked in f->around until it ends, so that no slot appears for them
+ *     meanwhile: a write through the cache waits (around_cond), the
+ *     asynchronous path refuses, and a fill keeps nothing (io.c); f->wgen
+ *     moves at both ends, so a fill or direct readahead begun before keeps
+ *     nothing either.  A write through the cache that comes after finds no
+ *     slot and makes one from the store, which holds the write;
  *   - durability (§4.4): the write is acknowledged once the backing file
  *     holds it (pwrite: it survives kill -9 of the daemon, in the store's
  *     page cache); the next fsync, fdatasync or O_DSYNC/RWF_DSYNC reply of
- *     the file fsyncs the backing file (file_bk_changed, file_bk_sync);
- *   - conflicts (§4.7): the look is noted after the write, under the same
- *     lock, and the record says the cache is changing the backing file
- *     (MF_BK_BUSY) from before the write until the new look is persisted, so
- *     that a crash in between is not taken at recovery for a change made
- *     elsewhere;
+ *     the file fsyncs the backing file (file_bk_changed, file_bk_sync).
+ *     Power loss before that fsync may lose it, as it may a plain write
+ *     into the cache, which sits in the device's write cache until the
+ *     fsync flushes it: §4.4 promises power loss only after fsync;
+ *   - conflicts (§4.7): the change is under way for the look
+ *     (coh_bk_begin/done), which is noted after it; a file with dirty data
+ *     has MF_BK_BUSY in its record from before the write until a destage
+ *     pass ends with no change of the store under way (destage.c), so that
+ *     a crash meanwhile is not taken at recovery for a change made
+ *     elsewhere; a clean file's record gets the new look after the write.
+ *     The price: a change made elsewhere to a file with dirty data while
+ *     writes go around it, followed by a crash of this node, is not seen at
+ *     recovery (it is at the next open, as always);
  *   - the store space is claimed as the caller before the write reaches
  *     the cache at all (fs/claim.c), whatever path the write takes.
- * The price is f->rw for writing: writes that go around a file take turns,
- * and wait for a destage pass of that file in progress.
  */
 
 static uint64_t wa_threshold(const struct cache *c)
