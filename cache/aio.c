@@ -109,9 +109,11 @@ static int aio_pin_locked(struct cache_aio *a, uint64_t pstart, uint64_t pend)
 		x->p0 = pstart > b0 ? (pstart - b0) / NVC_PAGE : 0;
 		x->p1 = pend < b0 + c->bs ? (pend - b0) / NVC_PAGE : c->ppb;
 		x->s = slot_find(c, a->f->rec, blk);
+		if (a->write && write_around_busy_locked(a->f, blk))
+			goto undo; /* after the write around it (wround.c) */
 		if (!x->s || x->s->twin || slot_failed(c, x->s) ||
 		    (a->write && slot_draining(c, x->s)))
-			goto undo; /* a draining device's blocks: write_any */
+			goto undo; /* a draining device's blocks: write_cached */
 		slot_pin_locked(c, a->f, x->s);
 		a->nsp++;
 	}
@@ -123,16 +125,31 @@ undo:
 	return -EAGAIN;
 }
 
-static void aio_unpin(struct cache_aio *a)
+static void aio_unpin_locked(struct cache_aio *a)
 {
-	struct cache *c = a->c;
 	int i;
 
-	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < a->nsp; i++)
-		slot_unpin_locked(c, a->f, a->sp[i].s);
-	cache_unlock(c);
+		slot_unpin_locked(a->c, a->f, a->sp[i].s);
 	a->nsp = 0;
+}
+
+static void aio_unpin(struct cache_aio *a)
+{
+	pthread_mutex_lock(&a->c->lock);
+	aio_unpin_locked(a);
+	cache_unlock(a->c);
+}
+
+/* Some slot the request pinned holds a dirty page.  c->lock held. */
+static int aio_any_dirty_locked(const struct cache_aio *a)
+{
+	int i;
+
+	for (i = 0; i < a->nsp; i++)
+		if (pb_any(a->c, slot_dirty(a->c, a->sp[i].s)))
+			return 1;
+	return 0;
 }
 
 /* Lock the slots for reading, then check every page is valid (a hit). */
@@ -230,6 +247,13 @@ static int awrite_begin(struct cache_aio *a, const char *src)
 	pthread_mutex_lock(&c->lock);
 	ret = aio_pin_locked(a, a->off & ~(uint64_t)(NVC_PAGE - 1),
 			     (end + NVC_PAGE - 1) & ~(uint64_t)(NVC_PAGE - 1));
+	if (!ret && !f->pinned && write_around_now_locked(c) &&
+	    !aio_any_dirty_locked(a)) {
+		/* clean copies only, under pressure: it goes around the
+		 * cache (wround.c), on the synchronous path */
+		aio_unpin_locked(a);
+		ret = -EAGAIN;
+	}
 	cache_unlock(c);
 	if (ret)
 		return ret;

@@ -70,6 +70,7 @@ struct cache_config {
 	uint64_t max_rate;
 	uint64_t destage_depth;
 	uint64_t pace_writers;
+	uint64_t write_around; /* percent; 0: never (wround.c) */
 	uint64_t rebuild_max_rate;
 	int on_unmount;
 	int on_close;

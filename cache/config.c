@@ -123,6 +123,12 @@ static const struct cfg_key keys[] = {
 	  "1: between destage.high_watermark and full, writes that add "
 	  "dirty blocks are slowed in proportion, to what destage takes "
 	  "away; 0: writers run until the cache is full, then wait" },
+	{ "destage", "write_around", T_UINT, OFF(write_around), 0, 100, "80",
+	  1, NULL,
+	  "percent of cache blocks dirty (never below "
+	  "destage.high_watermark) at which a write with no dirty data in "
+	  "the cache goes straight to the backing store and drops its clean "
+	  "cached copy; 0: writes always go into the cache (paced)" },
 	{ "destage", "on_unmount", T_ENUM, OFF(on_unmount), 0, 1, "flush", 1,
 	  unmount_names, "flush: destage all before exit; keep: leave dirty" },
 	{ "destage", "on_close", T_ENUM, OFF(on_close), 0, 1, "none", 0,

@@ -40,6 +40,20 @@
 #define DESTAGE_QUIET_DEPTH 2
 static __thread unsigned tl_depth;
 
+/*
+ * A pass of the destager holds f->rw for reading from its first read to its
+ * fdatasync.  A write that goes around the cache (wround.c) needs f->rw for
+ * writing, and while it waits every other request of the file waits behind
+ * it (file_rw_rdlock_req): a 64 MiB pass of scattered pages made them all
+ * wait for tens of milliseconds.  So a pass of the destager that has queued
+ * DESTAGE_YIELD_AFTER slots and finds a writer waiting for f->rw queues no
+ * more: it writes back, syncs and cleans what it has, and the rest of the
+ * file stays dirty for its next pass.  Flushes never yield (tl_yield 0):
+ * they must end clean.
+ */
+#define DESTAGE_YIELD_AFTER 64
+static __thread int tl_yield;
+
 static int cmp_blk(const void *a, const void *b)
 {
 	const struct cslot *x = *(struct cslot *const *)a;
@@ -243,6 +257,14 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		struct cslot *s = v[i];
 		uint32_t p = 0, run0;
 
+		if (tl_yield && i >= DESTAGE_YIELD_AFTER &&
+		    __atomic_load_n(&f->rw_writers, __ATOMIC_RELAXED)) {
+			uint64_t j;
+
+			for (j = i; j < n; j++)
+				skip[j] = 1; /* not read: they stay dirty */
+			break;
+		}
 		srw_rdlock(&s->rw);
 		assert(b->nheld < BATCH_IOS + 1);
 		b->held[b->nheld++] = i;
@@ -385,7 +407,7 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		/*
 		 * Clean now: the second copy is not needed any more, unless
 		 * someone else pins the slot: a writer that found the twin
-		 * (write_any) waits for the slot's lock and will dirty it
+		 * (write_cached) waits for the slot's lock and will dirty it
 		 * again, counting on the twin.  The pins are counted under
 		 * c->lock, where writers take theirs: counted before it, a
 		 * writer could pin the slot in between and find its twin
@@ -417,8 +439,15 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	}
 	/* durable and noted: the record says so, with the new look */
 	if (f->rec) {
+		int others;
+
+		/* a write around the cache under way (wround.c) keeps it
+		 * busy until a later pass */
+		pthread_mutex_lock(&c->lock);
+		others = f->coh.inflight != 0;
+		cache_unlock(c);
 		pthread_mutex_lock(&f->rec_lock);
-		f->bk_busy = 0;
+		f->bk_busy = others;
 		file_persist_record(c, f);
 		pthread_mutex_unlock(&f->rec_lock);
 	}
@@ -560,7 +589,9 @@ static void *destage_main(void *arg)
 		list_add_tail(&c->dirty_files, &f->dlink);
 		cache_unlock(c);
 		tl_depth = pressed ? 0 : DESTAGE_QUIET_DEPTH;
+		tl_yield = 1;
 		ret = destage_file(c, f, DESTAGE_BATCH);
+		tl_yield = 0;
 		pthread_mutex_lock(&c->lock);
 		c->active--;
 		f->destaging = 0;

@@ -195,6 +195,7 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 		usable_slots(c) * c->bs / 100 * c->cfg->low_wm;
 	STAT_GAUGE(s, destaging) = c->active > 0;
 	STAT_GAUGE(s, writer_pace) = write_pace_locked(c);
+	STAT_GAUGE(s, writing_around) = write_around_now_locked(c);
 	STAT_GAUGE(s, detached) = c->detached;
 	for (d = 0; d < c->ndevs; d++) {
 		STAT_DEV_GAUGE(s, d, used_bytes) =

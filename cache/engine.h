@@ -125,7 +125,7 @@ enum slot_state { SLOT_FREE, SLOT_FRESH, SLOT_CLEAN, SLOT_DIRTY };
  * fails, so losing one device loses nothing.
  *
  * A writer finds (or makes) the twin and pins the slot in one hold of
- * c->lock (write_any), and then relies on the twin until it unpins: it takes
+ * c->lock (write_cached), and then relies on the twin until it unpins: it takes
  * the slot's lock later, and marks the slot dirty on the strength of the
  * twin it saw.  So a twin is freed only under c->lock, by a thread that sees
  * in that same hold the slot clean and pinned by nobody else (destage's
@@ -229,6 +229,10 @@ struct coh {
 		      when the file's lock is had */
 };
 
+/* Writes around the cache one file may have in flight at once under f->rw
+ * held for reading (wround.c); more wait for one of them to end. */
+#define WA_SHARED 8
+
 struct cfile {
 	uint32_t rec; /* record index + 1; 0: none yet */
 	dev_t dev;
@@ -308,6 +312,10 @@ struct cfile {
 	uint32_t rw_writers; /* writers waiting for f->rw (atomic; futex) */
 	pthread_rwlock_t rw;
 	pthread_mutex_t rec_lock;
+	/* writes going around the cache under f->rw held for reading: their
+	 * blocks [b0, b1], which get no slot meanwhile (wround.c; c->lock) */
+	struct { uint64_t b0, b1; } around[WA_SHARED];
+	unsigned naround;
 };
 
 struct cache {
@@ -400,6 +408,9 @@ struct cache {
 	 */
 	pthread_mutex_t lock;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
+	pthread_cond_t around_cond; /* a write around the cache ended */
+	int wa_on; /* writes go around: from destage.write_around down to the
+		    * low watermark (wround.c) */
 	int waiting_writers, flush_waiters, draining, stopping, active;
 	uint64_t epoch; /* flush epochs: one per flush started */
 	int last_destage_err;
@@ -581,8 +592,15 @@ static inline uint64_t dirty_occupancy(const struct cache *c)
 }
 
 /* How hard writers are paced now, 0 (at or below the high watermark) to 100
- * (full): write.c.  c->lock held. */
+ * (full): wround.c.  c->lock held. */
 unsigned write_pace_locked(struct cache *c);
+/* Writes with no dirty data in the cache go around it now (wround.c, the
+ * rule: destage.write_around).  c->lock held. */
+int write_around_now_locked(struct cache *c);
+/* Block blk of f is being written around the cache (no slot may be made
+ * for it, nor pinned by a write, until around_cond says it ended).
+ * c->lock held. */
+int write_around_busy_locked(const struct cfile *f, uint64_t blk);
 
 /* Slots that can hold data: those of removed members never do. */
 static inline uint64_t usable_slots(const struct cache *c)
@@ -847,6 +865,17 @@ void wseg_trim_ios(struct wseg *w);
 int wseg_untrim(struct cache *c, struct cfile *f, struct wseg *w);
 int page_prefill(struct cache *c, struct cfile *f, struct cslot *s,
 		 uint32_t p, char *dst, uint64_t at, int clean);
+/* The write paths (write.c, wround.c): through the cache in mode; a
+ * write-back write that may go around the cache under pressure; the
+ * backing file alone (1, nothing done: the range has dirty data); the hold
+ * of a write that turned n blocks dirty past the high watermark. */
+int write_cached(struct cache *c, struct cfile *f, const void *src,
+		 size_t len, uint64_t off, int mode);
+int write_pressed(struct cache *c, struct cfile *f, const void *src,
+		  size_t len, uint64_t off, int mode);
+int write_around(struct cache *c, struct cfile *f, const char *src,
+		 size_t len, uint64_t off);
+void write_pace(struct cache *c, uint64_t n);
 int wseg_begin(struct cache *c, struct cfile *f, struct wseg *w,
 	       const char *src, int nowait);
 int wseg_end(struct cache *c, struct cfile *f, struct wseg *w, int err);

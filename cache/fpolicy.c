@@ -32,7 +32,7 @@
  *   - mode becomes bypass only here, under f->rw held for writing, with
  *     f->ndirty == 0 and every slot of f dropped in the same c->lock section;
  *   - every path that allocates a slot for f holds f->rw (for reading) and
- *     reads the mode under it: write_any goes around the cache, a fill keeps
+ *     reads the mode under it: write_cached goes around the cache, a fill keeps
  *     nothing (io.c), a read's misses bypass; slot_alloc_locked asserts it.
  * Getting there: the mode first becomes writethrough, so that no write makes
  * new dirty data; then the file's dirty data is destaged (cache_file_flush);

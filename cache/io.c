@@ -292,6 +292,12 @@ again:
 			cache_unlock(c);
 			return;
 		}
+		if (write_around_busy_locked(f, x->blk)) {
+			/* a write around the cache is changing what was
+			 * read: keep none of it (wround.c) */
+			cache_unlock(c);
+			return;
+		}
 		s = slot_find(c, f->rec, x->blk);
 		if (s && slot_failed(c, s)) {
 			cache_unlock(c);

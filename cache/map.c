@@ -619,7 +619,7 @@ struct cslot *slot_alloc_locked(struct cache *c, struct cfile *f,
 /*
  * Give back a slot that slot_alloc_locked has just taken for f, which got
  * nothing and which nobody pinned (a write that finds no room for the
- * block's second copy: write_any).  Left as it is, FRESH and mapped, it
+ * block's second copy: write_cached).  Left as it is, FRESH and mapped, it
  * would be on no list, neither free nor evictable, until its block is read
  * or written again: lost to the cache, and to a rebuild's rule ("Fresh
  * slots", rebuild.c), if the write then ends with an error.  Unlike the

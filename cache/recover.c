@@ -482,6 +482,7 @@ static int cache_alloc(struct cache *c)
 	pthread_mutex_init(&c->rate_lock, NULL);
 	pthread_mutex_init(&c->stats_lock, NULL);
 	pthread_cond_init(&c->space_cond, NULL);
+	pthread_cond_init(&c->around_cond, NULL);
 	pthread_cond_init(&c->destage_cond, NULL);
 	pthread_cond_init(&c->flush_cond, NULL);
 	return 0;

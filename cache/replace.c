@@ -49,8 +49,8 @@
  *   1. c->dev_draining[k]: no new slot goes to k (free_take_locked), a twin
  *      is never placed there (k does not count as working: while it drains,
  *      new dirty data may have one copy), and a write to a clean block on k
- *      moves it off (write_any drops the slot, then allocates elsewhere);
- *      the asynchronous path leaves such writes to write_any (aio.c);
+ *      moves it off (write_cached drops the slot, then allocates elsewhere);
+ *      the asynchronous path leaves such writes to write_cached (aio.c);
  *   2. rounds of: a flush (every dirty page, of k or with a twin on k,
  *      durable in the backing store; a dirty page whose only copy was on a
  *      failed k cannot be, and the remove is refused), then every clean,

@@ -46,6 +46,9 @@
 	X(throttled_ops, "ops",                                                \
 	  "writes slowed between the high watermark and full "                 \
 	  "(destage.pace_writers)")                                            \
+	X(write_around_bytes, "bytes",                                         \
+	  "bytes of writes sent to the backing store around the cache "        \
+	  "(no dirty copy, past destage.write_around)")                        \
 	X(space_wait_ops, "ops",                                               \
 	  "writes that waited for a free cache block (the cache full)")        \
 	X(backing_read_bytes, "bytes", "bytes read from the backing store")    \
@@ -73,6 +76,9 @@
 	X(writer_pace, "",                                                   \
 	  "how hard writers are slowed now: 0 at or below the high "         \
 	  "watermark, 100 at full")                                          \
+	X(writing_around, "",                                                \
+	  "1 while writes with no dirty data in the cache go around it "     \
+	  "(destage.write_around)")                                          \
 	X(meta_repaired, "", "metadata records repaired at mount")           \
 	X(uptime, "seconds", "seconds since mount")                          \
 	X(since_reset, "seconds", "seconds since the counters were reset")   \

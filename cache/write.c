@@ -379,7 +379,7 @@ static int seg_in_place(const struct wseg *w, const char *src, int nowait)
 
 /*
  * The twins a writeback write counts on (engine.h, "Two copies"): with two
- * copies and two working devices, write_any gave every slot of the segment
+ * copies and two working devices, write_cached gave every slot of the segment
  * one before it pinned it, and nobody frees a twin of a slot pinned by
  * another.  Devices only ever fail while mounted, so two working ones now
  * were two then.
@@ -594,94 +594,18 @@ static int write_segment(struct cache *c, struct cfile *f, struct span *sp,
 	return wseg_end(c, f, &w, ret);
 }
 
-static int write_around(struct cache *c, struct cfile *f, const char *src,
-			size_t len, uint64_t off);
-
-/*
- * Pacing writers past the high watermark.  Without it a writer that adds
- * dirty blocks runs at the devices' speed until no block is free, then waits
- * on space_cond for whatever a whole destage pass frees: every writer at once,
- * for as long as the pass takes (a cliff: 4K random writes at QD32 saw p99.9
- * of 250 ms against the store's 7 ms).  As Linux's balance_dirty_pages does
- * with the writeback bandwidth, a write that turned n blocks dirty (fresh or
- * clean before) is held, after its data is on the devices and before it is
- * acknowledged, for n blocks' worth of a rate that is twice what destage
- * cleans at the high watermark and falls in proportion to nothing at full:
- *
- *     pace = (dirty% - high_watermark) / (100 - high_watermark)   in [0, 1]
- *     rate = 2 * (1 - pace) * cleaned blocks per second
- *
- * so that halfway between the high watermark and full writers add dirty
- * blocks as fast as destage cleans them.  The holds are taken one after the
- * other on one clock (c->pace_next_ns), so the rate is the writers' together,
- * however many there are; a hold is at most PACE_MAX_NS, and the clock never
- * runs further ahead than that (no debt is carried into a burst).  The cleaned
- * rate is destage's own: each pass notes the blocks it cleaned over its
- * time, times the passes running, smoothed (destage.c); before the first
- * pass it is taken as PACE_MIN_RATE.  Waiting for a free block
- * at full stays the backstop (PRODUCT.md §4.5: writers wait, nothing is
- * dropped).  Pacing only delays the reply of a write whose data is on the
- * devices already, holding no lock: nothing about durability, ordering or
- * what a read returns changes.
- */
-#define PACE_MAX_NS (20ull * 1000000)
-#define PACE_MIN_RATE 64 /* blocks per second */
-
-unsigned write_pace_locked(struct cache *c)
+/* write_around(), or this write through the cache in mode if the range has
+ * dirty data. */
+static int write_around_or(struct cache *c, struct cfile *f, const char *src,
+			   size_t len, uint64_t off, int mode)
 {
-	uint64_t usable = usable_slots(c), hi = c->cfg->high_wm, occ;
+	int ret = write_around(c, f, src, len, off);
 
-	if (!usable || hi >= 100)
-		return 0;
-	occ = dirty_occupancy(c) * 100 / usable;
-	if (occ <= hi)
-		return 0;
-	return occ >= 100 ? 100 : (unsigned)((occ - hi) * 100 / (100 - hi));
+	return ret == 1 ? write_cached(c, f, src, len, off, mode) : ret;
 }
 
-/* The hold owed for n blocks turned dirty (c->lock held); 0: none. */
-static uint64_t pace_hold_locked(struct cache *c, uint64_t n)
-{
-	uint64_t now, at, rate, cost;
-	unsigned pace = write_pace_locked(c);
-
-	now = now_ns();
-	if (!pace || !n ||
-	    !__atomic_load_n(&c->cfg->pace_writers, __ATOMIC_RELAXED))
-		return 0;
-	rate = c->pace_rate > PACE_MIN_RATE ? c->pace_rate : PACE_MIN_RATE;
-	rate = rate * 2 * (100 - pace) / 100;
-	cost = rate ? n * 1000000000ull / rate : PACE_MAX_NS;
-	if (cost > PACE_MAX_NS)
-		cost = PACE_MAX_NS;
-	at = c->pace_next_ns > now ? c->pace_next_ns : now;
-	if (at > now + PACE_MAX_NS - cost)
-		at = now + PACE_MAX_NS - cost;
-	c->pace_next_ns = at + cost;
-	return at + cost - now;
-}
-
-/* Hold a write that turned n blocks dirty, as the pacing above says. */
-static void write_pace(struct cache *c, uint64_t n)
-{
-	uint64_t hold;
-
-	pthread_mutex_lock(&c->lock);
-	hold = pace_hold_locked(c, n);
-	cache_unlock(c);
-	if (!hold)
-		return;
-	CNT_ADD(c, throttled_ops, 1);
-	/* how long: recorded whatever stats.latency says */
-	lat_record(&stat_my_shard(&c->stats)->lat[STAT_L_pace], hold);
-	nanosleep(&(struct timespec){ hold / 1000000000ull,
-				      hold % 1000000000ull },
-		  NULL);
-}
-
-/* A write in the given mode (the configured one, read once per request). */
-static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
-		     size_t len, uint64_t off, int mode)
+int write_cached(struct cache *c, struct cfile *f, const void *vsrc,
+		 size_t len, uint64_t off, int mode)
 {
 	struct span sp[SEG_MAX_BLOCKS];
 	const char *src = vsrc;
@@ -696,17 +620,17 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 	if (end < off || end > c->max_file_size)
 		return -EFBIG;
 	if (mode == MODE_WRITEAROUND || mode == MODE_BYPASS)
-		return write_around(c, f, src, len, off);
+		return write_around_or(c, f, src, len, off, MODE_WRITETHROUGH);
 	ret = file_ensure_record(c, f);
 	if (ret == -ENOSPC) /* no record to be had: around the cache */
-		return write_around(c, f, src, len, off);
+		return write_around_or(c, f, src, len, off, MODE_WRITETHROUGH);
 	if (ret)
 		return ret;
 	file_rw_rdlock_req(f);
 	if (file_mode(c, f) == MODE_BYPASS) {
 		/* it became bypass since the mode was read (fpolicy.c) */
 		frw_unlock(f);
-		return write_around(c, f, src, len, off);
+		return write_around_or(c, f, src, len, off, MODE_WRITETHROUGH);
 	}
 	while (cur < end && !ret) {
 		nsp = 0;
@@ -717,8 +641,19 @@ static int write_any(struct cache *c, struct cfile *f, const void *vsrc,
 			uint64_t blk = cur / c->bs, b0 = blk * c->bs;
 			uint64_t e = end < b0 + c->bs ? end : b0 + c->bs;
 			struct span *x = &sp[nsp];
-			struct cslot *s = slot_find(c, f->rec, blk);
+			struct cslot *s;
 
+			if (write_around_busy_locked(f, blk)) {
+				/* the store is taking a write of this block
+				 * around the cache: this one comes after */
+				if (nsp)
+					break; /* write what we hold first */
+				if (freeq_before_wait_locked(c))
+					continue;
+				pthread_cond_wait(&c->around_cond, &c->lock);
+				continue;
+			}
+			s = slot_find(c, f->rec, blk);
 			if (s && slot_draining(c, s) && !s->pins &&
 			    s->state == SLOT_CLEAN) {
 				/* off a device being emptied (remove, replace.c) */
@@ -801,61 +736,9 @@ int cache_write(struct cache *c, struct cfile *f, const void *vsrc, size_t len,
 	assert(!cache_aio_held());
 
 	CNT_ADD(c, write_ops, 1);
-	ret = write_any(c, f, vsrc, len, off, file_mode(c, f));
+	ret = write_pressed(c, f, vsrc, len, off, file_mode(c, f));
 	if (!ret)
 		CNT_ADD(c, write_bytes, len);
-	return ret;
-}
-
-/* writearound: the backing file takes the write; cached copies are dropped. */
-static int write_around(struct cache *c, struct cfile *f, const char *src,
-			size_t len, uint64_t off)
-{
-	uint64_t end = off + len, blk;
-	int ret;
-
-	file_rw_wrlock(f);
-	pthread_mutex_lock(&c->lock);
-	for (blk = off / c->bs; blk * c->bs < end; blk++) {
-		struct cslot *s = slot_find(c, f->rec, blk);
-
-		if (s && pb_any(c, slot_dirty(c, s))) {
-			/* dirty data from an earlier mode: keep it coherent */
-			cache_unlock(c);
-			frw_unlock(f);
-			return write_any(c, f, src, len, off,
-					 MODE_WRITETHROUGH);
-		}
-	}
-	cache_unlock(c);
-	ret = backing_write(c, f, src, len, off);
-	pthread_mutex_lock(&c->lock);
-	if (!ret) {
-		frw_owe_wgen(f);
-		for (blk = off / c->bs; blk * c->bs < end; blk++) {
-			struct cslot *s = slot_find(c, f->rec, blk);
-
-			/* f->rw held for writing: nobody pins f's slots
-			 * (map.c); one pinned anyway keeps old bytes, and
-			 * the next open drops it (stale) */
-			assert(!s || !s->pins);
-			if (s && s->pins)
-				f->coh.stale = 1;
-			else if (s)
-				slot_drop_locked(c, s);
-		}
-		if (end > f->size)
-			f->size = end;
-		if (end > f->bsize)
-			f->bsize = end;
-		f->wgen++;
-		file_bk_changed(f); /* only the backing file's fsync keeps it */
-	}
-	cache_unlock(c);
-	if (!ret)
-		ret = file_note_backing(c, f);
-	frw_unlock(f);
-	CNT_ADD(c, bypass_ops, 1);
 	return ret;
 }
 

@@ -259,6 +259,14 @@ void show_text(FILE *out, const char *mnt, const struct stat_snap *s)
 		" waited for a free block\n",
 		b, STAT_CTR(s, throttled_ops), a, c,
 		STAT_CTR(s, space_wait_ops));
+	show_bytes(STAT_CTR(s, write_around_bytes), a, sizeof(a));
+	fprintf(out,
+		"           %s written around the cache; writes with no dirty "
+		"copy go %s\n",
+		a,
+		STAT_GAUGE(s, writing_around) ? "around it now (past "
+						"destage.write_around)"
+					      : "into it now");
 	show_bytes(STAT_CTR(s, backing_read_bytes), a, sizeof(a));
 	show_bytes(STAT_CTR(s, backing_write_bytes), b, sizeof(b));
 	fprintf(out, "backing    %s read, %s written\n", a, b);

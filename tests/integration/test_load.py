@@ -884,12 +884,16 @@ def save_evidence(cache, text, name):
 # than open files (reads and writes of a file without a record go around the cache); two copies of each dirty block
 # on three devices.  CI runs all three in their short form.
 CASES = {
-    "space": dict(share=1.0, ndevs=NDEVS, flush_every=15, kill9=True, full=True, keys={}),
+    # a cache full of dirty data: no write goes around it (destage.write_around 0)
+    "space": dict(share=1.0, ndevs=NDEVS, flush_every=15, kill9=True, full=True,
+                  keys={"destage.write_around": "0"}),
+    # past the high watermark writes with no dirty data go around the cache, down to the low watermark
+    "around": dict(share=0.4, ndevs=NDEVS, flush_every=15, kill9=True, full=False, keys={}),
     # files without a record write around the cache, racing flushes keep destage busy: not always full
     "small": dict(share=0.4, ndevs=NDEVS, flush_every=4, kill9=False, full=False,
                   keys={"cache.max_files": "64", "cache.block_size": "4K"}),
     "copies2": dict(share=0.5, ndevs=max(NDEVS, 3), flush_every=0, kill9=True, full=True,
-                    keys={"cache.dirty_copies": "2"}),
+                    keys={"cache.dirty_copies": "2", "destage.write_around": "0"}),
 }
 
 
@@ -966,7 +970,7 @@ def figures(workers, readers, samples, st, elapsed, flush_s, seed, shd, case):
     }
 
 
-@pytest.mark.parametrize("case", ["space", "small", "copies2"])
+@pytest.mark.parametrize("case", ["space", "around", "small", "copies2"])
 def test_load_full_dirty_cache(make_cache, case):
     seed = env("NVC_LOAD_SEED", int(time.time()) % 100000, int)
     seconds = SECONDS * CASES[case]["share"]
@@ -1087,6 +1091,8 @@ def run_load(c, shd, mon, seed, repro, flush_budget, case, seconds):
         # the point of the test: writers faster than the rate cap fill the cache with dirty data
         assert fig["dirty_slots_percent_max"] is not None and fig["dirty_slots_percent_max"] >= 99, \
             f"the cache never got full of dirty data: {fig}"
+    if case == "around" and st_load:
+        assert st_load["counters"]["write_around_bytes"] > 0, f"no write went around the cache: {fig}"
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "monitor":

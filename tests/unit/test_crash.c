@@ -162,6 +162,9 @@ static struct pm_region new_mirror;
 static size_t n_mrec, n_mtorn, n_newcfg, n_followed; /* states so */
 /* NVC_CRASH_MODE=1: cache.mode = writethrough */
 static int cache_mode;
+/* NVC_CRASH_AROUND=1: destage.write_around at the high watermark (writes
+ * with no dirty data go around the cache while it is past it) */
+static int around_mode;
 static struct dev *new_dev;
 
 #undef CHECK_EQ
@@ -2012,6 +2015,8 @@ static void config(struct cache_config *cfg)
 	cfg->dirty_copies = copies;
 	cfg->identity = ident_mode;
 	cfg->mode = cache_mode;
+	if (around_mode)
+		cfg->write_around = cfg->high_wm;
 	if (add_mode) {
 		cfg->ndevs = add_mode == 1 ? 3 : 2;
 		cfg->dev_paths[2] = strdup(add_mode == 1 ? "spare" : "rec2");
@@ -2370,6 +2375,7 @@ int main(void)
 	mirror_mode = !!env_int("NVC_CRASH_MIRROR", 0);
 	add_mode = env_int("NVC_CRASH_ADD", 0);
 	cache_mode = env_int("NVC_CRASH_MODE", 0);
+	around_mode = env_int("NVC_CRASH_AROUND", 0);
 	total_ops = env_int("NVC_CRASH_OPS", total_ops);
 	s0 = s1 = env_int("NVC_CRASH_SEED", 12345);
 	if (seeds && sscanf(seeds, "%u-%u", &s0, &s1) < 2)

@@ -78,6 +78,7 @@ static void wait_for_space(int how)
 	env_init(&e, 8, 64 * KiB);
 	cache_close(e.c, 0);
 	e.cfg.threads = 0; /* nobody destages */
+	e.cfg.write_around = 0; /* b's write waits at full, not around it */
 	env_open(&e);
 	a = file_open(&e, "a", &fa);
 	b = file_open(&e, "b", &fb);
@@ -114,6 +115,55 @@ static void test_truncate_wakes_writers(void)
 static void test_unlink_wakes_writers(void)
 {
 	wait_for_space(1);
+}
+
+/*
+ * The same cache full of dirty data, nobody destaging, write-around on (its
+ * default): a write of another file, whose blocks the cache holds nothing
+ * of, goes to the backing file at once instead of waiting for space; a
+ * write onto the dirty data goes into the cache (it never waits: its block
+ * is there), and both read back.
+ */
+static void test_full_cache_writes_around(void)
+{
+	char *buf = malloc(MiB), *ref = malloc(MiB);
+	struct waiter w = { .write = 1, .off = 0, .len = 64 * KiB };
+	struct cfile *a, *b;
+	pthread_t t;
+	int fa, fb;
+
+	env_init(&e, 8, 64 * KiB);
+	cache_close(e.c, 0);
+	e.cfg.threads = 0; /* nobody destages */
+	env_open(&e);
+	a = file_open(&e, "a", &fa);
+	b = file_open(&e, "b", &fb);
+	fill(buf, MiB, 1);
+	CHECK_EQ(cache_write(e.c, a, buf, MiB, 0), 0); /* 16 slots: all */
+	w.f = b;
+	pthread_create(&t, NULL, waiter_main, &w);
+	finished(t);
+	CHECK_EQ(w.ret, 0);
+	cache_snapshot(e.c, &snap);
+	CHECK_EQ(STAT_CTR(&snap, write_around_bytes), 64 * KiB);
+	CHECK_EQ(STAT_GAUGE(&snap, writing_around), 1);
+	fill(ref, 64 * KiB, 7); /* the waiter's bytes */
+	CHECK(backing_same(fb, ref, 64 * KiB));
+	CHECK(same(&e, b, ref, 64 * KiB, 0));
+	/* onto a's dirty block: into the cache, not around it */
+	fill(ref, 4096, 9);
+	CHECK_EQ(cache_write(e.c, a, ref, 4096, 8192), 0);
+	memcpy(buf + 8192, ref, 4096);
+	cache_snapshot(e.c, &snap);
+	CHECK_EQ(STAT_CTR(&snap, write_around_bytes), 64 * KiB);
+	CHECK(same(&e, a, buf, MiB, 0));
+	cache_file_put(e.c, a);
+	cache_file_put(e.c, b);
+	close(fa);
+	close(fb);
+	env_fini(&e);
+	free(buf);
+	free(ref);
 }
 
 /*
@@ -195,6 +245,7 @@ int main(void)
 	RUN_APART(test_truncate_wakes_writers);
 	RUN_APART(test_unlink_wakes_writers);
 	RUN_APART(test_no_record_never_waits);
+	RUN_APART(test_full_cache_writes_around);
 	free(rbuf);
 	return CHECK_DONE();
 }

@@ -401,6 +401,8 @@ class Bench:
         try:
             t = json.loads(r.stdout)["total"]
             c = {k: t["counters"][k] for k in ("throttled_ops", "space_wait_ops")}
+            # written around the cache past destage.write_around (0 from a daemon without it)
+            c["around_bytes"] = t["counters"].get("write_around_bytes", 0)
             c["held_us"] = t["latency"]["pace"]["mean_us"] * t["latency"]["pace"]["count"]
             return c
         except (ValueError, KeyError):
@@ -1051,8 +1053,8 @@ class Bench:
         """Past the cache (issue 29): the small cache's write workloads against the backing store, same run."""
         md = ["## Past the cache: nvcachefs-small against the backing store\n",
               "| workload | backing MB/s | nvcachefs-small MB/s | ratio | backing p99 / p99.9 us | "
-              "small p99 / p99.9 us | p99.9 ratio | writes paced (held ms) | waited at full |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "small p99 / p99.9 us | p99.9 ratio | writes paced (held ms) | waited at full | written around MiB |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
         for wl in WRITES:
             s, b = self.results.get((wl, "nvcachefs-small"), {}), self.results.get((wl, "backing"), {})
             if not s.get("bw") or not b.get("bw"):
@@ -1061,7 +1063,8 @@ class Bench:
                       f"{self.fmt(b, 'p99')} / {self.fmt(b, 'p999')} | {self.fmt(s, 'p99')} / {self.fmt(s, 'p999')} | "
                       + (f"{s['p999'] / b['p999']:.1f}x |" if b.get("p999") and s.get("p999") else "- |")
                       + (f" {s['throttled_ops']} ({s['held_us'] / 1000:.0f}) | {s['space_wait_ops']} |"
-                         if "throttled_ops" in s else " - | - |"))
+                         f" {s['around_bytes'] / MiB:.1f} |"
+                         if "throttled_ops" in s else " - | - | - |"))
         d, b = self.results.get((SCATTERED, "nvcachefs"), {}), self.results.get((SCATTERED, "backing"), {})
         if d.get("bw") and b.get("bw"):
             md.append(f"\nDestage of scattered 4K pages (the large cache, destage held off, then a flush): "
