@@ -23,16 +23,22 @@ def remount_with_mirrors(c, mirrors):
     c.mount()
 
 
-def test_replace_healthy_mirror_under_load(make_cache):
+def mirror_replaced_under_load(make_cache, suffix):
+    """A mounted cache with a workload running, its mirror 1 replaced by a new file (removed by cleanup)."""
     c = make_cache(extra={"destage.on_unmount": "keep"})
     c.format()
     c.mount()
     w = Workload(c)
     w.start()
     w.wait_ops(200)
-    new = f"/dev/shm/{c.tag}-meta1-new"
-    c.meta.append(new)                              # removed by cleanup
+    new = f"/dev/shm/{c.tag}-meta1-{suffix}"
+    c.meta.append(new)
     r = c.ctl("replace-mirror", c.mnt, c.meta[1], new)
+    return c, w, new, r
+
+
+def test_replace_healthy_mirror_under_load(make_cache):
+    c, w, new, r = mirror_replaced_under_load(make_cache, "new")
     assert f"change cache.metadata in the configuration to name {new}" in r.stdout
     n = w.ops
     w.wait_ops(n + 300)                             # the records go to the new mirror now
@@ -70,15 +76,7 @@ def test_replaced_mirror_whose_successor_is_gone(make_cache):
     """The new place of a finished replace-mirror is deleted and cache.metadata still names the old one, which
     may have missed writes since the copy: it is rebuilt from mirror 0, never trusted; with mirror 0 unusable
     too the mount is refused, saying why, rather than served from the old records."""
-    c = make_cache(extra={"destage.on_unmount": "keep"})
-    c.format()
-    c.mount()
-    w = Workload(c)
-    w.start()
-    w.wait_ops(200)
-    new = f"/dev/shm/{c.tag}-meta1-gone"
-    c.meta.append(new)                              # removed by cleanup
-    c.ctl("replace-mirror", c.mnt, c.meta[1], new)
+    c, w, new, _ = mirror_replaced_under_load(make_cache, "gone")
     w.wait_ops(w.ops + 300)                         # records the old place never sees
     w.finish()
     assert c.unmount() == 0
