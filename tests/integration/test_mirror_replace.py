@@ -103,15 +103,20 @@ def test_replaced_mirror_whose_successor_is_gone(make_cache):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_replace_failed_block_mirror(make_cache):
-    c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
+def mirror1_on_a_block_device(c):
+    """Two cache devices, mirror 1 on the third loop device; formatted and mounted."""
     keys = dict(c.keys)
     keys["cache.devices"] = ", ".join(c.loops[:2])
-    keys["cache.metadata"] = f"{c.meta[0]}, {c.loops[2]}"  # mirror 1 on a block device
+    keys["cache.metadata"] = f"{c.meta[0]}, {c.loops[2]}"
     c.keys = keys
     c.write_conf()
     c.format()
     c.mount()
+
+
+def test_replace_failed_block_mirror(make_cache):
+    c = make_cache(ndevs=4, extra={"destage.on_unmount": "keep"})
+    mirror1_on_a_block_device(c)
     w = Workload(c)
     w.start()
     w.wait_ops(100)
@@ -273,13 +278,7 @@ def test_failed_mirror_replaced_then_back(make_cache):
     unedited configuration with mirror 0 torn follows it to the new mirror and has every fsynced byte (it
     used to take the old device's records, older than the failure)."""
     c = make_cache(ndevs=3, extra={"destage.on_unmount": "keep"})
-    keys = dict(c.keys)
-    keys["cache.devices"] = ", ".join(c.loops[:2])
-    keys["cache.metadata"] = f"{c.meta[0]}, {c.loops[2]}"  # mirror 1 on a block device
-    c.keys = keys
-    c.write_conf()
-    c.format()
-    c.mount()
+    mirror1_on_a_block_device(c)
     sh("blockdev", "--setro", c.loops[2])
     try:
         data = {f"f{i}": os.urandom(300 * 1024 + i) for i in range(5)}
