@@ -75,7 +75,7 @@ max_dirty_age = 30s"
 # The libFuzzer targets (tests/fuzz, README "Fuzzing"), each for a short run on
 # a copy of its seed corpus: any crash, hang, leak or sanitizer report fails.
 FUZZ_TARGETS="config superblock mirrors check"
-FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 
 fuzz_short() {
 	local t work rc=0
