@@ -1,5 +1,5 @@
-/* cache: many nodes over one store — the backing file's look as this node
- * last left it, revalidation at open, flush at close, conflicts. */
+/* cache: many nodes over one store — the backing file's look compared
+ * at open and before destage, and conflicts resolved. */
 #define _GNU_SOURCE
 #include "engine.h"
 
@@ -26,135 +26,7 @@
  * conflict, counted once and resolved by backing.on_conflict.
  */
 
-/* ---------------------------------------------------------------- look */
-
 static int coh_persist(struct cache *c, struct cfile *f);
-
-static int look_differs_locked(const struct cfile *f, const struct stat *st)
-{
-	return (uint64_t)st->st_size != f->bsize ||
-	       ts_ns(&st->st_mtim) != f->bk_mtime_ns ||
-	       ts_ns(&st->st_ctim) != f->bk_ctime_ns;
-}
-
-/*
- * Who may set f->bsize.  It is the backing file's size as far as this node
- * knows, and never below the end of a completed own write: a partial page
- * past it is taken for a hole and prefilled with zeros (page_prefill), so a
- * bsize too low puts zeros in the cache where this node's own bytes are in
- * the store.  So only three kinds of code set it:
- *   - an own write once the store has it, and only upward (backing_write,
- *     write_fallback, write_around);
- *   - the object's making and recovery, and file_check_backing under f->rw
- *     held for writing, from a fstat no own write can overlap;
- *   - look_take_locked, from a fstat that began after every own change
- *     that had completed, with none under way: the caller reads
- *     f->coh.gen before its fstat, and takes the look only if it is
- *     unchanged and nothing is in flight (look_current_locked; asserted
- *     here).  coh_bk_done bumps f->coh.gen, so a fstat that may predate a
- *     write completed since is refused, and that write's own note, which
- *     follows, takes the look.  Before it did (issue 25, finding 17), a
- *     note whose fstat preceded another write's pwrite could take its
- *     stale size in the moment between that write's coh_bk_done and its
- *     own note's bump, lowering bsize below that completed write
- *     (reproduced with delay hooks: test_coherence
- *     test_note_never_lowers_bsize).
- */
-static int look_current_locked(const struct cfile *f, uint64_t gen)
-{
-	return f->coh.gen == gen && !f->coh.inflight;
-}
-
-/* f->coh.gen, read before a fstat whose look may be taken (c->lock not
- * held). */
-static uint64_t look_gen(struct cache *c, struct cfile *f)
-{
-	uint64_t gen;
-
-	pthread_mutex_lock(&c->lock);
-	gen = f->coh.gen;
-	cache_unlock(c);
-	return gen;
-}
-
-static void look_take_locked(struct cfile *f, const struct stat *st,
-			     uint64_t gen)
-{
-	struct timespec now;
-
-	assert(look_current_locked(f, gen));
-	(void)gen;
-	clock_gettime(CLOCK_REALTIME, &now);
-	f->bsize = st->st_size;
-	f->bk_mtime_ns = ts_ns(&st->st_mtim);
-	f->bk_ctime_ns = ts_ns(&st->st_ctim);
-	f->coh.look_ns = ts_ns(&now);
-}
-
-/*
- * A store that keeps whole seconds (MooseFS) cannot show a same-size change
- * made elsewhere in the same second as the file's last change: the look
- * would not differ.  A look taken before that second ended proves nothing
- * (the node's and the store's clocks are taken to be in step), so an open
- * treats it as changed: the clean data goes, and the look is taken again.
- * After a crash the time a look was taken is not known (0): unsettled too.
- */
-static int look_unsettled_locked(const struct cache *c, const struct cfile *f,
-				 const struct stat *st)
-{
-	uint64_t last = st->st_ctim.tv_sec > st->st_mtim.tv_sec
-				? st->st_ctim.tv_sec
-				: st->st_mtim.tv_sec;
-
-	return c->coarse_times && f->coh.look_ns < (last + 1) * 1000000000ull;
-}
-
-void coh_bk_begin(struct cache *c, struct cfile *f)
-{
-	pthread_mutex_lock(&c->lock);
-	f->coh.inflight++;
-	cache_unlock(c);
-}
-
-void coh_bk_done(struct cache *c, struct cfile *f)
-{
-	pthread_mutex_lock(&c->lock);
-	assert(f->coh.inflight > 0);
-	f->coh.inflight--;
-	f->coh.gen++; /* a fstat before now may predate it (look_take) */
-	cache_unlock(c);
-	if (c->test_bk_done)
-		c->test_bk_done(c, f);
-}
-
-int coh_note_look(struct cache *c, struct cfile *f)
-{
-	struct stat st;
-	uint64_t gen;
-	int busy;
-
-	pthread_mutex_lock(&c->lock);
-	gen = ++f->coh.gen;
-	busy = f->coh.inflight;
-	cache_unlock(c);
-	if (busy)
-		return 0; /* the change under way notes the look when done */
-	if (fstat(f->fd, &st))
-		return -errno;
-	if (c->test_look_fstat)
-		c->test_look_fstat(c, f);
-	pthread_mutex_lock(&c->lock);
-	if (look_current_locked(f, gen))
-		look_take_locked(f, &st, gen);
-	cache_unlock(c);
-	return 0;
-}
-
-int coh_bk_end(struct cache *c, struct cfile *f)
-{
-	coh_bk_done(c, f);
-	return coh_note_look(c, f);
-}
 
 void cache_file_bk_change_begin(struct cache *c, struct cfile *f)
 {
@@ -273,12 +145,6 @@ int cache_file_attr_st(struct cache *c, struct stat *st)
 	st->st_blocks = blocks;
 	cache_unlock(c);
 	return 0;
-}
-
-void coh_ctime_now_locked(struct cfile *f, const struct timespec *now)
-{
-	f->ctime = *now;
-	f->ctime_set = 1;
 }
 
 /* ------------------------------------------------------------ changes */
@@ -845,59 +711,4 @@ void coh_recovery_conflict(struct cache *c, struct cfile *f,
 	assert(frw_held(f, 1)); /* file_check_backing's caller's */
 	/* at mount nothing else changes the file: st is current */
 	coh_conflict(c, f, st, look_gen(c, f), "recovery");
-}
-
-/* ------------------------------------------------------------- on close */
-
-/* f has dirty data written before epoch (c->lock held). */
-static int file_owed_locked(struct cache *c, struct cfile *f, uint64_t epoch)
-{
-	struct list *l;
-
-	(void)c;
-	for (l = f->slots.next; l != &f->slots; l = l->next) {
-		struct cslot *s = list_entry(l, struct cslot, flink);
-
-		if (s->state == SLOT_DIRTY && s->dirty_epoch < epoch)
-			return 1;
-	}
-	return 0;
-}
-
-/*
- * What was written before the call goes to the store, durably; data written
- * meanwhile by others need not (it would never end under a steady writer).
- * The file is destaged by one thread at a time: this one waits for the
- * destager's pass on it to end, and the destager skips it meanwhile.
- */
-int cache_file_flush(struct cache *c, struct cfile *f)
-{
-	uint64_t epoch;
-	int ret = 0;
-
-	pthread_mutex_lock(&c->lock);
-	epoch = ++c->epoch;
-	while (!ret && file_owed_locked(c, f, epoch)) {
-		if (c->stopping) {
-			ret = -EIO;
-			break;
-		}
-		if (f->destaging) {
-			if (!freeq_before_wait_locked(c))
-				pthread_cond_wait(&c->flush_cond, &c->lock);
-			continue;
-		}
-		f->destaging = 1;
-		c->active++;
-		cache_unlock(c);
-		ret = destage_file(c, f, UINT64_MAX);
-		pthread_mutex_lock(&c->lock);
-		c->active--;
-		f->destaging = 0;
-		pthread_cond_broadcast(&c->flush_cond);
-	}
-	cache_unlock(c);
-	if (!ret)
-		ret = file_bk_sync(c, f);
-	return ret;
 }

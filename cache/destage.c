@@ -746,3 +746,56 @@ int cache_flush_until(struct cache *c, cache_progress_fn fn, void *arg,
 		fn(arg, 0, CNT_GET(c, destaged_bytes));
 	return ret;
 }
+
+/* f has dirty data written before epoch (c->lock held). */
+static int file_owed_locked(struct cache *c, struct cfile *f, uint64_t epoch)
+{
+	struct list *l;
+
+	(void)c;
+	for (l = f->slots.next; l != &f->slots; l = l->next) {
+		struct cslot *s = list_entry(l, struct cslot, flink);
+
+		if (s->state == SLOT_DIRTY && s->dirty_epoch < epoch)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * What was written before the call goes to the store, durably; data written
+ * meanwhile by others need not (it would never end under a steady writer).
+ * The file is destaged by one thread at a time: this one waits for the
+ * destager's pass on it to end, and the destager skips it meanwhile.
+ */
+int cache_file_flush(struct cache *c, struct cfile *f)
+{
+	uint64_t epoch;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	epoch = ++c->epoch;
+	while (!ret && file_owed_locked(c, f, epoch)) {
+		if (c->stopping) {
+			ret = -EIO;
+			break;
+		}
+		if (f->destaging) {
+			if (!freeq_before_wait_locked(c))
+				pthread_cond_wait(&c->flush_cond, &c->lock);
+			continue;
+		}
+		f->destaging = 1;
+		c->active++;
+		cache_unlock(c);
+		ret = destage_file(c, f, UINT64_MAX);
+		pthread_mutex_lock(&c->lock);
+		c->active--;
+		f->destaging = 0;
+		pthread_cond_broadcast(&c->flush_cond);
+	}
+	cache_unlock(c);
+	if (!ret)
+		ret = file_bk_sync(c, f);
+	return ret;
+}

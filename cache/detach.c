@@ -51,18 +51,6 @@
  * (c->dsync[d].lock) is taken alone.
  */
 
-pthread_mutex_t devlife_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void detach_file_born_locked(struct cache *c, struct cfile *f)
-{
-	if (!c->detached)
-		return;
-	assert(!f->nslots);
-	f->mode_saved = -1;
-	f->detach_gen = c->detach_gen;
-	__atomic_store_n(&f->pol.mode, MODE_BYPASS, __ATOMIC_RELEASE);
-}
-
 void detach_at_mount(struct cache *c)
 {
 	struct cfile *f;

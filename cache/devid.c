@@ -759,3 +759,12 @@ int devid_prove_place(struct cache *c, const char *path,
 	close(fd);
 	return ret;
 }
+
+/* Members are found by identity (members.c), so the name is the one the
+ * device was opened under, not cache.devices' entry d. */
+const char *cache_listed_name(struct cache *c, int d)
+{
+	if (c->devs[d])
+		return dev_path(c->devs[d]);
+	return c->grown_names[d] ? c->grown_names[d] : "";
+}

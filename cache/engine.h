@@ -478,6 +478,11 @@ struct cache {
 	 * committed, s->rw held for writing (the window a rebuild's scan
 	 * can pass the slot in: rebuild.c) */
 	void (*test_committing)(struct cache *c, struct cslot *s);
+	/* recovery's check of a backing file against its record
+	 * (recover.c: file_check_backing), for a file whose descriptor
+	 * came after the mount (file_late_check): set once at open, so
+	 * that files/ calls up into management only through it */
+	void (*check_backing)(struct cache *c, struct cfile *f);
 	/* tests only: run by a warm of a pinned file once it has pinned the
 	 * file's slots, before it persists them (filectl.c) */
 	void (*test_pin_persist)(struct cache *c, struct cfile *f);
@@ -1008,18 +1013,29 @@ int backing_sync(struct cache *c, struct cfile *f, int data_only);
 void stats_attach_devs(struct cache *c);
 void stats_note_destaged(struct cache *c, uint64_t bytes);
 
-/* coherence.c: many nodes over one store */
+/* look.c: the backing file's look as this node last left it */
 /* This node is about to change f's backing file (f->rw held), or is done. */
 void coh_bk_begin(struct cache *c, struct cfile *f);
 void coh_bk_done(struct cache *c, struct cfile *f);
 /* Take the backing file's look as this node's own, unless another own change
  * is under way or noted after this one (whose note then takes it). */
-/* A change through the cache (write, truncate, fallocate) moved f's ctime,
- * at now (c->lock held; cache_file_attr_st). */
-void coh_ctime_now_locked(struct cfile *f, const struct timespec *now);
 int coh_note_look(struct cache *c, struct cfile *f);
 /* coh_bk_done, then coh_note_look. */
 int coh_bk_end(struct cache *c, struct cfile *f);
+/* A change through the cache (write, truncate, fallocate) moved f's ctime,
+ * at now (c->lock held; cache_file_attr_st). */
+void coh_ctime_now_locked(struct cfile *f, const struct timespec *now);
+/* The look st differs from the one noted (c->lock held). */
+int look_differs_locked(const struct cfile *f, const struct stat *st);
+/* A look whose fstat began after f->coh.gen was gen may be taken. */
+int look_current_locked(const struct cfile *f, uint64_t gen);
+uint64_t look_gen(struct cache *c, struct cfile *f);
+void look_take_locked(struct cfile *f, const struct stat *st, uint64_t gen);
+/* A look too close to the file's last change on a whole-second store. */
+int look_unsettled_locked(const struct cache *c, const struct cfile *f,
+			  const struct stat *st);
+
+/* coherence.c: many nodes over one store */
 /* Before destage writes f: a change elsewhere is a conflict, resolved now
  * (f->rw not held). */
 int coh_destage_check(struct cache *c, struct cfile *f);

@@ -342,7 +342,7 @@ void file_late_check(struct cache *c, struct cfile *f)
 {
 	frw_wrlock(f);
 	if (f->bk_missing && f->fd >= 0) {
-		file_check_backing(c, f);
+		c->check_backing(c, f);
 		__atomic_store_n(&f->bk_missing, 0, __ATOMIC_RELEASE);
 		log_msg(LOG_NOTICE,
 			"backing file (inode %llu) opened at last; its cached "
@@ -973,3 +973,23 @@ out_unlock:
 	return ret;
 }
 
+void detach_file_born_locked(struct cache *c, struct cfile *f)
+{
+	if (!c->detached)
+		return;
+	assert(!f->nslots);
+	f->mode_saved = -1;
+	f->detach_gen = c->detach_gen;
+	__atomic_store_n(&f->pol.mode, MODE_BYPASS, __ATOMIC_RELEASE);
+}
+
+void file_unpin_locked(struct cache *c, struct cfile *f)
+{
+	if (!f->pinned)
+		return;
+	assert(!list_empty(&f->plink));
+	f->pinned = 0;
+	list_del(&f->plink);
+	file_relist_locked(c, f);
+	space_freed_locked(c);
+}

@@ -48,12 +48,6 @@
 #define WARM_CHUNK (1024 * 1024u)
 #define FLUSH_CHUNK (16ull * 1024 * 1024)
 
-uint64_t pin_cap_slots(struct cache *c)
-{
-	return c->nslots *
-	       __atomic_load_n(&c->cfg->max_pinned, __ATOMIC_RELAXED) / 100;
-}
-
 static uint64_t blocks_of(struct cache *c, uint64_t size)
 {
 	return (size + c->bs - 1) / c->bs;
@@ -286,17 +280,6 @@ int cache_file_warm(struct cache *c, struct cfile *f, uint64_t limit,
 	if (!ret && __atomic_load_n(&f->pinned, __ATOMIC_ACQUIRE))
 		ret = pin_persist_slots(c, f);
 	return ret;
-}
-
-void file_unpin_locked(struct cache *c, struct cfile *f)
-{
-	if (!f->pinned)
-		return;
-	assert(!list_empty(&f->plink));
-	f->pinned = 0;
-	list_del(&f->plink);
-	file_relist_locked(c, f);
-	space_freed_locked(c);
 }
 
 int cache_file_pin(struct cache *c, struct cfile *f, int pin,

@@ -80,21 +80,6 @@ const char *cache_policy_for(struct cache *c, const char *path, uint64_t size)
 	return m.name;
 }
 
-void file_relist_locked(struct cache *c, struct cfile *f)
-{
-	struct list *l;
-	int lru = file_lru(f);
-
-	for (l = f->slots.next; l != &f->slots; l = l->next) {
-		struct cslot *s = list_entry(l, struct cslot, flink);
-
-		if (s->state != SLOT_CLEAN)
-			continue;
-		slot_list_del(c, s);
-		slot_list_add_tail(c, lru, s);
-	}
-}
-
 /* Drop f's slots if none is dirty or pinned: 1 if done (then the mode is
  * bypass), 0 if not now.  f->rw held for writing, c->lock held. */
 static int bypass_settle_locked(struct cache *c, struct cfile *f)

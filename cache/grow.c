@@ -42,15 +42,6 @@
  * after step 3's c->lock, and step 2 wrote base[k] and count[k] before it.
  */
 
-/* Members are found by identity (members.c), so the name is the one the
- * device was opened under, not cache.devices' entry d. */
-const char *cache_listed_name(struct cache *c, int d)
-{
-	if (c->devs[d])
-		return dev_path(c->devs[d]);
-	return c->grown_names[d] ? c->grown_names[d] : "";
-}
-
 /* The free list in the order a stripe would give: by index on the member,
  * then by member (c->lock held). */
 static int by_place(const void *a, const void *b, void *arg)

@@ -714,3 +714,81 @@ void slot_unpin_locked(struct cache *c, struct cfile *f, struct cslot *s)
 	}
 }
 
+uint64_t pin_cap_slots(struct cache *c)
+{
+	return c->nslots *
+	       __atomic_load_n(&c->cfg->max_pinned, __ATOMIC_RELAXED) / 100;
+}
+
+void file_relist_locked(struct cache *c, struct cfile *f)
+{
+	struct list *l;
+	int lru = file_lru(f);
+
+	for (l = f->slots.next; l != &f->slots; l = l->next) {
+		struct cslot *s = list_entry(l, struct cslot, flink);
+
+		if (s->state != SLOT_CLEAN)
+			continue;
+		slot_list_del(c, s);
+		slot_list_add_tail(c, lru, s);
+	}
+}
+
+/* The rebuild's rule at every commit (rebuild.c, "Fresh slots"), kept here
+ * below the data paths that commit, so that they call nothing above them. */
+uint64_t rebuild_seq(struct cache *c)
+{
+	return __atomic_load_n(&c->rebuild_seq, __ATOMIC_SEQ_CST);
+}
+
+#ifndef NDEBUG
+static void rb_check_one(struct cache *c, struct cslot *x, int m)
+{
+	uint64_t i = slot_idx(c, x);
+
+	if (slot_member(c, i) == m - 1)
+		assert(layout_index(&c->meta.layout, i) >=
+		       __atomic_load_n(&c->rebuild_pos, __ATOMIC_SEQ_CST));
+}
+#endif
+
+void rebuild_check_commit(struct cache *c, struct cslot *s, uint64_t seq0)
+{
+#ifndef NDEBUG
+	int m = __atomic_load_n(&c->rebuild_member, __ATOMIC_SEQ_CST);
+
+	assert(srw_wrheld(&s->rw));
+	if (!m || rebuild_seq(c) == seq0)
+		return; /* no rebuild, or the shadow was set before the lock */
+	rb_check_one(c, s, m);
+	if (s->twin)
+		rb_check_one(c, &c->slots[s->twin - 1], m);
+#else
+	(void)c;
+	(void)s;
+	(void)seq0;
+#endif
+}
+
+/*
+ * Read pages [p0, p1) of s from its twin into buf (s->rw held): only pages
+ * the twin is known to hold; a twin not seeded yet holds nothing.
+ */
+int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
+	      uint32_t p1)
+{
+	struct cslot *t;
+	uint32_t p;
+
+	if (!s->twin)
+		return -EIO;
+	t = &c->slots[s->twin - 1];
+	if (slot_failed(c, t))
+		return -EIO;
+	for (p = p0; p < p1; p++)
+		if (!pb_test(slot_valid(c, t), p))
+			return -EIO;
+	return dev_read(slot_dev(c, slot_idx(c, t)), buf, (p1 - p0) * NVC_PAGE,
+			slot_off(c, slot_idx(c, t)) + p0 * NVC_PAGE);
+}

@@ -86,40 +86,6 @@
  * is there, finds the scan not past that slot (c->rebuild_pos).
  */
 
-uint64_t rebuild_seq(struct cache *c)
-{
-	return __atomic_load_n(&c->rebuild_seq, __ATOMIC_SEQ_CST);
-}
-
-#ifndef NDEBUG
-static void rb_check_one(struct cache *c, struct cslot *x, int m)
-{
-	uint64_t i = slot_idx(c, x);
-
-	if (slot_member(c, i) == m - 1)
-		assert(layout_index(&c->meta.layout, i) >=
-		       __atomic_load_n(&c->rebuild_pos, __ATOMIC_SEQ_CST));
-}
-#endif
-
-void rebuild_check_commit(struct cache *c, struct cslot *s, uint64_t seq0)
-{
-#ifndef NDEBUG
-	int m = __atomic_load_n(&c->rebuild_member, __ATOMIC_SEQ_CST);
-
-	assert(srw_wrheld(&s->rw));
-	if (!m || rebuild_seq(c) == seq0)
-		return; /* no rebuild, or the shadow was set before the lock */
-	rb_check_one(c, s, m);
-	if (s->twin)
-		rb_check_one(c, &c->slots[s->twin - 1], m);
-#else
-	(void)c;
-	(void)s;
-	(void)seq0;
-#endif
-}
-
 /* A slot of member k being copied: its block's file, its slot (primary),
  * and v, the slot on k (the primary or its twin). */
 struct rb_slot {

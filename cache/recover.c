@@ -768,6 +768,7 @@ int recover_open(struct cache_config *cfg, struct dev **devs, int ndev,
 		return -ENOMEM;
 	}
 	c->cfg = cfg;
+	c->check_backing = file_check_backing;
 	c->ndevs = ndev;
 	for (d = 0; d < ndev; d++)
 		c->devs[d] = devs[d];

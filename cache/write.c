@@ -106,28 +106,6 @@ static int twin_seed(struct cache *c, struct cslot *s, struct cslot *t,
 }
 
 /*
- * Read pages [p0, p1) of s from its twin into buf (s->rw held): only pages
- * the twin is known to hold; a twin not seeded yet holds nothing.
- */
-int twin_read(struct cache *c, struct cslot *s, char *buf, uint32_t p0,
-	      uint32_t p1)
-{
-	struct cslot *t;
-	uint32_t p;
-
-	if (!s->twin)
-		return -EIO;
-	t = &c->slots[s->twin - 1];
-	if (slot_failed(c, t))
-		return -EIO;
-	for (p = p0; p < p1; p++)
-		if (!pb_test(slot_valid(c, t), p))
-			return -EIO;
-	return dev_read(slot_dev(c, slot_idx(c, t)), buf, (p1 - p0) * NVC_PAGE,
-			slot_off(c, slot_idx(c, t)) + p0 * NVC_PAGE);
-}
-
-/*
  * A cache device failed while taking a write: the backing file takes it
  * instead, as whole pages (buf holds them from s0 on, partial ones merged
  * with their old bytes), and the cache forgets every page the write touched.
