@@ -11,7 +11,7 @@
 #include <sys/types.h>
 
 #include "../devices/dev.h"
-#include "stats.h"
+#include "base/stats.h"
 #include "version.h" /* NVC_VERSION: meson's project version */
 
 #define NVC_MAX_DEVS 16
@@ -114,7 +114,7 @@ void cfg_print(const struct cache_config *c, FILE *f);
 void cfg_free(struct cache_config *c);
 /* 0, or -errno said in err: the mount point mnt is the backing directory
  * (backing, open as backing_fd), inside it, or holds it, by resolved names
- * and by the identity of their ancestors (cache/nest.c). */
+ * and by the identity of their ancestors (cache/base/nest.c). */
 int cfg_check_nesting(const char *mnt, int backing_fd, const char *backing,
 		      char *err, size_t errlen);
 

@@ -35,7 +35,7 @@
  * plain system calls on the device's descriptor, and its result is what
  * they return.  So a res other than 0 is the answer of the device (or of
  * dev_io_check: a fenced device, an offset out of range): the cache may take
- * it for the device's failure (cache/io.c, note_dev_error).  A short
+ * it for the device's failure (cache/data/io.c, note_dev_error).  A short
  * transfer is finished the same way, with the request's own durability: a
  * fua write that completes with res 0 is durable however it was done.
  */
@@ -121,7 +121,7 @@ int dev_io_run(struct dev_io *ios, unsigned n);
 
 /*
  * A shadow takes a copy of every write and flush that its device completes
- * (a cache device's rebuild onto its replacement, cache/rebuild.c): once
+ * (a cache device's rebuild onto its replacement, cache/mngt/rebuild.c): once
  * the device's own request succeeded, the same request goes to the shadow,
  * before dev_io_run() returns or the ring's callback runs.  So a write that
  * completed on the device is on the shadow too, and a flush of the device
@@ -185,7 +185,7 @@ typedef void (*dev_observe_fn)(void *arg, enum dev_op op, uint32_t len, int res,
 			       uint64_t ns);
 void dev_set_observer(struct dev *d, dev_observe_fn fn, void *arg, int timing);
 /*
- * A lock never held across d's I/O (cache/engine.h: c->lock): in debug
+ * A lock never held across d's I/O (cache/core/core.h: c->lock): in debug
  * builds every request asserts that the calling thread does not hold it.
  * NULL: none.
  */

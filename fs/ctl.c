@@ -168,7 +168,7 @@ static int file_command(const char *cmd)
 	return 0;
 }
 
-/* The device-life commands (cache/detach.c, mirror.c, replace.c) and
+/* The device-life commands (cache/mngt/detach.c, mirror.c, replace.c) and
  * the arguments each takes. */
 static const struct {
 	const char *cmd;

@@ -58,7 +58,7 @@ struct job {
 	uint64_t last_ms;
 };
 
-/* The policy of a file (cache/fpolicy.c): what its object got at its last
+/* The policy of a file (cache/mngt/fpolicy.c): what its object got at its last
  * open; without an object (nothing cached), what its next open would get. */
 static const char *file_policy(struct job *j, const struct entry *e,
 			       struct cfile *f)

@@ -78,7 +78,7 @@
 #define LOOP_IDLE_NS 1000000000ull
 #define REQ_BUF (1024 * 1024 + 64 * 1024) /* max_write and headers */
 /* where a WRITE request's data begins: the cache writes whole aligned pages
- * to its devices from the request itself, without a copy (cache/write.c) */
+ * to its devices from the request itself, without a copy (cache/data/write.c) */
 #define WRITE_DATA (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
 
 struct worker;

@@ -9,7 +9,7 @@
 #include <sys/xattr.h>
 
 /*
- * The cache's identity stamp (cache/ident.c) is its own: not shown, not set
+ * The cache's identity stamp (cache/files/ident.c) is its own: not shown, not set
  * or removed through the mount, so that a copy made through the mount with
  * its attributes does not take on the identity of the original.
  */

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "../cache/stats.h"
+#include "../cache/base/stats.h"
 
 /* The full summary of s (counters since the last reset). */
 void show_text(FILE *out, const char *mnt, const struct stat_snap *s);

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "../../cache/cache.h"
-#include "../../cache/meta.h"
+#include "../../cache/media/media.h"
 
 /*
  * Every target's input starts with one control byte:

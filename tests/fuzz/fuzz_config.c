@@ -2,7 +2,7 @@
  * cfg_override on fuzzed -o strings, cfg_validate, a policy match. */
 #define _GNU_SOURCE
 #include "fuzz.h"
-#include "../../cache/policy.h"
+#include "../../cache/base/policy.h"
 
 #include <stdio.h>
 #include <stdlib.h>

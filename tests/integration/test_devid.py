@@ -11,7 +11,7 @@ from conftest import CTL, MiB, sh, use_devices, wait_log
 
 
 def member_uuid(path):
-    """The dev_uuid of the superblock at 4 KiB (cache/meta.h struct sb_disk: at byte 80)."""
+    """The dev_uuid of the superblock at 4 KiB (cache/media/media.h struct sb_disk: at byte 80)."""
     with open(path, "rb") as f:
         f.seek(4096 + 80)
         u = f.read(16).hex()

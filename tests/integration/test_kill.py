@@ -151,7 +151,7 @@ def test_kill9_right_after_small_creates(make_cache):
     """Small files created, written and closed, then kill -9 at once: after the remount every file is there
     with every byte, though the backing store never got the data. A file's record is persisted by its first
     write and again only when it changes: the release of a file just written finds the mirrors holding its
-    record already (cache/file.c, file_record_held), and a record that did change (a second write that grows
+    record already (cache/files/file.c, file_record_held), and a record that did change (a second write that grows
     the file, a truncate) must still reach the mirrors before the write is acknowledged."""
     c = make_cache(extra={"destage.idle_after": "0", "destage.max_dirty_age": "0",
                           "destage.high_watermark": "100", "destage.low_watermark": "99"})

@@ -1,4 +1,4 @@
-"""Sequential reads of uncached data (cache.sequential_cutoff, cache/admit.c): what they return while another
+"""Sequential reads of uncached data (cache.sequential_cutoff, cache/core/admit.c): what they return while another
 descriptor writes into the file, byte for byte; the bypass counted; revalidation at open still drops stale data."""
 import mmap
 import os

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "../../cache/cache.h"
-#include "../../cache/meta.h"
+#include "../../cache/media/media.h"
 
 static double now(void)
 {

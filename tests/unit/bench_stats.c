@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "../../cache/stats.h"
+#include "../../cache/base/stats.h"
 
 #define N 5000000
 

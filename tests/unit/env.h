@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "../../cache/cache.h"
-#include "../../cache/meta.h"
+#include "../../cache/media/media.h"
 #include "check.h"
 
 /* one snapshot for every test (it is large) */

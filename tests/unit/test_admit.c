@@ -1,9 +1,9 @@
 /* tests: the read admission policy — the stream detector, the sequential
- * cutoff and readahead (cache/admit.c), and the read path that obeys it. */
+ * cutoff and readahead (cache/core/admit.c), and the read path that obeys it. */
 #define _GNU_SOURCE
 #include "env.h"
 
-#include "../../cache/admit.h"
+#include "../../cache/core/admit.h"
 
 #define TOL (2 * MiB)
 #define CUT (4 * MiB)

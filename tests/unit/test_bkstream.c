@@ -1,12 +1,12 @@
 /* tests: direct reads of the backing store with readahead for streams past
- * the sequential cutoff (cache/bkstream.c): they read ahead, and what they
+ * the sequential cutoff (cache/files/bkstream.c): they read ahead, and what they
  * read ahead is never served after the file changed. */
 #define _GNU_SOURCE
 #include "env.h"
 
 #include <time.h>
 
-#include "../../cache/engine.h"
+#include "../../cache/mngt/mngt.h"
 
 #define SIZE (24 * MiB)
 

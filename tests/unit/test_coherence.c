@@ -3,7 +3,7 @@
  * the cache's own changes are never taken for another node's. */
 #define _GNU_SOURCE
 #include "env.h"
-#include "engine.h" /* frw_rdlock: the file's lock held meanwhile */
+#include "../../cache/mngt/mngt.h" /* frw_rdlock: the file's lock held meanwhile */
 
 #include <pthread.h>
 #include <sys/stat.h>

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "env.h"
-#include "engine.h" /* test_cleaned, the slot's twin */
+#include "../../cache/mngt/mngt.h" /* test_cleaned, the slot's twin */
 
 /* Fill a large stretch of the stack below the caller with ones, so that a
  * field the code under test forgets to set reads as an error code. */

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "../../cache/cache.h"
-#include "../../cache/engine.h" /* test_committing, a slot's member and lock */
-#include "../../cache/meta.h"
+#include "../../cache/mngt/mngt.h" /* test_committing, a slot's member and lock */
+#include "../../cache/media/media.h"
 #include "check.h"
 
 /*
@@ -431,7 +431,7 @@ static void devlife_op(void)
 }
 
 /*
- * A rebuild racing a commit (cache/rebuild.c, "Fresh slots"; issue 25,
+ * A rebuild racing a commit (cache/mngt/rebuild.c, "Fresh slots"; issue 25,
  * finding 3).  Once armed, the first commit into a fresh slot of member 1
  * (its block on the device already, nothing valid yet) starts the replace
  * on a thread of its own and waits, its slot's lock held, until the

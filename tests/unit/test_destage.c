@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
-#include "../../cache/engine.h"
+#include "../../cache/mngt/mngt.h"
 #include "env.h"
 
 /* 4 KiB blocks: a 1 MiB run of destage reads spans 256 slots, each still
@@ -33,7 +33,7 @@ static void test_destage_runs_of_small_blocks(void)
 }
 
 /*
- * A pass of several runs writes them behind its reads (cache/destage_io.c).
+ * A pass of several runs writes them behind its reads (cache/clean/destage_io.c).
  * When a write behind fails (here: the file size limit, EFBIG, at 2.5 MiB of
  * 6 MiB; the backing file has its size already, so only writes fail), the
  * pass fails, marks nothing clean, and a later pass writes all.

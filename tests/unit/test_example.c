@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "../../cache/cache.h"
-#include "../../cache/policy.h"
+#include "../../cache/base/policy.h"
 #include "check.h"
 
 int main(int argc, char **argv)

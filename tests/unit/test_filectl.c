@@ -1,7 +1,7 @@
-/* tests: per-file control (cache/filectl.c) — pins that survive reopen and
+/* tests: per-file control (cache/mngt/filectl.c) — pins that survive reopen and
  * crash, evict, warm past the sequential cutoff, the cache.max_pinned cap. */
 #include "env.h"
-#include "engine.h" /* test_pin_persist */
+#include "../../cache/mngt/mngt.h" /* test_pin_persist */
 
 #include <pthread.h>
 #include <unistd.h>

@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "engine.h"
+#include "../../cache/mngt/mngt.h"
 #include "env.h"
 
 static struct env e;

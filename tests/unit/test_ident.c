@@ -3,7 +3,7 @@
  * dirty data that cannot be placed kept in lost+found (issue 10). */
 #define _GNU_SOURCE
 #include "env.h"
-#include "engine.h" /* test_noted */
+#include "../../cache/mngt/mngt.h" /* test_noted */
 
 #include <dirent.h>
 #include <linux/fs.h>

@@ -5,7 +5,7 @@
  * it claimed. */
 #define _GNU_SOURCE
 #include "env.h"
-#include "../../cache/engine.h"
+#include "../../cache/mngt/mngt.h"
 
 #include <limits.h>
 

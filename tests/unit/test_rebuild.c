@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "env.h"
-#include "engine.h" /* test_committing, the slots and their locks */
+#include "../../cache/mngt/mngt.h" /* test_committing, the slots and their locks */
 
 #define BS (64 * KiB)
 #define SLOTS 16

@@ -3,7 +3,7 @@
 #define _GNU_SOURCE
 #include "env.h"
 
-#include "../../cache/meta.h"
+#include "../../cache/media/media.h"
 
 static uint8_t *record(struct env *e, int k, uint32_t i)
 {

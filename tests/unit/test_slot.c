@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "../../cache/mngt/mngt.h"
 #include "env.h"
 
 /* ------------------------------------------------------------ slot lock */

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../cache/stats.h"
+#include "../../cache/base/stats.h"
 #include "check.h"
 
 static struct stat_snap a, b, d;
