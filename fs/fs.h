@@ -96,6 +96,17 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
  * mount. */
 int fs_name_reserved(const char *name);
 
+/* fs.c: the cache's file of an inode, from the open's handle when there is
+ * one (*got: taken here, to put back); may the caller access (R_OK, W_OK)
+ * the inode held as fd, as the store answers with its groups and ACLs */
+int fs_with_cfile(struct fs *fs, struct fs_inode *in, struct fuse_file_info *fi,
+		  struct cfile **cf, int *got);
+int fs_access_as(fuse_req_t req, int fd, int mode);
+
+/* setattr.c */
+void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
+		struct fuse_file_info *fi);
+
 /* dir.c: directory ops */
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
