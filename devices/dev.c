@@ -933,22 +933,6 @@ void dev_set_nolock(struct dev *d, pthread_mutex_t *m)
 	d->nolock = m;
 }
 
-int dev_mutex_mine(pthread_mutex_t *m)
-{
-#if !defined(NDEBUG) && defined(__GLIBC__)
-	static __thread pid_t tid;
-
-	if (!m)
-		return 0;
-	if (!tid)
-		tid = gettid();
-	return __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED) == tid;
-#else
-	(void)m;
-	return 0;
-#endif
-}
-
 int dev_io_run(struct dev_io *ios, unsigned n)
 {
 	unsigned i;

@@ -852,8 +852,15 @@ static inline uint32_t bm_count(const uint64_t *w)
 void stats_attach_devs(struct cache *c);
 void stats_note_destaged(struct cache *c, uint64_t bytes);
 /* Serialises detach, attach, replace-mirror and the other device-life
- * commands (cache/mngt). */
+ * commands (cache/mngt): the outermost lock, taken by devlife_enter, which
+ * asserts the caller holds neither a file's lock nor c->lock. */
 extern pthread_mutex_t devlife_lock;
+#define devlife_enter(c)                          \
+	do {                                      \
+		assert(!frw_held_any());          \
+		assert_not_held(&(c)->lock);      \
+		pthread_mutex_lock(&devlife_lock); \
+	} while (0)
 
 /* devio.c: device writes' flush generations, and device failures */
 /* Device d wrote plain (not FUA) data: one more generation to flush. */

@@ -46,6 +46,11 @@ int frw_held(const struct cfile *f, int wr)
 	return h && (!wr || h->wr);
 }
 
+int frw_held_any(void)
+{
+	return nheld > 0;
+}
+
 void frw_owe_wgen(const struct cfile *f)
 {
 	struct frw_hold *h = frw_find(f);

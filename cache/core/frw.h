@@ -26,6 +26,8 @@ int frw_timedwrlock(struct cfile *f, const struct timespec *until);
 void frw_unlock(struct cfile *f);
 #ifndef NDEBUG
 int frw_held(const struct cfile *f, int wr);
+/* This thread holds some file's f->rw. */
+int frw_held_any(void);
 void frw_owe_wgen(const struct cfile *f);
 #else
 static inline void frw_owe_wgen(const struct cfile *f)

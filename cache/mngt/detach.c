@@ -249,7 +249,7 @@ int cache_detach(struct cache *c, cache_progress_fn fn, void *arg, char *err,
 	int ret;
 
 	err[0] = 0;
-	pthread_mutex_lock(&devlife_lock);
+	devlife_enter(c);
 	pthread_mutex_lock(&c->lock);
 	if (c->detached) {
 		cache_unlock(c);
@@ -406,7 +406,7 @@ static int attach(struct cache *c, struct dev **cand, int ncand, char *err,
 	int d, ret;
 
 	err[0] = 0;
-	pthread_mutex_lock(&devlife_lock);
+	devlife_enter(c);
 	if (!__atomic_load_n(&c->detached, __ATOMIC_ACQUIRE)) {
 		snprintf(err, errlen, "not detached");
 		ret = -EALREADY;

@@ -187,7 +187,7 @@ static int mirror_replace_on(struct cache *c, const char *old,
 	int k, ret;
 
 	err[0] = 0;
-	pthread_mutex_lock(&devlife_lock);
+	devlife_enter(c);
 	k = mirror_index(c, old);
 	if (k < 0) {
 		snprintf(err, errlen,

@@ -382,7 +382,7 @@ static int replace_dev(struct cache *c, const char *old_arg,
 
 	err[0] = 0;
 	snprintf(old, sizeof(old), "%s", old_arg);
-	pthread_mutex_lock(&devlife_lock);
+	devlife_enter(c);
 	k = replaceable(c, old, err, errlen);
 	ret = -EINVAL;
 	if (k == c->ndevs)
@@ -425,7 +425,7 @@ int cache_replace_dev_with(struct cache *c, const char *old, struct dev *nd,
 	int k, ret = -EINVAL, placed = 0;
 
 	err[0] = 0;
-	pthread_mutex_lock(&devlife_lock);
+	devlife_enter(c);
 	k = replaceable(c, old, err, errlen);
 	if (k < c->ndevs)
 		ret = replace_run(c, k, old, nd, dev_path(nd), NULL, NULL, NULL,
@@ -602,7 +602,7 @@ int cache_remove_dev(struct cache *c, const char *name, cache_progress_fn fn,
 	int k, d, left = 0, ret;
 
 	err[0] = 0;
-	pthread_mutex_lock(&devlife_lock);
+	devlife_enter(c);
 	k = devid_member(c, name);
 	meta_removed(&c->meta, removed);
 	if (k == c->ndevs || removed[k]) {
@@ -750,7 +750,7 @@ static int add_dev(struct cache *c, const char *path, struct dev *nd,
 	int k, ret = -EINVAL;
 
 	err[0] = 0;
-	pthread_mutex_lock(&devlife_lock);
+	devlife_enter(c);
 	if (c->detached) {
 		snprintf(err, errlen, "the cache is detached: attach first");
 		goto out_unlock;
