@@ -174,28 +174,42 @@ static int destage_lost(struct cache *c, struct cfile *f, uint64_t useq)
 	return ret;
 }
 
-int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
-{
-	struct cslot **v = NULL;
-	uint64_t *gens = NULL, *eps = NULL, (*snap)[META_MAX_WORDS] = NULL;
-	char *skip = NULL;
+/*
+ * One pass of destage over a file, in the order that keeps its promise:
+ * the dirty slots pinned under f->rw (pass_collect), their dirty pages read
+ * and written to the backing file (pass_copy), the backing file given the
+ * cached size and mtime and made durable (pass_sync), and only then the
+ * pages the pass copied marked clean, slot by slot, where no write changed
+ * the slot since its pages were read (pass_clean: s->gen).  A failure
+ * before pass_sync returned leaves everything dirty.
+ */
+struct dpass {
+	struct cslot **v; /* the pass's slots, pinned, in block order */
+	uint64_t *gens; /* s->gen when its pages were read */
+	uint64_t *eps; /* the flush epoch then */
+	uint64_t (*snap)[META_MAX_WORDS]; /* its dirty pages then */
+	char *skip; /* not copied (unread, or only on a failed device) */
+	uint64_t n, cleaned;
+	int partial; /* -EIO: some pages exist only on a failed device */
 	struct dpipe pipe;
-	int piped = 0;
-	struct batch *b = NULL;
-	int partial = 0, changing = 0;
-	struct list *l;
-	struct stat st;
-	uint64_t size, n = 0, i, bytes = 0, t0 = stat_clock(&c->stats), bk_gen;
-	uint64_t t0ns = now_ns(), cleaned = 0;
-	int ret = 0, err;
+	struct batch *b;
+};
+
+/* The file's backing descriptor, and no change made elsewhere (f->rw not
+ * held); *lost: it cannot be found, and the result is destage_lost's. */
+static int pass_open(struct cache *c, struct cfile *f, int *lost)
+{
+	int ret;
 
 	if (f->fd < 0) {
 		uint64_t useq =
 			__atomic_load_n(&c->unlinked_seq, __ATOMIC_ACQUIRE);
 
 		ret = file_reopen_ident(c, f);
-		if (ret == -ESTALE)
+		if (ret == -ESTALE) {
+			*lost = 1;
 			return destage_lost(c, f, useq);
+		}
 		if (ret) {
 			CNT_ADD(c, destage_errors, 1);
 			log_msg(LOG_ERR,
@@ -210,24 +224,29 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		file_late_check(c, f);
 	if (f->fd < 0 || f->ro)
 		return -EBADF;
-	ret = coh_destage_check(c, f); /* changed elsewhere: a conflict */
-	if (ret)
-		return ret;
-	frw_rdlock(f);
+	return coh_destage_check(c, f); /* changed elsewhere: a conflict */
+}
+
+/* Pin f's dirty slots, up to max_bytes of them (f->rw held: the pin rule). */
+static int pass_collect(struct cache *c, struct cfile *f, struct dpass *p,
+			uint64_t max_bytes)
+{
+	uint64_t n = 0, bytes = 0;
+	struct list *l;
+
+	assert(frw_held(f, 0));
 	pthread_mutex_lock(&c->lock);
 	for (l = f->slots.next; l != &f->slots; l = l->next)
 		n += list_entry(l, struct cslot, flink)->state == SLOT_DIRTY;
-	v = calloc(n ? n : 1, sizeof(*v));
-	gens = calloc(n ? n : 1, sizeof(*gens));
-	eps = calloc(n ? n : 1, sizeof(*eps));
-	snap = calloc(n ? n : 1, sizeof(*snap));
-	skip = calloc(n ? n : 1, 1);
-	if (!v || !gens || !eps || !snap || !skip) {
+	p->v = calloc(n ? n : 1, sizeof(*p->v));
+	p->gens = calloc(n ? n : 1, sizeof(*p->gens));
+	p->eps = calloc(n ? n : 1, sizeof(*p->eps));
+	p->snap = calloc(n ? n : 1, sizeof(*p->snap));
+	p->skip = calloc(n ? n : 1, 1);
+	if (!p->v || !p->gens || !p->eps || !p->snap || !p->skip) {
 		cache_unlock(c);
-		ret = -ENOMEM;
-		goto out_free;
+		return -ENOMEM;
 	}
-	n = 0;
 	for (l = f->slots.next; l != &f->slots && bytes < max_bytes;
 	     l = l->next) {
 		struct cslot *s = list_entry(l, struct cslot, flink);
@@ -235,93 +254,103 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		if (s->state != SLOT_DIRTY)
 			continue;
 		slot_pin_locked(c, f, s);
-		v[n++] = s;
+		p->v[p->n++] = s;
 		bytes += c->bs;
 	}
 	cache_unlock(c);
-	qsort(v, n, sizeof(*v), cmp_blk);
-	ret = n ? file_bk_busy(c, f, 1) : 0;
-	if (ret)
-		goto out_unpin;
-	coh_bk_begin(c, f); /* ended once the new look is noted */
-	changing = 1;
-	b = calloc(1, sizeof(*b));
-	ret = b ? dpipe_init(&pipe, c, f) : -ENOMEM;
-	if (ret)
-		goto out_unpin;
-	piped = 1;
-	if (tl_depth && tl_depth < pipe.depth)
-		pipe.depth = tl_depth;
+	qsort(p->v, p->n, sizeof(*p->v), cmp_blk);
+	return 0;
+}
 
-	for (i = 0; i < n && !ret; i++) {
-		struct cslot *s = v[i];
-		uint32_t p = 0, run0;
+/* Slot i's dirty pages (snapshot taken, s->rw held for reading) queued as
+ * device reads into the batch, in runs of the file; a full batch flushed. */
+static int pass_queue_slot(struct cache *c, struct dpass *p, uint64_t i)
+{
+	struct cslot *s = p->v[i];
+	struct batch *b = p->b;
+	uint32_t pg = 0, run0;
+	int ret = 0;
+
+	while (pg < c->ppb && !ret) {
+		uint64_t at;
+		uint32_t len;
+
+		if (!bm_test(p->snap[i], pg)) {
+			pg++;
+			continue;
+		}
+		for (run0 = pg; pg < c->ppb && bm_test(p->snap[i], pg); pg++)
+			;
+		at = s->blk * c->bs + run0 * NVC_PAGE;
+		len = (pg - run0) * NVC_PAGE;
+		while (len && !ret) {
+			struct dpipe_run *r =
+				b->nrun ? &b->runs[b->nrun - 1] : NULL;
+			struct dev_io *io;
+			uint32_t part;
+
+			if (b->fill == DESTAGE_BUF)
+				ret = batch_flush(c, &p->pipe, b, p->v, p->skip,
+						  &p->partial, i);
+			if (ret)
+				break;
+			if (!b->nrun || r->off + r->len != at) {
+				/* a new run, packed after the last */
+				r = &b->runs[b->nrun++];
+				*r = (struct dpipe_run){ at, 0, b->fill };
+			}
+			part = DESTAGE_BUF - b->fill;
+			if (part > len)
+				part = len;
+			io = &b->io[b->nio];
+			assert(b->nio < BATCH_IOS);
+			b->foff[b->nio] = at;
+			b->owner[b->nio++] = i;
+			io->dev = slot_dev(c, slot_idx(c, s));
+			io->op = DEV_READ;
+			io->buf = p->pipe.cur + b->fill;
+			io->len = part;
+			io->off = slot_off(c, slot_idx(c, s)) + (at - s->blk * c->bs);
+			io->fua = 0;
+			r->len += part;
+			b->fill += part;
+			at += part;
+			len -= part;
+		}
+	}
+	return ret;
+}
+
+/* Every pinned slot's dirty pages, as they are now, read from the devices
+ * and written to the backing file; every write done when it returns (3. of
+ * destage_io.c).  A writer waiting for f->rw makes it stop early (the rest
+ * stays dirty). */
+static int pass_copy(struct cache *c, struct cfile *f, struct dpass *p)
+{
+	struct batch *b = p->b;
+	uint64_t i;
+	int ret = 0, err;
+
+	for (i = 0; i < p->n && !ret; i++) {
+		struct cslot *s = p->v[i];
 
 		if (tl_yield && i >= DESTAGE_YIELD_AFTER &&
 		    __atomic_load_n(&f->rw_writers, __ATOMIC_RELAXED)) {
 			uint64_t j;
 
-			for (j = i; j < n; j++)
-				skip[j] = 1; /* not read: they stay dirty */
+			for (j = i; j < p->n; j++)
+				p->skip[j] = 1; /* not read: they stay dirty */
 			break;
 		}
 		srw_rdlock(&s->rw);
 		assert(b->nheld < BATCH_IOS + 1);
 		b->held[b->nheld++] = i;
 		pthread_mutex_lock(&c->lock);
-		gens[i] = s->gen;
-		eps[i] = c->epoch;
-		pb_get(c, slot_dirty(c, s), snap[i]);
+		p->gens[i] = s->gen;
+		p->eps[i] = c->epoch;
+		pb_get(c, slot_dirty(c, s), p->snap[i]);
 		cache_unlock(c);
-		while (p < c->ppb && !ret) {
-			uint64_t at;
-			uint32_t len;
-
-			if (!bm_test(snap[i], p)) {
-				p++;
-				continue;
-			}
-			for (run0 = p; p < c->ppb && bm_test(snap[i], p); p++)
-				;
-			at = s->blk * c->bs + run0 * NVC_PAGE;
-			len = (p - run0) * NVC_PAGE;
-			while (len && !ret) {
-				struct dpipe_run *r =
-					b->nrun ? &b->runs[b->nrun - 1] : NULL;
-				struct dev_io *io;
-				uint32_t part;
-
-				if (b->fill == DESTAGE_BUF)
-					ret = batch_flush(c, &pipe, b, v, skip,
-							  &partial, i);
-				if (ret)
-					break;
-				if (!b->nrun || r->off + r->len != at) {
-					/* a new run, packed after the last */
-					r = &b->runs[b->nrun++];
-					*r = (struct dpipe_run){ at, 0,
-								 b->fill };
-				}
-				part = DESTAGE_BUF - b->fill;
-				if (part > len)
-					part = len;
-				io = &b->io[b->nio];
-				assert(b->nio < BATCH_IOS);
-				b->foff[b->nio] = at;
-				b->owner[b->nio++] = i;
-				io->dev = slot_dev(c, slot_idx(c, s));
-				io->op = DEV_READ;
-				io->buf = pipe.cur + b->fill;
-				io->len = part;
-				io->off = slot_off(c, slot_idx(c, s)) +
-					  (at - s->blk * c->bs);
-				io->fua = 0;
-				r->len += part;
-				b->fill += part;
-				at += part;
-				len -= part;
-			}
-		}
+		ret = pass_queue_slot(c, p, i);
 		/* a slot with no read pending needs no lock any more */
 		if (b->nheld && b->held[b->nheld - 1] == i &&
 		    (!b->nio || b->owner[b->nio - 1] != i)) {
@@ -330,32 +359,31 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		}
 	}
 	if (!ret)
-		ret = batch_flush(c, &pipe, b, v, skip, &partial, -1);
+		ret = batch_flush(c, &p->pipe, b, p->v, p->skip, &p->partial,
+				  -1);
 	while (b->nheld) /* after an error */
-		srw_unlock(&v[b->held[--b->nheld]]->rw);
-	/* every write of the pass done before the sync (3. of destage_io.c) */
-	piped = 0;
-	err = dpipe_finish(&pipe);
-	if (!ret)
-		ret = err;
-	if (ret)
-		goto out_error;
+		srw_unlock(&p->v[b->held[--b->nheld]]->rw);
+	err = dpipe_finish(&p->pipe);
+	return ret ? ret : err;
+}
 
-	/* the backing file gets the cached size and mtime, then goes durable */
+/* The backing file gets the cached size and mtime, then goes durable: no
+ * page is marked clean before this returned 0. */
+static int pass_sync(struct cache *c, struct cfile *f)
+{
+	struct stat st;
+	uint64_t size, bk_gen;
+
 	pthread_mutex_lock(&c->lock);
 	size = f->size;
 	cache_unlock(c);
 	cache_may_block(c);
-	if (fstat(f->fd, &st)) {
-		ret = -errno;
-		goto out_error;
-	}
+	if (fstat(f->fd, &st))
+		return -errno;
 	if ((uint64_t)st.st_size < size) {
 		cache_may_block(c);
-		if (ftruncate(f->fd, size)) {
-			ret = -errno;
-			goto out_error;
-		}
+		if (ftruncate(f->fd, size))
+			return -errno;
 		BK_HOOK(c, truncate, f->ino, size);
 	}
 	if (f->mtime_set) {
@@ -364,95 +392,146 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 		futimens(f->fd, ts);
 	}
 	bk_gen = __atomic_load_n(&f->bk_wgen, __ATOMIC_ACQUIRE);
-	if (backing_sync(c, f, 1)) {
-		ret = -errno;
-		goto out_error;
-	}
+	if (backing_sync(c, f, 1))
+		return -errno;
 	BK_HOOK(c, sync, f->ino);
 	file_bk_synced(f, bk_gen);
+	return 0;
+}
+
+/* After pass_sync: slot i's pages that the pass copied are clean, unless a
+ * write changed the slot since they were read (s->gen). */
+static void pass_clean_slot(struct cache *c, struct cfile *f,
+			    struct dpass *p, uint64_t i)
+{
+	struct cslot *s = p->v[i];
+	uint64_t dw[META_MAX_WORDS];
+	int w, changed = 0;
+
+	srw_wrlock(&s->rw);
+	pthread_mutex_lock(&c->lock);
+	/* all it held when its pages were read is durable now */
+	if (s->dirty_epoch < p->eps[i])
+		s->dirty_epoch = p->eps[i];
+	if (s->gen == p->gens[i] && s->state == SLOT_DIRTY) {
+		pb_get(c, slot_dirty(c, s), dw);
+		for (w = 0; w < META_MAX_WORDS; w++) {
+			pages_dirty(c, s,
+				    -(int64_t)__builtin_popcountll(
+					    dw[w] & p->snap[i][w]));
+			dw[w] &= ~p->snap[i][w];
+		}
+		pb_put(c, slot_dirty(c, s), dw);
+		if (!pb_any(c, slot_dirty(c, s))) {
+			file_mark_clean(c, f, s);
+			p->cleaned++;
+		}
+		slot_settle(c, s);
+		changed = 1;
+	}
+	cache_unlock(c);
+	if (changed && slot_persist(c, s))
+		log_msg(LOG_ERR, "cannot persist a cleaned slot");
+	if (changed && c->test_cleaned)
+		c->test_cleaned(c, s);
+	/*
+	 * Clean now: the second copy is not needed any more, unless someone
+	 * else pins the slot: a writer that found the twin (write_cached)
+	 * waits for the slot's lock and will dirty it again, counting on the
+	 * twin.  The pins are counted under c->lock, where writers take
+	 * theirs: counted before it, a writer could pin the slot in between
+	 * and find its twin gone ("Two copies" in core/core.h).  The last
+	 * unpin frees a twin left on a clean slot.  (A twin appears only
+	 * under c->lock and only on a slot that has none: one that reads none
+	 * here has nothing to free.)
+	 */
+	if (changed && s->twin) {
+		pthread_mutex_lock(&c->lock);
+		if (s->twin && !pb_any(c, slot_dirty(c, s)) && s->pins == 1)
+			twin_free_locked(c, s);
+		cache_unlock(c);
+	}
+	srw_unlock(&s->rw);
+}
+
+/* The rate writers are paced to past the watermark (wround.c): this
+ * pass's, times the passes running. */
+static void pass_pace(struct cache *c, const struct dpass *p, uint64_t t0ns)
+{
+	uint64_t dt, rate;
+
+	if (!p->cleaned)
+		return;
+	dt = now_ns() - t0ns + 1;
+	pthread_mutex_lock(&c->lock);
+	rate = p->cleaned * 1000000000ull / dt * (c->active ? c->active : 1);
+	c->pace_rate = c->pace_rate ? (3 * c->pace_rate + rate) / 4 : rate;
+	cache_unlock(c);
+}
+
+/* Durable and noted: the record says so, with the new look; a write around
+ * the cache under way (wround.c) keeps it busy until a later pass. */
+static void pass_record(struct cache *c, struct cfile *f)
+{
+	int others;
+
+	if (!f->rec)
+		return;
+	pthread_mutex_lock(&c->lock);
+	others = f->coh.inflight != 0;
+	cache_unlock(c);
+	pthread_mutex_lock(&f->rec_lock);
+	f->bk_busy = others;
+	file_persist_record(c, f);
+	pthread_mutex_unlock(&f->rec_lock);
+}
+
+static void pass_free(struct dpass *p)
+{
+	free(p->b);
+	free(p->v);
+	free(p->gens);
+	free(p->eps);
+	free(p->snap);
+	free(p->skip);
+}
+
+int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
+{
+	struct dpass p = { 0 };
+	uint64_t t0 = stat_clock(&c->stats), t0ns = now_ns(), i;
+	int lost = 0, changing = 0, ret;
+
+	ret = pass_open(c, f, &lost);
+	if (ret || lost)
+		return ret;
+	frw_rdlock(f);
+	ret = pass_collect(c, f, &p, max_bytes);
+	if (ret)
+		goto out_free;
+	ret = p.n ? file_bk_busy(c, f, 1) : 0;
+	if (ret)
+		goto out_unpin;
+	coh_bk_begin(c, f); /* ended once the new look is noted */
+	changing = 1;
+	p.b = calloc(1, sizeof(*p.b));
+	ret = p.b ? dpipe_init(&p.pipe, c, f) : -ENOMEM;
+	if (ret)
+		goto out_unpin;
+	if (tl_depth && tl_depth < p.pipe.depth)
+		p.pipe.depth = tl_depth;
+	ret = pass_copy(c, f, &p); /* finishes the pipeline */
+	if (!ret)
+		ret = pass_sync(c, f);
+	if (ret)
+		goto out_error;
 	changing = 0;
 	coh_bk_end(c, f); /* the new look is this node's own */
-
-	for (i = 0; i < n; i++) {
-		struct cslot *s = v[i];
-		uint64_t dw[META_MAX_WORDS];
-		int w, changed = 0;
-
-		if (skip[i])
-			continue;
-		srw_wrlock(&s->rw);
-		pthread_mutex_lock(&c->lock);
-		/* all it held when its pages were read is durable now */
-		if (s->dirty_epoch < eps[i])
-			s->dirty_epoch = eps[i];
-		if (s->gen == gens[i] && s->state == SLOT_DIRTY) {
-			pb_get(c, slot_dirty(c, s), dw);
-			for (w = 0; w < META_MAX_WORDS; w++) {
-				pages_dirty(c, s,
-					    -(int64_t)__builtin_popcountll(
-						    dw[w] & snap[i][w]));
-				dw[w] &= ~snap[i][w];
-			}
-			pb_put(c, slot_dirty(c, s), dw);
-			if (!pb_any(c, slot_dirty(c, s))) {
-				file_mark_clean(c, f, s);
-				cleaned++;
-			}
-			slot_settle(c, s);
-			changed = 1;
-		}
-		cache_unlock(c);
-		if (changed && slot_persist(c, s))
-			log_msg(LOG_ERR, "cannot persist a cleaned slot");
-		if (changed && c->test_cleaned)
-			c->test_cleaned(c, s);
-		/*
-		 * Clean now: the second copy is not needed any more, unless
-		 * someone else pins the slot: a writer that found the twin
-		 * (write_cached) waits for the slot's lock and will dirty it
-		 * again, counting on the twin.  The pins are counted under
-		 * c->lock, where writers take theirs: counted before it, a
-		 * writer could pin the slot in between and find its twin
-		 * gone ("Two copies" in engine.h).  The last unpin frees a
-		 * twin left on a clean slot.  (A twin appears only under
-		 * c->lock and only on a slot that has none: one that reads
-		 * none here has nothing to free.)
-		 */
-		if (changed && s->twin) {
-			pthread_mutex_lock(&c->lock);
-			if (s->twin && !pb_any(c, slot_dirty(c, s)) &&
-			    s->pins == 1)
-				twin_free_locked(c, s);
-			cache_unlock(c);
-		}
-		srw_unlock(&s->rw);
-	}
-	if (cleaned) {
-		/* the rate writers are paced to past the watermark (write.c):
-		 * this pass's, times the passes running */
-		uint64_t dt = now_ns() - t0ns + 1, rate;
-
-		pthread_mutex_lock(&c->lock);
-		rate = cleaned * 1000000000ull / dt *
-		       (c->active ? c->active : 1);
-		c->pace_rate =
-			c->pace_rate ? (3 * c->pace_rate + rate) / 4 : rate;
-		cache_unlock(c);
-	}
-	/* durable and noted: the record says so, with the new look */
-	if (f->rec) {
-		int others;
-
-		/* a write around the cache under way (wround.c) keeps it
-		 * busy until a later pass */
-		pthread_mutex_lock(&c->lock);
-		others = f->coh.inflight != 0;
-		cache_unlock(c);
-		pthread_mutex_lock(&f->rec_lock);
-		f->bk_busy = others;
-		file_persist_record(c, f);
-		pthread_mutex_unlock(&f->rec_lock);
-	}
+	for (i = 0; i < p.n; i++)
+		if (!p.skip[i])
+			pass_clean_slot(c, f, &p, i);
+	pass_pace(c, &p, t0ns);
+	pass_record(c, f);
 	goto out_unpin;
 
 out_error:
@@ -462,26 +541,19 @@ out_error:
 		"destage retries",
 		(unsigned long long)f->ino, strerror(-ret));
 out_unpin:
-	if (piped)
-		dpipe_finish(&pipe);
 	if (changing)
 		coh_bk_end(c, f);
 	pthread_mutex_lock(&c->lock);
-	for (i = 0; i < n; i++)
-		slot_unpin_locked(c, f, v[i]);
+	for (i = 0; i < p.n; i++)
+		slot_unpin_locked(c, f, p.v[i]);
 	pthread_cond_broadcast(&c->space_cond);
 	pthread_cond_broadcast(&c->flush_cond);
 	cache_unlock(c);
 out_free:
-	free(b);
-	free(v);
-	free(gens);
-	free(eps);
-	free(snap);
-	free(skip);
+	pass_free(&p);
 	frw_unlock(f);
 	stat_lat_since(&c->stats, STAT_L_destage, t0);
-	return ret ? ret : partial;
+	return ret ? ret : p.partial;
 }
 
 /*

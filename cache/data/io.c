@@ -420,41 +420,50 @@ static int miss_read(struct cache *c, struct cfile *f, char *buf, size_t len,
 	return backing_read(c, f, buf, len, off);
 }
 
-/* Read [off, off+len) into buf, where buf holds the page at pbase. */
-static int read_chunk(struct cache *c, struct cfile *f, char *buf,
-		      uint64_t pbase, size_t len, uint64_t off, uint64_t wgen0,
-		      const struct admit_verdict *v, int *nmiss)
-{
+/* One chunk of a read: its blocks (spans, their slots pinned) and the
+ * device reads of their valid pages. */
+struct rchunk {
 	struct span sp[SEG_MAX_BLOCKS + 2];
+	int nsp;
 	struct dev_io ios[SEG_MAX_BLOCKS * 4];
 	uint32_t io_p0[SEG_MAX_BLOCKS * 4], io_p1[SEG_MAX_BLOCKS * 4];
 	int io_span[SEG_MAX_BLOCKS * 4];
-	uint64_t pstart, pend, blk, hit = 0, miss = 0;
-	unsigned nio = 0, k;
-	int nsp = 0, i, ret = 0;
-	uint32_t p, run0;
+	unsigned nio;
+	char *buf; /* holds the page at pstart */
+	uint64_t pstart, pend, hit, miss;
+};
 
-	pstart = off & ~(uint64_t)(NVC_PAGE - 1);
-	pend = (off + len + NVC_PAGE - 1) & ~(uint64_t)(NVC_PAGE - 1);
-	buf += pstart - pbase;
+/* The chunk's blocks, each slot found pinned (f->rw held: the pin rule). */
+static void chunk_pin(struct cache *c, struct cfile *f, struct rchunk *r)
+{
+	uint64_t blk;
 
 	pthread_mutex_lock(&c->lock);
-	for (blk = pstart / c->bs; blk * c->bs < pend; blk++) {
-		struct span *x = &sp[nsp++];
+	for (blk = r->pstart / c->bs; blk * c->bs < r->pend; blk++) {
+		struct span *x = &r->sp[r->nsp++];
 		uint64_t b0 = blk * c->bs;
 
 		memset(x, 0, sizeof(*x));
 		x->blk = blk;
-		x->p0 = pstart > b0 ? (pstart - b0) / NVC_PAGE : 0;
-		x->p1 = pend < b0 + c->bs ? (pend - b0) / NVC_PAGE : c->ppb;
+		x->p0 = r->pstart > b0 ? (r->pstart - b0) / NVC_PAGE : 0;
+		x->p1 = r->pend < b0 + c->bs ? (r->pend - b0) / NVC_PAGE
+					     : c->ppb;
 		x->s = slot_find(c, f->rec, blk);
 		if (x->s)
 			slot_pin_locked(c, f, x->s);
 	}
 	cache_unlock(c);
+}
 
-	for (i = 0; i < nsp; i++) {
-		struct span *x = &sp[i];
+/* Each slot locked for reading, its valid pages noted, and a device read
+ * queued per run of them. */
+static void chunk_queue_hits(struct cache *c, struct rchunk *r)
+{
+	uint32_t p, run0;
+	int i;
+
+	for (i = 0; i < r->nsp; i++) {
+		struct span *x = &r->sp[i];
 
 		if (!x->s)
 			continue;
@@ -464,154 +473,176 @@ static int read_chunk(struct cache *c, struct cfile *f, char *buf,
 		slot_touch_locked(c, x->s);
 		cache_unlock(c);
 		for (p = x->p0; p < x->p1;) {
+			struct dev_io *io = &r->ios[r->nio];
+
 			if (!bm_test(x->valid, p)) {
 				p++;
 				continue;
 			}
 			for (run0 = p; p < x->p1 && bm_test(x->valid, p); p++)
 				;
-			ios[nio].dev = slot_dev(c, slot_idx(c, x->s));
-			ios[nio].op = DEV_READ;
-			ios[nio].off = slot_off(c, slot_idx(c, x->s)) +
-				       run0 * NVC_PAGE;
-			ios[nio].len = (p - run0) * NVC_PAGE;
-			ios[nio].buf = buf + (x->blk * c->bs + run0 * NVC_PAGE -
-					      pstart);
-			io_span[nio] = i;
-			io_p0[nio] = run0;
-			io_p1[nio] = p;
-			hit += (p - run0) * NVC_PAGE;
-			nio++;
+			io->dev = slot_dev(c, slot_idx(c, x->s));
+			io->op = DEV_READ;
+			io->off = slot_off(c, slot_idx(c, x->s)) +
+				  run0 * NVC_PAGE;
+			io->len = (p - run0) * NVC_PAGE;
+			io->buf = r->buf +
+				  (x->blk * c->bs + run0 * NVC_PAGE - r->pstart);
+			r->io_span[r->nio] = i;
+			r->io_p0[r->nio] = run0;
+			r->io_p1[r->nio] = p;
+			r->hit += (p - run0) * NVC_PAGE;
+			r->nio++;
 		}
 	}
-	if (nio && dev_io_run(ios, nio)) {
-		/* pages of each span only the second copy has */
-		uint64_t tw[SEG_MAX_BLOCKS + 2][META_MAX_WORDS];
-		unsigned k;
+}
 
-		/*
-		 * A device failed under us.  Clean pages are in the backing
-		 * file: forget them here and read them from there.  Dirty
-		 * pages exist nowhere else but in the second copy, read after
-		 * c->lock is dropped (engine.h): the slot's pin keeps its twin
-		 * (a twin goes only with pins == its freer's own) and s->rw,
-		 * held for reading, keeps writers off both; without a twin
-		 * holding the page the read fails.
-		 */
-		note_dev_error(c, ios, nio);
-		memset(tw, 0, sizeof(tw));
-		pthread_mutex_lock(&c->lock);
-		for (k = 0; k < nio; k++) {
-			struct span *x = &sp[io_span[k]];
+/*
+ * A device failed under the chunk's reads.  Clean pages are in the backing
+ * file: forget them here and read them from there (they become misses).
+ * Dirty pages exist nowhere else but in the second copy, read after c->lock
+ * is dropped (core.h, "Two copies"): the slot's pin keeps its twin (a twin
+ * goes only with pins == its freer's own) and s->rw, held for reading,
+ * keeps writers off both; without a twin holding the page the read fails.
+ */
+static int chunk_failed(struct cache *c, struct cfile *f, struct rchunk *r)
+{
+	/* pages of each span only the second copy has */
+	uint64_t tw[SEG_MAX_BLOCKS + 2][META_MAX_WORDS];
+	unsigned k;
+	uint32_t p;
+	int ret = 0;
 
-			if (!ios[k].res)
+	note_dev_error(c, r->ios, r->nio);
+	memset(tw, 0, sizeof(tw));
+	pthread_mutex_lock(&c->lock);
+	for (k = 0; k < r->nio; k++) {
+		struct span *x = &r->sp[r->io_span[k]];
+
+		if (!r->ios[k].res)
+			continue;
+		for (p = r->io_p0[k]; p < r->io_p1[k]; p++) {
+			if (pb_test(slot_dirty(c, x->s), p)) {
+				bm_set(tw[r->io_span[k]], p);
 				continue;
-			for (p = io_p0[k]; p < io_p1[k]; p++) {
-				if (pb_test(slot_dirty(c, x->s), p)) {
-					bm_set(tw[io_span[k]], p);
-					continue;
-				}
-				bm_clear(x->valid, p);
-				page_forget_locked(c, x->s, p);
-				hit -= NVC_PAGE;
 			}
-		}
-		cache_unlock(c);
-		for (k = 0; k < nio; k++) {
-			struct span *x = &sp[io_span[k]];
-
-			if (!ios[k].res)
-				continue;
-			for (p = io_p0[k]; p < io_p1[k]; p++) {
-				if (bm_test(tw[io_span[k]], p)) {
-					/* only the second copy has it now */
-					if (twin_read(c, x->s,
-						      (char *)ios[k].buf +
-							      (p - io_p0[k]) *
-								      NVC_PAGE,
-						      p, p + 1)) {
-						log_msg(LOG_ERR,
-							"inode %llu block %llu "
-							"page %u: dirty on a "
-							"failed device (slot "
-							"%llu) and no second "
-							"copy holds it (twin "
-							"%u)",
-							(unsigned long long)
-								f->ino,
-							(unsigned long long)
-								x->blk,
-							p,
-							(unsigned long long)
-								slot_idx(c,
-									 x->s),
-							x->s->twin);
-						ret = -EIO;
-					}
-				}
-			}
+			bm_clear(x->valid, p);
+			page_forget_locked(c, x->s, p);
+			r->hit -= NVC_PAGE;
 		}
 	}
-	for (k = 0; k < nio; k++)
-		if (!ios[k].res)
-			stat_dev_add(&c->stats,
-				     slot_member(c, slot_idx(c, sp[io_span[k]].s)),
-				     STAT_DC_hit_bytes, ios[k].len);
-	for (i = 0; i < nsp; i++)
-		if (sp[i].s)
-			srw_unlock(&sp[i].s->rw);
-	if (ret)
-		goto out_unpin;
+	cache_unlock(c);
+	for (k = 0; k < r->nio; k++) {
+		struct span *x = &r->sp[r->io_span[k]];
+		char *at = r->ios[k].buf;
 
-	/* misses: contiguous runs of pages not valid, from the backing file */
-	{
-		uint64_t m0 = 0, m1 = 0;
+		if (!r->ios[k].res)
+			continue;
+		for (p = r->io_p0[k]; p < r->io_p1[k]; p++, at += NVC_PAGE) {
+			if (!bm_test(tw[r->io_span[k]], p) ||
+			    !twin_read(c, x->s, at, p, p + 1))
+				continue;
+			log_msg(LOG_ERR,
+				"inode %llu block %llu page %u: dirty on a "
+				"failed device (slot %llu) and no second copy "
+				"holds it (twin %u)",
+				(unsigned long long)f->ino,
+				(unsigned long long)x->blk, p,
+				(unsigned long long)slot_idx(c, x->s),
+				x->s->twin);
+			ret = -EIO;
+		}
+	}
+	return ret;
+}
 
-		for (i = 0; i <= nsp && !ret; i++) {
-			struct span *x = i < nsp ? &sp[i] : NULL;
+/* Misses: contiguous runs of pages not valid, from the backing file. */
+static int chunk_misses(struct cache *c, struct cfile *f, struct rchunk *r,
+			const struct admit_verdict *v)
+{
+	uint64_t m0 = 0, m1 = 0;
+	uint32_t p;
+	int i, ret = 0;
 
-			for (p = x ? x->p0 : 0; x && p < x->p1; p++) {
-				uint64_t at = x->blk * c->bs + p * NVC_PAGE;
+	for (i = 0; i <= r->nsp && !ret; i++) {
+		struct span *x = i < r->nsp ? &r->sp[i] : NULL;
 
-				if (bm_test(x->valid, p))
-					continue;
-				x->miss = 1;
-				if (m1 == at) {
-					m1 += NVC_PAGE;
-					continue;
-				}
-				if (m1 > m0)
-					ret = miss_read(c, f,
-							buf + (m0 - pstart),
-							m1 - m0, m0, v);
-				miss += m1 - m0;
-				m0 = at;
-				m1 = at + NVC_PAGE;
+		for (p = x ? x->p0 : 0; x && p < x->p1; p++) {
+			uint64_t at = x->blk * c->bs + p * NVC_PAGE;
+
+			if (bm_test(x->valid, p))
+				continue;
+			x->miss = 1;
+			if (m1 == at) {
+				m1 += NVC_PAGE;
+				continue;
 			}
-			if (!x && m1 > m0) {
-				ret = miss_read(c, f, buf + (m0 - pstart),
+			if (m1 > m0)
+				ret = miss_read(c, f, r->buf + (m0 - r->pstart),
 						m1 - m0, m0, v);
-				miss += m1 - m0;
-			}
+			r->miss += m1 - m0;
+			m0 = at;
+			m1 = at + NVC_PAGE;
+		}
+		if (!x && m1 > m0) {
+			ret = miss_read(c, f, r->buf + (m0 - r->pstart),
+					m1 - m0, m0, v);
+			r->miss += m1 - m0;
 		}
 	}
+	return ret;
+}
+
+/* Read [off, off+len) into buf, where buf holds the page at pbase: the
+ * valid pages from the devices (all at once), the rest from the backing
+ * file, which the cache then keeps (fill_from_backing, or after the reply:
+ * fill_defer) unless f->wgen moved since wgen0. */
+static int read_chunk(struct cache *c, struct cfile *f, char *buf,
+		      uint64_t pbase, size_t len, uint64_t off, uint64_t wgen0,
+		      const struct admit_verdict *v, int *nmiss)
+{
+	struct rchunk r;
+	unsigned k;
+	int i, ret = 0;
+
+	r.nsp = 0;
+	r.nio = 0;
+	r.hit = r.miss = 0;
+	r.pstart = off & ~(uint64_t)(NVC_PAGE - 1);
+	r.pend = (off + len + NVC_PAGE - 1) & ~(uint64_t)(NVC_PAGE - 1);
+	r.buf = buf + (r.pstart - pbase);
+	chunk_pin(c, f, &r);
+	chunk_queue_hits(c, &r);
+	if (r.nio && dev_io_run(r.ios, r.nio))
+		ret = chunk_failed(c, f, &r);
+	for (k = 0; k < r.nio; k++)
+		if (!r.ios[k].res)
+			stat_dev_add(&c->stats,
+				     slot_member(c,
+						 slot_idx(c, r.sp[r.io_span[k]].s)),
+				     STAT_DC_hit_bytes, r.ios[k].len);
+	for (i = 0; i < r.nsp; i++)
+		if (r.sp[i].s)
+			srw_unlock(&r.sp[i].s->rw);
+	if (!ret)
+		ret = chunk_misses(c, f, &r, v);
 	if (ret)
 		goto out_unpin;
-	if (hit > len)
-		hit = len;
-	CNT_ADD(c, read_hit_bytes, hit);
-	CNT_ADD(c, read_miss_bytes, len - hit);
-	*nmiss |= (hit ? 1 : 0) | (miss ? 2 : 0);
-	if (miss && v->bypass)
-		CNT_ADD(c, read_bypass_bytes, miss);
-	else if (miss && !f->unlinked &&
-		 !fill_defer(c, f, sp, nsp, buf, pstart, wgen0))
-		fill_from_backing(c, f, sp, nsp, buf, pstart, wgen0);
+	if (r.hit > len)
+		r.hit = len;
+	CNT_ADD(c, read_hit_bytes, r.hit);
+	CNT_ADD(c, read_miss_bytes, len - r.hit);
+	*nmiss |= (r.hit ? 1 : 0) | (r.miss ? 2 : 0);
+	if (r.miss && v->bypass)
+		CNT_ADD(c, read_bypass_bytes, r.miss);
+	else if (r.miss && !f->unlinked &&
+		 !fill_defer(c, f, r.sp, r.nsp, r.buf, r.pstart, wgen0))
+		fill_from_backing(c, f, r.sp, r.nsp, r.buf, r.pstart, wgen0);
 out_unpin:
 	pthread_mutex_lock(&c->lock);
-	for (i = 0; i < nsp; i++)
-		if (sp[i].s)
-			slot_unpin_locked(c, f, sp[i].s);
+	for (i = 0; i < r.nsp; i++)
+		if (r.sp[i].s)
+			slot_unpin_locked(c, f, r.sp[i].s);
 	cache_unlock(c);
 	return ret;
 }

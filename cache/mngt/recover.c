@@ -140,25 +140,27 @@ static void recover_file_open(struct cache *c, struct cfile *f)
 	file_check_backing(c, f);
 }
 
-int recover_load(struct cache *c, char *err, size_t errlen)
-{
-	struct meta *m = &c->meta;
-	uint64_t i, maxseq = 0, fixed = 0, bad_total = 0, ntwins = 0;
-	struct {
+/* What recovery found and mended, across its steps. */
+struct rstate {
+	uint64_t maxseq; /* past every record's sequence on the media */
+	uint64_t fixed; /* records rewritten to agree in both mirrors */
+	uint64_t bad; /* damaged copies found */
+	struct rtwin {
 		uint64_t idx;
 		struct meta_slot ms;
-	} *twins = calloc(c->nslots, sizeof(*twins));
-	uint32_t r;
-	int bad, ret;
+	} *twins; /* second copies, linked once every slot is in */
+	uint64_t ntwins;
+};
 
-	if (!twins)
-		return -ENOMEM;
-	/*
-	 * What recovery rewrites must be newer than every copy on the media:
-	 * a crash between its write of one mirror and of the other must not
-	 * let the older copy win.
-	 */
-	m->seq = meta_next_seq(m);
+/* Step 1: the file records, each mended where the mirrors differ, become
+ * file objects (not hashed yet); the free records listed. */
+static int recover_records(struct cache *c, struct rstate *rs, char *err,
+			   size_t errlen)
+{
+	struct meta *m = &c->meta;
+	uint32_t r;
+	int bad;
+
 	for (r = 0; r < m->nfiles; r++) {
 		struct meta_file mf;
 		struct cfile *f;
@@ -171,12 +173,11 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 				 "metadata file record %u is damaged in both "
 				 "mirrors (%s)",
 				 r, why);
-			ret = -EUCLEAN;
-			goto err_files;
+			return -EUCLEAN;
 		}
-		bad_total += bad;
-		if (mf.seq >= maxseq)
-			maxseq = mf.seq + 1;
+		rs->bad += bad;
+		if (mf.seq >= rs->maxseq)
+			rs->maxseq = mf.seq + 1;
 		if (bad ||
 		    mirrors_differ(m,
 				   m->files_off + (uint64_t)r * META_FILE_SIZE,
@@ -187,7 +188,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 				memset(&mf, 0, sizeof(mf));
 				meta_put_file(m, r, &mf);
 			}
-			fixed++;
+			rs->fixed++;
 		}
 		if (!(mf.flags & MF_USED)) {
 			c->free_recs[c->nfree_recs++] = r;
@@ -203,13 +204,11 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 				 r, (unsigned long long)mf.ino,
 				 (unsigned long long)mf.size,
 				 (unsigned long long)c->max_file_size);
-			ret = -EUCLEAN;
-			goto err_files;
+			return -EUCLEAN;
 		}
 		f = file_new();
 		if (!f) {
-			ret = -ENOMEM;
-			goto err_files;
+			return -ENOMEM;
 		}
 		f->rec = r + 1;
 		f->ino = mf.ino;
@@ -231,8 +230,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		memcpy(f->stamp, mf.stamp, sizeof(f->stamp));
 		if (mf.path_len && !(f->path = strdup(mf.path))) {
 			free(f);
-			ret = -ENOMEM;
-			goto err_files;
+			return -ENOMEM;
 		}
 		c->recs[r] = f;
 	}
@@ -243,6 +241,19 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		c->free_recs[r] = c->free_recs[c->nfree_recs - 1 - r];
 		c->free_recs[c->nfree_recs - 1 - r] = t;
 	}
+	return 0;
+}
+
+/* Step 2: every slot entry, mended where the mirrors differ, onto its file
+ * (valid and dirty pages, the block map) or free; second copies kept aside
+ * for step 3.  Two slots for one block refuse the mount. */
+static int recover_slots(struct cache *c, struct rstate *rs, char *err,
+			 size_t errlen)
+{
+	struct meta *m = &c->meta;
+	uint64_t i;
+	uint32_t r;
+	int bad;
 
 	for (i = 0; i < c->nslots; i++) {
 		struct cslot *s = &c->slots[i];
@@ -262,19 +273,19 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			memset(&ms, 0, sizeof(ms));
 			bad = 1;
 		}
-		bad_total += bad;
-		if (ms.seq >= maxseq)
-			maxseq = ms.seq + 1;
+		rs->bad += bad;
+		if (ms.seq >= rs->maxseq)
+			rs->maxseq = ms.seq + 1;
 		if (ms.file && (ms.flags & SLOT_F_TWIN)) {
 			/* linked to its slot once every slot is in */
 			if (bad ||
 			    mirrors_differ(m, m->slots_off + i * m->slot_size,
 					   m->slot_size)) {
 				meta_put_slot(m, i, &ms);
-				fixed++;
+				rs->fixed++;
 			}
-			twins[ntwins].idx = i;
-			twins[ntwins++].ms = ms;
+			rs->twins[rs->ntwins].idx = i;
+			rs->twins[rs->ntwins++].ms = ms;
 			continue;
 		}
 		f = ms.file && ms.file <= m->nfiles ? c->recs[ms.file - 1]
@@ -288,7 +299,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		if (bad || mirrors_differ(m, m->slots_off + i * m->slot_size,
 					  m->slot_size)) {
 			meta_put_slot(m, i, &ms);
-			fixed++;
+			rs->fixed++;
 		}
 		if (!f) {
 			slot_settle(c, s);
@@ -314,8 +325,7 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 								s->blk) -
 						      c->slots),
 				 (unsigned long long)i);
-			ret = -EUCLEAN;
-			goto err_files;
+			return -EUCLEAN;
 		}
 		slot_hash_add(c, s);
 		list_add_tail(&f->slots, &s->flink);
@@ -329,46 +339,50 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 		s->state = SLOT_FRESH;
 		slot_settle(c, s);
 	}
-	for (i = 0; i < ntwins; i++) {
-		struct cslot *t = &c->slots[twins[i].idx];
+	return 0;
+}
+
+/* Step 3: a second copy joins its slot if the slot is dirty and has none;
+ * else it is not needed, and freed. */
+static void recover_twins(struct cache *c, struct rstate *rs)
+{
+	struct meta *m = &c->meta;
+	uint64_t i;
+
+	for (i = 0; i < rs->ntwins; i++) {
+		struct cslot *t = &c->slots[rs->twins[i].idx];
 		struct cslot *p =
-			slot_find(c, twins[i].ms.file, twins[i].ms.blk);
+			slot_find(c, rs->twins[i].ms.file, rs->twins[i].ms.blk);
 
 		if (p && !p->twin && pb_any(c, slot_dirty(c, p))) {
-			t->file = twins[i].ms.file;
-			t->blk = twins[i].ms.blk;
-			pb_put(c, slot_valid(c, t), twins[i].ms.valid);
-			pb_put(c, slot_dirty(c, t), twins[i].ms.dirty);
+			t->file = rs->twins[i].ms.file;
+			t->blk = rs->twins[i].ms.blk;
+			pb_put(c, slot_valid(c, t), rs->twins[i].ms.valid);
+			pb_put(c, slot_dirty(c, t), rs->twins[i].ms.dirty);
 			t->is_twin = 1;
 			t->persisted = 1;
 			t->state = SLOT_FRESH;
-			p->twin = twins[i].idx + 1;
+			p->twin = rs->twins[i].idx + 1;
 			c->ntwins++;
 		} else {
 			/* its slot is clean or gone: the copy is not needed */
 			struct meta_slot z;
 
 			memset(&z, 0, sizeof(z));
-			meta_put_slot(m, twins[i].idx, &z);
+			meta_put_slot(m, rs->twins[i].idx, &z);
 			slot_settle(c, t);
 		}
 	}
-	free(twins);
-	twins = NULL;
-	if (maxseq > m->seq)
-		m->seq = maxseq;
-	c->meta_repaired = fixed;
-	if (fixed)
-		log_msg(LOG_NOTICE,
-			"recovery: %llu metadata records differed between the "
-			"mirrors (%llu damaged copies); both mirrors rewritten "
-			"to agree",
-			(unsigned long long)fixed,
-			(unsigned long long)bad_total);
+}
 
-	ret = ident_store_check(c, err, errlen);
-	if (ret)
-		goto err_files;
+/* Step 4: each file's backing file opened and checked against its record
+ * (f->rw held: the pin and wgen rules hold at mount too), the objects
+ * hashed, and descriptors nobody uses closed. */
+static void recover_backing(struct cache *c)
+{
+	struct meta *m = &c->meta;
+	uint32_t r;
+
 	for (r = 0; r < m->nfiles; r++) {
 		struct cfile *f = c->recs[r];
 
@@ -404,6 +418,46 @@ int recover_load(struct cache *c, char *err, size_t errlen)
 			f->fd = -1;
 		}
 	}
+}
+
+int recover_load(struct cache *c, char *err, size_t errlen)
+{
+	struct meta *m = &c->meta;
+	struct rstate rs = { 0 };
+	uint32_t r;
+	int ret;
+
+	rs.twins = calloc(c->nslots ? c->nslots : 1, sizeof(*rs.twins));
+	if (!rs.twins)
+		return -ENOMEM;
+	/*
+	 * What recovery rewrites must be newer than every copy on the media:
+	 * a crash between its write of one mirror and of the other must not
+	 * let the older copy win.
+	 */
+	m->seq = meta_next_seq(m);
+	ret = recover_records(c, &rs, err, errlen);
+	if (!ret)
+		ret = recover_slots(c, &rs, err, errlen);
+	if (ret)
+		goto err_files;
+	recover_twins(c, &rs);
+	free(rs.twins);
+	rs.twins = NULL;
+	if (rs.maxseq > m->seq)
+		m->seq = rs.maxseq;
+	c->meta_repaired = rs.fixed;
+	if (rs.fixed)
+		log_msg(LOG_NOTICE,
+			"recovery: %llu metadata records differed between the "
+			"mirrors (%llu damaged copies); both mirrors rewritten "
+			"to agree",
+			(unsigned long long)rs.fixed,
+			(unsigned long long)rs.bad);
+	ret = ident_store_check(c, err, errlen);
+	if (ret)
+		goto err_files;
+	recover_backing(c);
 	return 0;
 err_files:
 	/* refused before any file was hashed: cache_free would not see them */
@@ -413,7 +467,7 @@ err_files:
 		free(c->recs[r]);
 		c->recs[r] = NULL;
 	}
-	free(twins);
+	free(rs.twins);
 	return ret;
 }
 
