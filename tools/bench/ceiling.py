@@ -151,7 +151,7 @@ def ceiling_md(results, workloads):
 
 
 def targets_md(rows, targets, title):
-    """The issue's targets against rows: {wl: {name: value or (median, [per run])}}."""
+    """The targets against rows: {wl: {name: value or (median, [per run])}}."""
     md = [f"## {title}\n", "| workload | figure | target | value | met |", "|---|---|---|---|---|"]
     for wl, name, least in targets:
         v = rows.get(wl, {}).get(name)

@@ -378,7 +378,7 @@ class DfsBench(Bench):
                 w(f"| {st} | {self.num(alone, 'create')} | {self.num(b, 'create')} | {self.num(a, 'create')} | "
                   f"{self.rat(b, alone)} | {self.rat(a, alone)} |")
             w("")
-        w(f"Store start-up: " + ", ".join(f"{NAMES[k]} {s:.1f} s" for k, s in self.store_secs.items()) + ".")
+        w("Store start-up: " + ", ".join(f"{NAMES[k]} {s:.1f} s" for k, s in self.store_secs.items()) + ".")
         with open(os.path.join(self.out, "report.md"), "w") as f:
             f.write("\n".join(md) + "\n")
         with open(os.path.join(self.out, "results.json"), "w") as f:

@@ -97,7 +97,7 @@ def report(rows):
           "as a check): anonymous memory (the daemon's heap, tables, stacks) plus the file-backed pages of its "
           "program and shared libraries (about 4 MiB, shared with every other process that maps them). Marginal: "
           "own MiB per extra GiB of cache since the row above, the per-slot cost without the fixed part. "
-          "Target (issue 11): at most 2 MiB per GiB.\n",
+          "Target: at most 2 MiB per GiB.\n",
           "| cache | VmRSS MiB | mirrors mapped MiB (RssShmem) | own MiB (anon + file) | own MiB per GiB "
           "| anon MiB per GiB | marginal MiB per extra GiB |",
           "|---|---|---|---|---|---|---|"]

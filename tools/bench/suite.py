@@ -30,7 +30,7 @@ PT_CELLS = (("passthrough: bypass 1M seqread buffered", ["--ioengine=psync", "--
             ("passthrough: bypass 1M seqread O_DIRECT QD8", ["--ioengine=libaio", "--iodepth=8", "--direct=1"]))
 PT_TARGETS = ("pt-store", "nvcachefs-pt", "nvcachefs-nopt")
 MEM_GIB = (1, 8, 64)
-# the issue 11 targets: (workload, ratio of nvcachefs_ratios, at least)
+# the targets: (workload, ratio of nvcachefs_ratios, at least)
 TARGETS = [("4K randread QD1 (cached)", "of ceiling", 0.8), ("4K randread QD32 (cached)", "of ceiling", 0.8),
            ("4K randread QD32 (cached)", "vs raw", 0.35), ("4K randwrite QD1", "of ceiling", 0.8),
            ("4K randwrite QD32", "of ceiling", 0.8), ("4K randwrite QD32", "vs raw", 0.4),
@@ -39,7 +39,7 @@ TARGETS = [("4K randread QD1 (cached)", "of ceiling", 0.8), ("4K randread QD32 (
            ("Iometer File Server", "vs backing", 1.0), ("Iometer Web Server", "vs backing", 1.0),
            ("metadata", "vs best FUSE peer", 3.0)]
 BANDS = ("<1ms", "1ms", "2-10ms", "11-50ms", "51-100ms", ">100ms")
-# read amplification of uncached data (issue 25): pattern -> (fio options, at most backing bytes / bytes asked)
+# read amplification of uncached data: pattern -> (fio options, at most backing bytes / bytes asked)
 AMP_PATTERNS = (("random", lambda f: ["--rw=randread", "--bs=4k", f"--io_size={f // 4}"], 1.5),
                 ("strided", lambda f: ["--rw=read:60k", "--bs=4k", f"--io_size={f // 16}"], 1.5),
                 ("interleaved", lambda f: ["--rw=read", "--bs=64k", "--numjobs=4", f"--size={f // 4}",
@@ -112,7 +112,7 @@ def bands(vals):
     return out
 
 
-# the write workloads that run past the small cache (issue 29): the fio cells and the checkpoint
+# the write workloads that run past the small cache: the fio cells and the checkpoint
 WRITES = ("4K randwrite QD1", "4K randwrite QD32", "4K write + fdatasync (log)", "Iometer File Server",
           "1M checkpoint write")
 
@@ -394,7 +394,7 @@ class Bench:
         return res
 
     def pace_counters(self, target):
-        """The small cache's writer pacing counters (issue 29), or None (another target, or a daemon without them)."""
+        """The small cache's writer pacing counters, or None (another target, or a daemon without them)."""
         if target != "nvcachefs-small":
             return None
         r = sh(CTL, "stats", self.targets[target], "--json", check=False)
@@ -508,7 +508,7 @@ class Bench:
         print("  uncached read: done", flush=True)
 
     def passthrough(self):
-        """Issue 28: sequential reads of a cold bypass file (policy mode = bypass) through nvcachefs with
+        """Sequential reads of a cold bypass file (policy mode = bypass) through nvcachefs with
         fuse.passthrough = auto and = off, each on its own cache and store directory, against the store itself;
         on the backing store's disk (the kernel's caches dropped before each cell) and on a tmpfs store (faster
         than FUSE: the transport's own cost shows)."""
@@ -568,7 +568,7 @@ class Bench:
         cells = [f"{c} ({k})" for k in ("disk", "tmpfs") for c, _ in PT_CELLS]
         if not any((wl, "nvcachefs-pt") in self.results for wl in cells):
             return []
-        md = ["## FUSE passthrough (issue 28)\n",
+        md = ["## FUSE passthrough\n",
               f"A cold {4 * self.ws // MiB} MiB file (on tmpfs at most 1024 MiB) under a `mode = bypass` policy, read sequentially in 1 MiB "
               "reads: nvcachefs with `fuse.passthrough = auto` (the kernel reads the store itself), with "
               "`fuse.passthrough = off` (every read a FUSE READ the daemon serves from the store), and the store "
@@ -594,7 +594,7 @@ class Bench:
         return j["total"]["counters"]
 
     def read_amp(self):
-        """Read amplification of uncached data (issue 25): bytes nvcachefs read from the backing store over the
+        """Read amplification of uncached data: bytes nvcachefs read from the backing store over the
         bytes fio asked, for random, strided, interleaved and sequential reads, O_DIRECT and buffered, each of a
         file written behind the cache; the same fio job on the backing store itself for the MB/s ratio."""
         size = self.ws // 4
@@ -624,7 +624,7 @@ class Bench:
 
     def amp_md(self):
         """The read amplification section: backing bytes over bytes asked, and MB/s against the backing store."""
-        md = ["## Read amplification of uncached data (issue 25)\n",
+        md = ["## Read amplification of uncached data\n",
               "Each cell reads a file of " f"{self.ws // 4 // MiB} MiB written behind the cache (the kernel's caches "
               "dropped first): random 4 KiB reads of a quarter of it; 4 KiB of every 64 KiB (strided); four jobs, each "
               "its own quarter in 64 KiB reads (interleaved); 1 MiB reads of all of it (sequential). Asked: the bytes "
@@ -811,7 +811,7 @@ class Bench:
         self.destage_off = True
 
     def destage_scattered(self):
-        """Destage of scattered dirty pages (issue 29): 4K random writes at QD32 into the large cache with destage
+        """Destage of scattered dirty pages: 4K random writes at QD32 into the large cache with destage
         held off, then the flush timed, against the backing store's own 4K random writes at QD32 of as many
         bytes (same offsets' distribution, no page twice)."""
         mnt = self.targets["nvcachefs"]
@@ -960,7 +960,7 @@ class Bench:
         md += self.pt_md()
         workloads = [wl for wl in workloads if not wl.startswith(("read amplification", "passthrough:"))]
         md += ceiling.ceiling_md(self.results, [wl for wl in workloads if wl != SCATTERED])
-        md += ceiling.targets_md(ratios, TARGETS, "Targets of issue 11 (this run)")
+        md += ceiling.targets_md(ratios, TARGETS, "Targets (this run)")
         for wl in workloads:
             rows = [(x, self.results[(wl, x)]) for x in self.targets if (wl, x) in self.results]
             if not rows:
@@ -1050,7 +1050,7 @@ class Bench:
             self.plots(workloads)
 
     def past_md(self):
-        """Past the cache (issue 29): the small cache's write workloads against the backing store, same run."""
+        """Past the cache: the small cache's write workloads against the backing store, same run."""
         md = ["## Past the cache: nvcachefs-small against the backing store\n",
               "| workload | backing MB/s | nvcachefs-small MB/s | ratio | backing p99 / p99.9 us | "
               "small p99 / p99.9 us | p99.9 ratio | writes paced (held ms) | waited at full | written around MiB |",
@@ -1175,7 +1175,7 @@ def main():
     ap.add_argument("--only", metavar="PHASES", help="only these phases, comma-separated: " + ", ".join(PHASES)
                     + " (workloads: the fio cells of cached data)")
     ap.add_argument("--writes", action="store_true", help="only the write workloads and the checkpoint, on the "
-                    "backing store and both caches (past the small cache: issue 29)")
+                    "backing store and both caches (past the small cache)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N", help="the whole measurement N times, each with "
                     "its own setup (OUT/runK/); OUT/report.md gives the median of each ratio and every run's")
     ap.add_argument("--transport", choices=("uring", "dev"), help="fuse.transport of nvcachefs and of the FUSE "
@@ -1235,7 +1235,7 @@ def cpu_medians_md(runs):
 
 
 def past_medians_md(runs):
-    """Past the cache (issue 29): the median over the runs of the small cache's ratio to the backing store, and of
+    """Past the cache: the median over the runs of the small cache's ratio to the backing store, and of
     its p99.9 over the backing store's, with every run's."""
     md = [f"## Past the cache: nvcachefs-small against the backing store (median of {len(runs)} runs)\n",
           "| workload | MB/s ratio (each run) | p99.9 ratio (each run) |", "|---|---|---|"]
@@ -1283,7 +1283,7 @@ def repeat(a, out, started):
           "(targets alternated within each workload) and tears down; its own report is in `runK/report.md`. "
           "Ratios are nvcachefs's MB/s (metadata: creates/s) over the same run's reference; of ceiling: over the "
           "workload's ceiling (see a run's Ceiling section).\n"]
-    md += ceiling.targets_md(med, TARGETS, f"Targets of issue 11 (median of {a.repeat} runs)")
+    md += ceiling.targets_md(med, TARGETS, f"Targets (median of {a.repeat} runs)")
     md += ceiling.medians_md(med, a.repeat)
     md += cpu_medians_md(runs)
     md += past_medians_md(runs)
