@@ -7,7 +7,6 @@ import glob
 import os
 import stat
 import subprocess
-import time
 
 import pytest
 

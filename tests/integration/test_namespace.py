@@ -1,6 +1,5 @@
 """Namespace operations pass through to the backing directory; permissions are enforced; new files belong to the caller."""
 import ctypes
-import errno
 import os
 import stat
 import subprocess

@@ -1,5 +1,4 @@
 """systemd readiness through a NOTIFY_SOCKET of the test's own: READY once the mount answers, STATUS, STOPPING."""
-import array
 import os
 import re
 import signal

@@ -10,7 +10,6 @@ import threading
 
 import pytest
 
-from conftest import MiB
 
 NOBODY, NOGROUP = 65534, 65534
 

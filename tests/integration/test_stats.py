@@ -9,7 +9,6 @@ import socket
 import subprocess
 import threading
 
-import pytest
 
 from conftest import CTL, MiB, sh
 
@@ -264,7 +263,7 @@ def test_json_and_prometheus_carry_the_same_figures(cache):
     assert values[("nvcachefs_capacity_bytes", m)] == js["total"]["gauges"]["capacity_bytes"]
     assert types["nvcachefs_latency_seconds"] == "summary"
     assert types["nvcachefs_destage_rate_bytes_per_second"] == "gauge"
-    n = values[(f"nvcachefs_latency_seconds_count", f'{{mountpoint="{c.mnt}",op="write"}}')]
+    n = values[("nvcachefs_latency_seconds_count", f'{{mountpoint="{c.mnt}",op="write"}}')]
     assert n == js["total"]["latency"]["write"]["count"] > 0
     for i, lo in enumerate(c.loops):
         key = ("nvcachefs_device_write_bytes_total", f'{{mountpoint="{c.mnt}",device="{lo}"}}')
