@@ -250,52 +250,44 @@ static int add_mount_opts(struct fuse_args *args, const char *backing)
 	return ret;
 }
 
-int main(int argc, char **argv)
+/* The command line: what main needs of it. */
+struct cmdline {
+	const char *config, *mountpoint;
+	char **ov; /* KEY=VALUE overrides (-o), argc long */
+	int nov, foreground, debug;
+};
+
+/* argv into *a, and the FUSE options into args: -1 to go on, else the
+ * exit status (--help, --version, a usage error). */
+static int parse_args(int argc, char **argv, struct fuse_args *args,
+		      struct cmdline *a)
 {
 	static const struct option longopts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct cache_config cfg;
-	struct fuse_session *se;
-	struct fs fs;
-	char err[CFG_ERRLEN], mnt[PATH_MAX], stats[1024];
-	int loop_ret;
-	unsigned int features;
-	const char *config = NULL, *mountpoint;
-	char **ov = calloc(argc, sizeof(char *));
-	int nov = 0, foreground = 0, debug = 0, opt, ret, close_ret, flush;
-	pthread_t reload_thread, ra_thread;
-	struct sigaction sa;
-	struct stat st;
+	int opt;
 
-	memset(&fs, 0, sizeof(fs));
-	if (!ov)
-		die("out of memory");
-	fuse_opt_add_arg(&args, argv[0]);
 	while ((opt = getopt_long(argc, argv, "hVfdc:o:", longopts, NULL)) !=
 	       -1) {
 		switch (opt) {
 		case 'h':
 			usage(stdout);
-			ret = 0;
-			goto out_args;
+			return 0;
 		case 'V':
 			printf("nvcachefs %s (libfuse %s)\n", NVC_VERSION,
 			       fuse_pkgversion());
-			ret = 0;
-			goto out_args;
+			return 0;
 		case 'f':
-			foreground = 1;
+			a->foreground = 1;
 			break;
 		case 'd':
-			debug = 1;
-			foreground = 1;
+			a->debug = 1;
+			a->foreground = 1;
 			break;
 		case 'c':
-			config = optarg;
+			a->config = optarg;
 			break;
 		case 'o': {
 			char *s = strdup(optarg), *save, *tok;
@@ -303,10 +295,10 @@ int main(int argc, char **argv)
 			for (tok = strtok_r(s, ",", &save); tok;
 			     tok = strtok_r(NULL, ",", &save)) {
 				if (is_config_key(tok)) {
-					ov[nov++] = strdup(tok);
+					a->ov[a->nov++] = strdup(tok);
 				} else if (strcmp(tok, "defaults")) {
-					fuse_opt_add_arg(&args, "-o");
-					fuse_opt_add_arg(&args, tok);
+					fuse_opt_add_arg(args, "-o");
+					fuse_opt_add_arg(args, tok);
 				}
 			}
 			free(s);
@@ -314,31 +306,102 @@ int main(int argc, char **argv)
 		}
 		default:
 			usage(stderr);
-			ret = 2;
-			goto out_args;
+			return 2;
 		}
 	}
-	if (optind == argc - 2 && !config)
-		config = argv[optind++];
+	if (optind == argc - 2 && !a->config)
+		a->config = argv[optind++];
 	if (optind != argc - 1) {
 		fprintf(stderr,
 			"nvcachefs: expected one MOUNTPOINT (see --help)\n");
-		ret = 2;
-		goto out_args;
+		return 2;
 	}
-	if (!config)
-		config = DEFAULT_CONFIG;
-	mountpoint = argv[optind];
+	if (!a->config)
+		a->config = DEFAULT_CONFIG;
+	a->mountpoint = argv[optind];
+	return -1;
+}
+
+/* After the request loop: device-life commands stopped, the kernel's mount
+ * gone, the control socket closed, the dirty data destaged if
+ * cache.on_unmount says so, the cache closed, the reload thread joined and
+ * the session freed.  0, or the cache's -errno (logged). */
+static int unmount_and_close(struct fs *fs, struct fuse_session *se,
+			     const char *mnt, pthread_t reload_thread)
+{
+	char stats[1024];
+	int ret, close_ret, flush;
+
+	/* a replace or remove under way stops at its next batch, to resume
+	 * at the next mount, and says so to its client (fs_ctl_stop waits) */
+	cache_devlife_stop(fs->cache);
+
+	flush = fs->cfg->on_unmount == UNMOUNT_FLUSH;
+	notify_stopping(flush);
+	fuse_session_unmount(se);
+	kinval_stop(); /* after the unmount: nothing waits for a READ now */
+	proto_stats(stats, sizeof(stats));
+	log_msg(LOG_INFO, "%s", stats);
+	fs_pt_stats(stats, sizeof(stats));
+	log_msg(LOG_INFO, "%s", stats);
+	log_msg(LOG_NOTICE, "unmounted %s; %s", mnt,
+		flush ? "destaging all dirty data"
+		      : "keeping dirty data in the cache");
+	fs_ctl_stop();
+	/* cache_close(c, 1) flushes the same way, without the progress */
+	ret = flush ? cache_flush(fs->cache, notify_flush_progress, NULL) : 0;
+	close_ret = cache_close(fs->cache, 0);
+	ret = ret ? ret : close_ret;
+	if (ret)
+		log_msg(LOG_ERR,
+			"closing the cache: %s; dirty data stays in the cache "
+			"and is destaged after the next mount",
+			strerror(-ret));
+	notify_end();
+	(void)!write(hup_pipe[1], "q", 1);
+	pthread_join(reload_thread, NULL);
+	fuse_remove_signal_handlers(se);
+	fuse_session_destroy(se);
+	fs_free_table(fs);
+	log_msg(LOG_NOTICE, "exit");
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct cache_config cfg;
+	struct fuse_session *se;
+	struct fs fs;
+	char err[CFG_ERRLEN], mnt[PATH_MAX];
+	int loop_ret;
+	unsigned int features;
+	const char *config, *mountpoint;
+	struct cmdline a = { .ov = calloc(argc, sizeof(char *)) };
+	int ret;
+	pthread_t reload_thread, ra_thread;
+	struct sigaction sa;
+	struct stat st;
+
+	memset(&fs, 0, sizeof(fs));
+	if (!a.ov)
+		die("out of memory");
+	fuse_opt_add_arg(&args, argv[0]);
+	ret = parse_args(argc, argv, &args, &a);
+	if (ret >= 0)
+		goto out_args;
+	config = a.config;
+	mountpoint = a.mountpoint;
 	if (!realpath(mountpoint, mnt) || stat(mnt, &st) ||
 	    !S_ISDIR(st.st_mode))
 		die("%s: not a directory to mount on", mountpoint);
 
-	if (load_config(&cfg, config, ov, nov, err, sizeof(err)))
+	if (load_config(&cfg, config, a.ov, a.nov, err, sizeof(err)))
 		die("%s", err);
 	fs.cfg = &cfg;
 	fs.config_file = config;
-	fs.overrides = ov;
-	fs.noverrides = nov;
+	fs.overrides = a.ov;
+	fs.noverrides = a.nov;
 	fs.mountpoint = mnt;
 	fs.timeout = cfg.attr_timeout_ms / 1000.0;
 	fs.neg_timeout = cfg.negative_timeout_ms / 1000.0;
@@ -358,7 +421,7 @@ int main(int argc, char **argv)
 		die("%s", err);
 
 	raise_fd_limit();
-	if (!foreground && daemon_begin())
+	if (!a.foreground && daemon_begin())
 		die("cannot daemonise: %s", strerror(errno));
 	umask(0);
 	log_setup(LOG_TO_STDERR);
@@ -376,7 +439,7 @@ int main(int argc, char **argv)
 		cache_close(fs.cache, 0);
 		die("out of memory");
 	}
-	if (debug)
+	if (a.debug)
 		fuse_opt_add_arg(&args, "-d");
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
 	if (!se) {
@@ -432,44 +495,14 @@ int main(int argc, char **argv)
 	notify_start(fs.cache, mnt);
 	loop_ret = fsloop_run(se, cfg.fuse_workers, cfg.fuse_threads,
 			      cfg.io_poll_us * 1000ull, cfg.fuse_transport);
-	/* a replace or remove under way stops at its next batch, to resume
-	 * at the next mount, and says so to its client (fs_ctl_stop waits) */
-	cache_devlife_stop(fs.cache);
-
-	flush = cfg.on_unmount == UNMOUNT_FLUSH;
-	notify_stopping(flush);
-	fuse_session_unmount(se);
-	kinval_stop(); /* after the unmount: nothing waits for a READ now */
-	proto_stats(stats, sizeof(stats));
-	log_msg(LOG_INFO, "%s", stats);
-	fs_pt_stats(stats, sizeof(stats));
-	log_msg(LOG_INFO, "%s", stats);
-	log_msg(LOG_NOTICE, "unmounted %s; %s", mnt,
-		flush ? "destaging all dirty data"
-		      : "keeping dirty data in the cache");
-	fs_ctl_stop();
-	/* cache_close(c, 1) flushes the same way, without the progress */
-	ret = flush ? cache_flush(fs.cache, notify_flush_progress, NULL) : 0;
-	close_ret = cache_close(fs.cache, 0);
-	ret = ret ? ret : close_ret;
-	if (ret)
-		log_msg(LOG_ERR,
-			"closing the cache: %s; dirty data stays in the cache "
-			"and is destaged after the next mount",
-			strerror(-ret));
-	notify_end();
-	(void)!write(hup_pipe[1], "q", 1);
-	pthread_join(reload_thread, NULL);
-	fuse_remove_signal_handlers(se);
-	fuse_session_destroy(se);
-	fs_free_table(&fs);
-	log_msg(LOG_NOTICE, "exit");
+	ret = unmount_and_close(&fs, se, mnt, reload_thread);
+	(void)ret; /* logged; the exit status is the request loop's */
 	cfg_free(&cfg);
 	ret = loop_ret ? 1 : 0;
 out_args:
 	fuse_opt_free_args(&args);
-	while (nov)
-		free(ov[--nov]);
-	free(ov);
+	while (a.nov)
+		free(a.ov[--a.nov]);
+	free(a.ov);
 	return ret;
 }

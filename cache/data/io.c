@@ -165,122 +165,154 @@ void cache_touch(struct cache *c)
 
 static __thread int tl_keep; /* io_read_keep: every miss is kept */
 
+/* What fill_take_slot found. */
+enum fill_take {
+	FILL_GOT, /* *out: the block's slot, pinned */
+	FILL_SKIP, /* its slot's device failed: keep nothing of this block */
+	FILL_STOP, /* keep nothing more of this read */
+};
+
+/* The slot a miss's block blk is kept in: found, or allocated without
+ * waiting for space (a cache full of dirty data keeps no clean data).  A
+ * write since the read began (f->wgen), a write around the cache of the
+ * block, or the cache stopping keeps nothing more. */
+static enum fill_take fill_take_slot(struct cache *c, struct cfile *f,
+				     uint64_t blk, uint64_t wgen0,
+				     struct cslot **out)
+{
+	struct cslot *s;
+
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		if (f->wgen != wgen0 || c->stopping ||
+		    write_around_busy_locked(f, blk)) {
+			/* a write around the cache is changing what was
+			 * read: keep none of it (wround.c) */
+			cache_unlock(c);
+			return FILL_STOP;
+		}
+		s = slot_find(c, f->rec, blk);
+		if (s && slot_failed(c, s)) {
+			cache_unlock(c);
+			return FILL_SKIP;
+		}
+		if (!s)
+			s = slot_alloc_locked(c, f, blk);
+		if (!s && freeq_wait_locked(c)) {
+			/* freed slots were on their way to the free list */
+			cache_unlock(c);
+			continue;
+		}
+		if (!s) {
+			cache_unlock(c);
+			return FILL_STOP; /* cache full of dirty data */
+		}
+		slot_pin_locked(c, f, s);
+		cache_unlock(c);
+		*out = s;
+		return FILL_GOT;
+	}
+}
+
+/* The pages of span x that s does not hold and no write reached since the
+ * read began written to s's device and made valid (s pinned; s->rw taken
+ * here for writing), then s unpinned. */
+static void fill_keep(struct cache *c, struct cfile *f, struct span *x,
+		      struct cslot *s, char *buf, uint64_t pstart,
+		      uint64_t wgen0)
+{
+	uint64_t want[META_MAX_WORDS] = { 0 }, rbseq;
+	struct dev_io io;
+	uint32_t p, run0;
+	int ret = 0, pinned = 0;
+
+	srw_wrlock(&s->rw);
+	rbseq = rebuild_seq(c);
+	pthread_mutex_lock(&c->lock);
+	if (f->wgen == wgen0)
+		for (p = x->p0; p < x->p1; p++)
+			if (!bm_test(x->valid, p) &&
+			    !pb_test(slot_valid(c, s), p))
+				bm_set(want, p);
+	cache_unlock(c);
+	for (p = x->p0; p < x->p1 && !ret;) {
+		if (!bm_test(want, p)) {
+			p++;
+			continue;
+		}
+		for (run0 = p; p < x->p1 && bm_test(want, p); p++)
+			;
+		io.dev = slot_dev(c, slot_idx(c, s));
+		io.op = DEV_WRITE;
+		io.off = slot_off(c, slot_idx(c, s)) + run0 * NVC_PAGE;
+		io.len = (p - run0) * NVC_PAGE;
+		io.buf = buf + (x->blk * c->bs + run0 * NVC_PAGE - pstart);
+		ret = dev_io_run(&io, 1);
+		if (ret) {
+			note_dev_error(c, &io, 1);
+			for (uint32_t q = run0; q < p; q++)
+				bm_clear(want, q);
+		} else {
+			cache_dev_written(c, slot_member(c, slot_idx(c, s)));
+			CNT_ADD(c, fill_bytes, io.len);
+		}
+	}
+	if (bm_any(want) && c->test_committing)
+		c->test_committing(c, s);
+	if (bm_any(want))
+		rebuild_check_commit(c, s, rbseq);
+	/* clean data is not persisted: a crash just forgets it */
+	pthread_mutex_lock(&c->lock);
+	if (bm_any(want)) {
+		for (p = x->p0; p < x->p1; p++)
+			if (bm_test(want, p)) {
+				/* s->rw held since want was taken: no write
+				 * reached these pages */
+				assert(!pb_test(slot_valid(c, s), p) &&
+				       !pb_test(slot_dirty(c, s), p));
+				pb_set(slot_valid(c, s), p);
+				pb_set(slot_unsynced(c, s), p);
+				pages_valid(c, s, 1);
+			}
+		slot_settle(c, s);
+		pinned = file_pinned(f);
+	}
+	cache_unlock(c);
+	/* except a pinned file's, which survives a remount (filectl.c): its
+	 * entry claims the pages once the device holds them (slot_persist
+	 * flushes first), s->rw held; a warm persists what it kept at its
+	 * end, behind one flush */
+	if (pinned && !tl_keep && slot_persist(c, s))
+		log_msg(LOG_ERR, "cannot persist a pinned file's block");
+	srw_unlock(&s->rw);
+	pthread_mutex_lock(&c->lock);
+	slot_unpin_locked(c, f, s);
+	cache_unlock(c);
+}
+
 /* Keep what a read miss fetched: only pages nobody wrote meanwhile. */
 static void fill_from_backing(struct cache *c, struct cfile *f, struct span *sp,
 			      int nsp, char *buf, uint64_t pstart,
 			      uint64_t wgen0)
 {
-	struct dev_io io;
 	int i;
 
 	/* f->rw held: a bypass file keeps nothing (fpolicy.c), and a bump
-	 * of f->wgen since the read began is seen (coherence.c) */
+	 * of f->wgen since the read began is seen (files/look.c) */
 	assert(frw_held(f, 0));
 	if (file_mode(c, f) == MODE_BYPASS || file_ensure_record(c, f))
 		return;
 	for (i = 0; i < nsp; i++) {
-		struct span *x = &sp[i];
 		struct cslot *s;
-		uint32_t p, run0;
-		uint64_t want[META_MAX_WORDS] = { 0 }, rbseq;
-		int ret = 0, pinned = 0;
+		enum fill_take t;
 
-		if (!x->miss)
+		if (!sp[i].miss)
 			continue;
-again:
-		pthread_mutex_lock(&c->lock);
-		if (f->wgen != wgen0 || c->stopping) {
-			cache_unlock(c);
+		t = fill_take_slot(c, f, sp[i].blk, wgen0, &s);
+		if (t == FILL_STOP)
 			return;
-		}
-		if (write_around_busy_locked(f, x->blk)) {
-			/* a write around the cache is changing what was
-			 * read: keep none of it (wround.c) */
-			cache_unlock(c);
-			return;
-		}
-		s = slot_find(c, f->rec, x->blk);
-		if (s && slot_failed(c, s)) {
-			cache_unlock(c);
-			continue;
-		}
-		if (!s)
-			s = slot_alloc_locked(c, f, x->blk);
-		if (!s && freeq_wait_locked(c)) {
-			/* freed slots were on their way to the free list */
-			cache_unlock(c);
-			goto again;
-		}
-		if (!s) {
-			cache_unlock(c);
-			return; /* cache full of dirty data: don't wait */
-		}
-		slot_pin_locked(c, f, s);
-		cache_unlock(c);
-
-		srw_wrlock(&s->rw);
-		rbseq = rebuild_seq(c);
-		pthread_mutex_lock(&c->lock);
-		if (f->wgen == wgen0)
-			for (p = x->p0; p < x->p1; p++)
-				if (!bm_test(x->valid, p) &&
-				    !pb_test(slot_valid(c, s), p))
-					bm_set(want, p);
-		cache_unlock(c);
-		for (p = x->p0; p < x->p1 && !ret;) {
-			if (!bm_test(want, p)) {
-				p++;
-				continue;
-			}
-			for (run0 = p; p < x->p1 && bm_test(want, p); p++)
-				;
-			io.dev = slot_dev(c, slot_idx(c, s));
-			io.op = DEV_WRITE;
-			io.off = slot_off(c, slot_idx(c, s)) + run0 * NVC_PAGE;
-			io.len = (p - run0) * NVC_PAGE;
-			io.buf = buf +
-				 (x->blk * c->bs + run0 * NVC_PAGE - pstart);
-			ret = dev_io_run(&io, 1);
-			if (ret) {
-				note_dev_error(c, &io, 1);
-				for (uint32_t q = run0; q < p; q++)
-					bm_clear(want, q);
-			} else {
-				cache_dev_written(c, slot_member(c, slot_idx(c, s)));
-				CNT_ADD(c, fill_bytes, io.len);
-			}
-		}
-		if (bm_any(want) && c->test_committing)
-			c->test_committing(c, s);
-		if (bm_any(want))
-			rebuild_check_commit(c, s, rbseq);
-		/* clean data is not persisted: a crash just forgets it */
-		pthread_mutex_lock(&c->lock);
-		if (bm_any(want)) {
-			for (p = x->p0; p < x->p1; p++)
-				if (bm_test(want, p)) {
-					/* s->rw held since want was taken: no
-					 * write reached these pages */
-					assert(!pb_test(slot_valid(c, s), p) &&
-					       !pb_test(slot_dirty(c, s), p));
-					pb_set(slot_valid(c, s), p);
-					pb_set(slot_unsynced(c, s), p);
-					pages_valid(c, s, 1);
-				}
-			slot_settle(c, s);
-			pinned = file_pinned(f);
-		}
-		cache_unlock(c);
-		/* except a pinned file's, which survives a remount
-		 * (filectl.c): its entry claims the pages once the device
-		 * holds them (slot_persist flushes first), s->rw held; a
-		 * warm persists what it kept at its end, behind one flush */
-		if (pinned && !tl_keep && slot_persist(c, s))
-			log_msg(LOG_ERR, "cannot persist a pinned file's block");
-		srw_unlock(&s->rw);
-		pthread_mutex_lock(&c->lock);
-		slot_unpin_locked(c, f, s);
-		cache_unlock(c);
+		if (t == FILL_GOT)
+			fill_keep(c, f, &sp[i], s, buf, pstart, wgen0);
 	}
 }
 

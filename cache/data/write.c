@@ -582,6 +582,79 @@ static int write_around_or(struct cache *c, struct cfile *f, const char *src,
 	return ret == 1 ? write_cached(c, f, src, len, off, mode) : ret;
 }
 
+/* What seg_take_slot_locked did. */
+enum seg_take {
+	TAKE_GOT, /* *out: the block's slot, not yet pinned by this write */
+	TAKE_AGAIN, /* waited with c->lock dropped: look at the block again */
+	TAKE_HELD_FIRST, /* the segment's blocks are to be written first */
+	TAKE_EIO, /* no space will ever come (stopping, no mirror left) */
+};
+
+/*
+ * A slot for block blk of f that a write may fill: found, or allocated,
+ * with its twin where two copies are kept.  Where there is none yet it
+ * waits (c->lock dropped meanwhile) for a write of the block around the
+ * cache to end, for freed slots to reach the free list, or for space, but
+ * never while the segment holds blocks (nsp), whose pins it would keep.
+ * c->lock held.
+ */
+static enum seg_take seg_take_slot_locked(struct cache *c, struct cfile *f,
+					  uint64_t blk, int copies, int nsp,
+					  struct cslot **out)
+{
+	struct cslot *s;
+
+	assert_held(&c->lock);
+	if (write_around_busy_locked(f, blk)) {
+		/* the store is taking a write of this block around the
+		 * cache: this one comes after */
+		if (nsp)
+			return TAKE_HELD_FIRST;
+		if (!freeq_before_wait_locked(c))
+			pthread_cond_wait(&c->around_cond, &c->lock);
+		return TAKE_AGAIN;
+	}
+	s = slot_find(c, f->rec, blk);
+	if (s && slot_draining(c, s) && !s->pins && s->state == SLOT_CLEAN) {
+		/* off a device being emptied (remove, replace.c) */
+		slot_drop_locked(c, s);
+		s = NULL;
+	}
+	if (s)
+		CNT_ADD(c, write_hit_ops, nsp == 0);
+	if (!s)
+		s = slot_alloc_locked(c, f, blk);
+	if (s && copies > 1 && !s->twin && working_devices(c) > 1 &&
+	    !twin_alloc_locked(c, s)) {
+		/* no room for the second copy yet; a slot just taken for it
+		 * goes back (it would be FRESH and pinned by nobody: map.c) */
+		if (s->state == SLOT_FRESH && !s->pins)
+			slot_unclaim_locked(c, f, s);
+		s = NULL;
+	}
+	if (s) {
+		*out = s;
+		return TAKE_GOT;
+	}
+	/* freed slots on their way to the free list (the ones held stay
+	 * pinned meanwhile) */
+	if (freeq_wait_locked(c))
+		return TAKE_AGAIN;
+	if (nsp)
+		return TAKE_HELD_FIRST;
+	/* no mirror left: no space will ever come */
+	if (c->stopping || !meta_writable(&c->meta))
+		return TAKE_EIO;
+	if (freeq_before_wait_locked(c))
+		return TAKE_AGAIN;
+	c->waiting_writers++;
+	CNT_ADD(c, space_wait_ops, 1);
+	pthread_cond_broadcast(&c->destage_cond);
+	pthread_cond_wait(&c->space_cond, &c->lock);
+	c->waiting_writers--;
+	return TAKE_AGAIN;
+}
+
 int write_cached(struct cache *c, struct cfile *f, const void *vsrc,
 		 size_t len, uint64_t off, int mode)
 {
@@ -620,57 +693,16 @@ int write_cached(struct cache *c, struct cfile *f, const void *vsrc,
 			uint64_t e = end < b0 + c->bs ? end : b0 + c->bs;
 			struct span *x = &sp[nsp];
 			struct cslot *s;
+			enum seg_take t;
 
-			if (write_around_busy_locked(f, blk)) {
-				/* the store is taking a write of this block
-				 * around the cache: this one comes after */
-				if (nsp)
-					break; /* write what we hold first */
-				if (freeq_before_wait_locked(c))
-					continue;
-				pthread_cond_wait(&c->around_cond, &c->lock);
+			t = seg_take_slot_locked(c, f, blk, copies, nsp, &s);
+			if (t == TAKE_AGAIN)
 				continue;
-			}
-			s = slot_find(c, f->rec, blk);
-			if (s && slot_draining(c, s) && !s->pins &&
-			    s->state == SLOT_CLEAN) {
-				/* off a device being emptied (remove, replace.c) */
-				slot_drop_locked(c, s);
-				s = NULL;
-			}
-			if (s)
-				CNT_ADD(c, write_hit_ops, nsp == 0);
-			if (!s)
-				s = slot_alloc_locked(c, f, blk);
-			if (s && copies > 1 && !s->twin &&
-			    working_devices(c) > 1 && !twin_alloc_locked(c, s)) {
-				/* no room for the second copy yet; a slot
-				 * just taken for it goes back (it would be
-				 * FRESH and pinned by nobody: map.c) */
-				if (s->state == SLOT_FRESH && !s->pins)
-					slot_unclaim_locked(c, f, s);
-				s = NULL;
-			}
-			if (!s) {
-				/* freed slots on their way to the free list
-				 * (the ones held stay pinned meanwhile) */
-				if (freeq_wait_locked(c))
-					continue;
-				if (nsp)
-					break; /* write what we hold first */
-				/* no mirror left: no space will ever come */
-				if (c->stopping || !meta_writable(&c->meta)) {
-					ret = -EIO;
-					break;
-				}
-				if (freeq_before_wait_locked(c))
-					continue;
-				c->waiting_writers++;
-				CNT_ADD(c, space_wait_ops, 1);
-				pthread_cond_broadcast(&c->destage_cond);
-				pthread_cond_wait(&c->space_cond, &c->lock);
-				c->waiting_writers--;
-				continue;
+			if (t == TAKE_HELD_FIRST)
+				break; /* write what we hold first */
+			if (t == TAKE_EIO) {
+				ret = -EIO;
+				break;
 			}
 			if (mode == MODE_WRITEBACK && s->state != SLOT_DIRTY)
 				newd++; /* turns dirty: paced below */

@@ -403,39 +403,14 @@ static int is_candidate(const struct dev *d, const struct cand *cs, int n)
 	return 0;
 }
 
-int members_open(const struct cache_config *cfg, const struct meta_hdr *h,
-		 const char *const *extra, int nextra, int allow_missing,
-		 struct dev **devs, int *missing, char *err, size_t errlen)
+/* Each candidate not looked at yet read without being opened for use
+ * (peek_ours); only those holding this cache's superblock opened; cd[i]
+ * each one's device or NULL.  -EBUSY with err set when one is in use. */
+static int cands_open(const struct meta_hdr *h, struct cand *cs, int n,
+		      struct dev **cd, char *err, size_t errlen)
 {
-	enum { NSCAN = 1024, MAXC = 3 * NVC_MAX_DEVS + NSCAN };
-	struct work {
-		struct cand cs[MAXC];
-		struct dev *cd[MAXC];
-		char scanned[NSCAN][64];
-		int kof[MAXC];
-	} *w = calloc(1, sizeof(*w));
-	struct cand *cs;
-	struct dev **cd;
-	int n = 0, i, ret = 0, nmiss = 0, want_scan = 0, *kof;
-	char u[37];
-	uint32_t k;
+	int i;
 
-	*missing = 0;
-	if (!w) {
-		snprintf(err, errlen, "cannot look for the cache devices: %s",
-			 strerror(ENOMEM));
-		return -ENOMEM;
-	}
-	cs = w->cs;
-	cd = w->cd;
-	kof = w->kof;
-	for (i = 0; i < cfg->ndevs; i++)
-		cand_add(cs, &n, MAXC, cfg->dev_paths[i], 1);
-	for (k = 0; k < h->ndevs; k++)
-		cand_add(cs, &n, MAXC, h->names[k], 0);
-	for (i = 0; i < nextra; i++)
-		cand_add(cs, &n, MAXC, extra[i], 0);
-again:
 	for (i = 0; i < n; i++) {
 		cd[i] = cs[i].dev;
 		if (cs[i].dev || cs[i].err || cs[i].peeked)
@@ -455,13 +430,123 @@ again:
 				 "%s: cannot open cache device: in use "
 				 "(mounted, or by another nvcachefs)",
 				 cs[i].name);
-			ret = -EBUSY;
-			goto out_close;
+			return -EBUSY;
 		}
 		if (cs[i].err)
 			cs[i].dev = NULL;
 		cd[i] = cs[i].dev;
 	}
+	return 0;
+}
+
+/* The log says which member was found where, and what the other
+ * candidates were. */
+static void log_found(const struct meta_hdr *h, struct dev **devs,
+		      const struct cand *cs, int n)
+{
+	uint32_t k;
+	int i;
+
+	for (k = 0; k < h->ndevs; k++)
+		if (devs[k] && h->names[k][0] &&
+		    strcmp(dev_path(devs[k]), h->names[k]))
+			log_msg(LOG_NOTICE,
+				"%s is member %u of %u of this cache (last found "
+				"at %s): taken by its identity",
+				dev_path(devs[k]), k + 1, h->ndevs, h->names[k]);
+	for (i = 0; i < n; i++)
+		if (cs[i].k == -4)
+			log_msg(LOG_WARNING,
+				"%s carries the UUID of a member of this cache "
+				"but is an old copy of it (its superblock's "
+				"token is not the one the last mount wrote): "
+				"not used",
+				cs[i].name);
+	for (i = 0; i < n; i++)
+		if (cs[i].k == -3)
+			log_msg(LOG_NOTICE,
+				"%s is the new device of the replace under way "
+				"(of member %u): not a member yet",
+				cs[i].name, h->replacing);
+	for (i = 0; i < n; i++)
+		if (cs[i].k == -2)
+			log_msg(LOG_NOTICE,
+				"%s is a former member of this cache (replaced "
+				"or removed): not used",
+				cs[i].name);
+}
+
+/* A stand-in for each member not found (mounting degraded) or removed,
+ * named where the member was last found unless another member is there
+ * now.  0, or -errno. */
+static int standins_missing(const struct meta_hdr *h, struct dev **devs)
+{
+	char u[37];
+	uint32_t k;
+	int ret = 0;
+
+	for (k = 0; k < h->ndevs && !ret; k++) {
+		char uu[5 + 37] = "UUID=";
+		const char *name = h->names[k][0] ? h->names[k] : CFG_SPARE;
+		uint32_t j;
+
+		if (devs[k])
+			continue;
+		/* a missing member's stand-in is named where it was last
+		 * found, unless another member is there now */
+		for (j = 0; j < h->ndevs && !h->removed[k]; j++)
+			if (devs[j] && !strcmp(dev_path(devs[j]), name))
+				name = members_uuid_str(h->members[k], uu + 5) - 5;
+		if (!h->removed[k]) {
+			log_msg(LOG_CRIT,
+				"member %u of %u (UUID %s, last found at %s) "
+				"is not found: mounting degraded, from the "
+				"second copies",
+				k + 1, h->ndevs,
+				members_uuid_str(h->members[k], u),
+				h->names[k][0] ? h->names[k]
+					       : "no recorded name");
+		}
+		ret = dev_missing_create(name, UINT64_MAX, &devs[k]);
+	}
+	return ret;
+}
+
+int members_open(const struct cache_config *cfg, const struct meta_hdr *h,
+		 const char *const *extra, int nextra, int allow_missing,
+		 struct dev **devs, int *missing, char *err, size_t errlen)
+{
+	enum { NSCAN = 1024, MAXC = 3 * NVC_MAX_DEVS + NSCAN };
+	struct work {
+		struct cand cs[MAXC];
+		struct dev *cd[MAXC];
+		char scanned[NSCAN][64];
+		int kof[MAXC];
+	} *w = calloc(1, sizeof(*w));
+	struct cand *cs;
+	struct dev **cd;
+	int n = 0, i, ret = 0, nmiss = 0, want_scan = 0, *kof;
+	uint32_t k;
+
+	*missing = 0;
+	if (!w) {
+		snprintf(err, errlen, "cannot look for the cache devices: %s",
+			 strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	cs = w->cs;
+	cd = w->cd;
+	kof = w->kof;
+	for (i = 0; i < cfg->ndevs; i++)
+		cand_add(cs, &n, MAXC, cfg->dev_paths[i], 1);
+	for (k = 0; k < h->ndevs; k++)
+		cand_add(cs, &n, MAXC, h->names[k], 0);
+	for (i = 0; i < nextra; i++)
+		cand_add(cs, &n, MAXC, extra[i], 0);
+again:
+	ret = cands_open(h, cs, n, cd, err, errlen);
+	if (ret)
+		goto out_close;
 	ret = members_pick(h, cd, n, devs, kof, err, errlen);
 	if (ret)
 		goto out_close;
@@ -492,58 +577,9 @@ again:
 		if (!*missing)
 			*missing = (int)k + 1;
 	}
-	for (k = 0; k < h->ndevs; k++)
-		if (devs[k] && h->names[k][0] &&
-		    strcmp(dev_path(devs[k]), h->names[k]))
-			log_msg(LOG_NOTICE,
-				"%s is member %u of %u of this cache (last found "
-				"at %s): taken by its identity",
-				dev_path(devs[k]), k + 1, h->ndevs, h->names[k]);
-	for (i = 0; i < n; i++)
-		if (cs[i].k == -4)
-			log_msg(LOG_WARNING,
-				"%s carries the UUID of a member of this cache "
-				"but is an old copy of it (its superblock's "
-				"token is not the one the last mount wrote): "
-				"not used",
-				cs[i].name);
-	for (i = 0; i < n; i++)
-		if (cs[i].k == -3)
-			log_msg(LOG_NOTICE,
-				"%s is the new device of the replace under way "
-				"(of member %u): not a member yet",
-				cs[i].name, h->replacing);
-	for (i = 0; i < n; i++)
-		if (cs[i].k == -2)
-			log_msg(LOG_NOTICE,
-				"%s is a former member of this cache (replaced "
-				"or removed): not used",
-				cs[i].name);
+	log_found(h, devs, cs, n);
 	log_stale_config(cfg, h, devs, cs, n);
-	for (k = 0; k < h->ndevs && !ret; k++) {
-		char uu[5 + 37] = "UUID=";
-		const char *name = h->names[k][0] ? h->names[k] : CFG_SPARE;
-		uint32_t j;
-
-		if (devs[k])
-			continue;
-		/* a missing member's stand-in is named where it was last
-		 * found, unless another member is there now */
-		for (j = 0; j < h->ndevs && !h->removed[k]; j++)
-			if (devs[j] && !strcmp(dev_path(devs[j]), name))
-				name = members_uuid_str(h->members[k], uu + 5) - 5;
-		if (!h->removed[k]) {
-			log_msg(LOG_CRIT,
-				"member %u of %u (UUID %s, last found at %s) "
-				"is not found: mounting degraded, from the "
-				"second copies",
-				k + 1, h->ndevs,
-				members_uuid_str(h->members[k], u),
-				h->names[k][0] ? h->names[k]
-					       : "no recorded name");
-		}
-		ret = dev_missing_create(name, UINT64_MAX, &devs[k]);
-	}
+	ret = standins_missing(h, devs);
 	if (ret) {
 		snprintf(err, errlen, "cannot open the cache: %s",
 			 strerror(-ret));

@@ -171,18 +171,13 @@ static void report_bad_copy(struct chk *k, const char *what, uint64_t i,
 		problem(k, "%s %llu: %s", what, (unsigned long long)i, why);
 }
 
-static void check_map(struct chk *k, struct pm_region r[2],
-		      const struct meta_hdr *h)
+/* Each mirror's header: valid, and of this cache. */
+static void check_mirror_headers(struct chk *k, struct pm_region r[2],
+				 const struct meta_hdr *h)
 {
-	uint32_t words = meta_words(h->block_size),
-		 ppb = h->block_size / NVC_PAGE;
-	uint64_t i, used_files = 0, used_slots = 0, dirty_slots = 0, dup = 0;
-	uint64_t *seen;
-	struct meta m;
 	char err[256];
 	int mi;
 
-	fprintf(k->out, "metadata mirrors:\n");
 	for (mi = 0; mi < 2; mi++) {
 		const struct meta_hdr *x = r[mi].addr;
 		int ret = meta_hdr_why(r[mi].addr, r[mi].len, NULL, err,
@@ -200,7 +195,15 @@ static void check_map(struct chk *k, struct pm_region r[2],
 				"records\n",
 				mi, (unsigned long long)x->nslots, x->nfiles);
 	}
-	/* per-record checks on each mirror's own copy */
+}
+
+/* Each mirror's own copy of every record: its checksum. */
+static void check_mirror_records(struct chk *k, struct pm_region r[2],
+				 const struct meta_hdr *h)
+{
+	uint64_t i;
+	int mi;
+
 	for (mi = 0; mi < 2; mi++) {
 		if (meta_hdr_check(r[mi].addr, r[mi].len, NULL) ||
 		    r[mi].len < h->total_len)
@@ -233,6 +236,14 @@ static void check_map(struct chk *k, struct pm_region r[2],
 					mi, (unsigned long long)i);
 		}
 	}
+}
+
+/* The two mirrors hold the same records (where both are whole and valid). */
+static void check_mirrors_agree(struct chk *k, struct pm_region r[2],
+				const struct meta_hdr *h)
+{
+	uint64_t i;
+
 	if (!(r[0].len >= h->total_len && r[1].len >= h->total_len &&
 	      !meta_hdr_check(r[0].addr, r[0].len, NULL) &&
 	      !meta_hdr_check(r[1].addr, r[1].len, NULL))) {
@@ -258,24 +269,21 @@ static void check_map(struct chk *k, struct pm_region r[2],
 				"mount repairs them from the newer valid copy)",
 				(unsigned long long)differ);
 	}
+}
 
-	/* the map as a mount would see it: newest valid copy of each record */
-	if (meta_attach_ro(&m, r, err, sizeof(err))) {
-		problem(k, "%s", err);
-		return;
-	}
-	seen = calloc(h->nslots, 2 * sizeof(*seen));
-	if (!seen) {
-		problem(k, "no memory for the map check of %llu slots",
-			(unsigned long long)h->nslots);
-		return;
-	}
+/* The file records as a mount would read them; how many are in use. */
+static uint64_t check_files(struct chk *k, struct meta *m,
+			    const struct meta_hdr *h)
+{
+	uint64_t i, used_files = 0;
+	char err[256];
+
 	for (i = 0; i < h->nfiles; i++) {
 		struct meta_file f;
 		int bad;
 
-		if (!meta_get_file(&m, i, &f, &bad)) {
-			meta_file_why(&m, i, err, sizeof(err));
+		if (!meta_get_file(m, i, &f, &bad)) {
+			meta_file_why(m, i, err, sizeof(err));
 			problem(k,
 				"file record %llu: damaged in both mirrors "
 				"(%s)",
@@ -283,7 +291,7 @@ static void check_map(struct chk *k, struct pm_region r[2],
 			continue;
 		}
 		if (bad)
-			report_bad_copy(k, "file record", i, &m, 0);
+			report_bad_copy(k, "file record", i, m, 0);
 		if (!(f.flags & MF_USED))
 			continue;
 		used_files++;
@@ -291,25 +299,40 @@ static void check_map(struct chk *k, struct pm_region r[2],
 			problem(k, "file record %llu: file handle of %u bytes",
 				(unsigned long long)i, f.handle_bytes);
 	}
+	return used_files;
+}
+
+/* Every slot entry as a mount would read it: its file in use, its bitmaps
+ * sane, one slot per (file, block) besides second copies (seen: a hash
+ * table of 2 * nslots words). */
+static void check_slots(struct chk *k, struct meta *m, const struct meta_hdr *h,
+			uint64_t *seen, uint64_t *used_slots,
+			uint64_t *dirty_slots)
+{
+	uint32_t words = meta_words(h->block_size),
+		 ppb = h->block_size / NVC_PAGE;
+	uint64_t i, dup = 0;
+	char err[256];
+
 	for (i = 0; i < h->nslots; i++) {
 		struct meta_slot s;
 		struct meta_file f;
 		uint32_t w, p;
 		int bad;
 
-		if (!meta_get_slot(&m, i, &s, &bad)) {
-			meta_slot_why(&m, i, err, sizeof(err));
+		if (!meta_get_slot(m, i, &s, &bad)) {
+			meta_slot_why(m, i, err, sizeof(err));
 			problem(k, "slot %llu: damaged in both mirrors (%s)",
 				(unsigned long long)i, err);
 			continue;
 		}
 		if (bad)
-			report_bad_copy(k, "slot", i, &m, 1);
+			report_bad_copy(k, "slot", i, m, 1);
 		if (!s.file)
 			continue;
-		used_slots++;
+		(*used_slots)++;
 		if (s.file > h->nfiles ||
-		    !meta_get_file(&m, s.file - 1, &f, &bad) ||
+		    !meta_get_file(m, s.file - 1, &f, &bad) ||
 		    !(f.flags & MF_USED)) {
 			problem(k,
 				"slot %llu: maps block %llu of file record %u, "
@@ -334,7 +357,7 @@ static void check_map(struct chk *k, struct pm_region r[2],
 			}
 		for (w = 0; w < words; w++)
 			if (s.dirty[w]) {
-				dirty_slots++;
+				(*dirty_slots)++;
 				break;
 			}
 		if ((s.blk + 1) * h->block_size > f.size + h->block_size &&
@@ -363,6 +386,33 @@ static void check_map(struct chk *k, struct pm_region r[2],
 			seen[2 * at + 1] = s.blk;
 		}
 	}
+}
+
+static void check_map(struct chk *k, struct pm_region r[2],
+		      const struct meta_hdr *h)
+{
+	uint64_t used_files, used_slots = 0, dirty_slots = 0;
+	uint64_t *seen;
+	struct meta m;
+	char err[256];
+
+	fprintf(k->out, "metadata mirrors:\n");
+	check_mirror_headers(k, r, h);
+	check_mirror_records(k, r, h);
+	check_mirrors_agree(k, r, h);
+	/* the map as a mount would see it: newest valid copy of each record */
+	if (meta_attach_ro(&m, r, err, sizeof(err))) {
+		problem(k, "%s", err);
+		return;
+	}
+	seen = calloc(h->nslots, 2 * sizeof(*seen));
+	if (!seen) {
+		problem(k, "no memory for the map check of %llu slots",
+			(unsigned long long)h->nslots);
+		return;
+	}
+	used_files = check_files(k, &m, h);
+	check_slots(k, &m, h, seen, &used_slots, &dirty_slots);
 	free(seen);
 	fprintf(k->out,
 		"map: %llu files, %llu of %llu slots in use, %llu dirty\n",

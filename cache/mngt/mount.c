@@ -209,6 +209,81 @@ static int standins(const struct cache_config *cfg, const struct meta_hdr *h,
 	return ret;
 }
 
+/*
+ * Mirror i mapped into *m: *mret 0 where it holds a valid header (loaded,
+ * *total its length), else why it does not (a missing, truncated or
+ * damaged mirror is recreated later at the good one's size and rebuilt
+ * from it by meta_attach; a device that is not there, -ENODEV, stays
+ * missing).  A link, a stranger's file or a mirror another nvcachefs has
+ * mapped refuse the mount: -errno, err set.
+ */
+static int mount_map_mirror(const struct cache_config *cfg, int i,
+			    struct pm_region *m, int *mret, uint64_t *total,
+			    char why[256], char *err, size_t errlen)
+{
+	*mret = pm_map_err(cfg->meta_paths[i], 0, 0, m, why, 256);
+	if (*mret == -ELOOP || *mret == -EPERM) {
+		/* a link or a stranger's file: never rebuilt over */
+		snprintf(err, errlen, "%s", why);
+		if (!why[0])
+			snprintf(err, errlen, "%s: %s", cfg->meta_paths[i],
+				 strerror(-*mret));
+		return *mret;
+	}
+	if (*mret == -EBUSY) {
+		snprintf(err, errlen,
+			 "%s: cannot map metadata mirror: in use by another "
+			 "nvcachefs",
+			 cfg->meta_paths[i]);
+		return -EBUSY;
+	}
+	if (*mret) {
+		if (!why[0])
+			snprintf(why, 256, "%s", strerror(-*mret));
+	} else {
+		*mret = meta_hdr_why(m->addr, m->len, total, why, 256);
+	}
+	if (!*mret) {
+		*mret = pm_load(m, *total);
+		if (*mret)
+			snprintf(why, 256, "cannot read it: %s",
+				 strerror(-*mret));
+	}
+	return 0;
+}
+
+/* The members as the current header h records them, opened into devs
+ * (*ndevs of them; *missing: the one found missing, + 1), and whether the
+ * headers say detached.  0, or -errno with err set. */
+static int mount_open_members(struct cache_config *cfg,
+			      const struct meta_hdr *h, struct dev **devs,
+			      int *ndevs, int *missing, int *detached,
+			      char *err, size_t errlen)
+{
+	int i, removed = 0, ret;
+
+	/* detached (detach.c), or a detach under way: resumed once mounted */
+	*detached = h->detached == 1;
+	*ndevs = cfg->ndevs;
+	if (*detached || !members_recorded(h)) {
+		for (i = 0; i < NVC_MAX_DEVS; i++)
+			removed += h->removed[i];
+		if (*detached && members_recorded(h))
+			ret = standins(cfg, h, devs);
+		else
+			ret = open_devs(cfg, *detached, removed, devs, missing,
+					err, errlen);
+		if (*detached && members_recorded(h))
+			*ndevs = (int)h->ndevs;
+	} else {
+		/* devices by identity, whatever their names (members.c) */
+		ret = members_open(cfg, h, NULL, 0, cfg->dirty_copies > 1, devs,
+				   missing, err, errlen);
+		*ndevs = (int)h->ndevs;
+	}
+	return ret;
+}
+
 int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	       char *err, size_t errlen)
 {
@@ -217,50 +292,13 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 	uint64_t total[2] = { 0, 0 };
 	char why[2][256] = { "", "" }, *followed[2] = { NULL, NULL };
 	const struct meta_hdr *h;
-	int i, ret, mret[2], missing = 0, detached = 0, removed = 0, cur, ndevs;
+	int i, ret, mret[2], missing = 0, detached = 0, cur, ndevs;
 
-	/*
-	 * A mirror that is missing, truncated or damaged is recreated at the
-	 * good one's size here and rebuilt from it by meta_attach; a device
-	 * that is not there (-ENODEV) stays missing.
-	 */
 	for (i = 0; i < 2; i++) {
-		mret[i] = pm_map_err(cfg->meta_paths[i], 0, 0, &mirrors[i],
-				     why[i], sizeof(why[i]));
-		if (mret[i] == -ELOOP || mret[i] == -EPERM) {
-			/* a link or a stranger's file: never rebuilt over */
-			snprintf(err, errlen, "%s", why[i]);
-			if (!why[i][0])
-				snprintf(err, errlen, "%s: %s",
-					 cfg->meta_paths[i],
-					 strerror(-mret[i]));
-			ret = mret[i];
+		ret = mount_map_mirror(cfg, i, &mirrors[i], &mret[i], &total[i],
+				       why[i], err, errlen);
+		if (ret)
 			goto err_close;
-		}
-		if (mret[i] == -EBUSY) {
-			snprintf(err, errlen,
-				 "%s: cannot map metadata mirror: in use by "
-				 "another nvcachefs",
-				 cfg->meta_paths[i]);
-			ret = -EBUSY;
-			goto err_close;
-		}
-		if (mret[i]) {
-			if (!why[i][0])
-				snprintf(why[i], sizeof(why[i]), "%s",
-					 strerror(-mret[i]));
-		} else {
-			mret[i] =
-				meta_hdr_why(mirrors[i].addr, mirrors[i].len,
-					     &total[i], why[i], sizeof(why[i]));
-		}
-		if (!mret[i]) {
-			mret[i] = pm_load(&mirrors[i], total[i]);
-			if (mret[i])
-				snprintf(why[i], sizeof(why[i]),
-					 "cannot read it: %s",
-					 strerror(-mret[i]));
-		}
 	}
 	/* a mirror replaced while the configuration names the old place */
 	ret = mirror_follow((const char *const *)cfg->meta_paths, mirrors, mret,
@@ -315,25 +353,8 @@ int cache_open(struct cache_config *cfg, int backing_fd, struct cache **out,
 		}
 		h = hh[cur];
 	}
-	/* detached (detach.c), or a detach under way: resumed once mounted */
-	detached = h->detached == 1;
-	ndevs = cfg->ndevs;
-	if (detached || !members_recorded(h)) {
-		for (i = 0; i < NVC_MAX_DEVS; i++)
-			removed += h->removed[i];
-		if (detached && members_recorded(h))
-			ret = standins(cfg, h, devs);
-		else
-			ret = open_devs(cfg, detached, removed, devs, &missing,
-					err, errlen);
-		if (detached && members_recorded(h))
-			ndevs = (int)h->ndevs;
-	} else {
-		/* devices by identity, whatever their names (members.c) */
-		ret = members_open(cfg, h, NULL, 0, cfg->dirty_copies > 1, devs,
-				   &missing, err, errlen);
-		ndevs = (int)h->ndevs;
-	}
+	ret = mount_open_members(cfg, h, devs, &ndevs, &missing, &detached,
+				 err, errlen);
 	if (ret)
 		goto err_close;
 	ret = recover_open(cfg, devs, ndevs, mirrors, backing_fd, missing,
