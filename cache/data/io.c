@@ -222,7 +222,7 @@ static void fill_keep(struct cache *c, struct cfile *f, struct span *x,
 		      uint64_t wgen0)
 {
 	uint64_t want[META_MAX_WORDS] = { 0 }, rbseq;
-	struct dev_io io;
+	struct dev_io io = { .op = DEV_WRITE }; /* plain: clean data */
 	uint32_t p, run0;
 	int ret = 0, pinned = 0;
 
