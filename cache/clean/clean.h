@@ -8,6 +8,11 @@
 int destage_start(struct cache *c);
 void destage_stop(struct cache *c);
 int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes);
+/* destage_file of a file no pass is destaging, marked as destaging (and
+ * counted active) meanwhile: c->lock held, dropped across the pass, held
+ * again when it returns; flush_cond told. */
+int destage_claimed_locked(struct cache *c, struct cfile *f,
+			   uint64_t max_bytes);
 /* cache_flush, given up (-ESHUTDOWN) once *stop is set (a device-life
  * command's flush: &c->devlife_stop); checked every 200 ms. */
 int cache_flush_until(struct cache *c, cache_progress_fn fn, void *arg,

@@ -496,6 +496,24 @@ static void pass_free(struct dpass *p)
 	free(p->skip);
 }
 
+int destage_claimed_locked(struct cache *c, struct cfile *f,
+			   uint64_t max_bytes)
+{
+	int ret;
+
+	assert_held(&c->lock);
+	assert(!f->destaging);
+	f->destaging = 1;
+	c->active++;
+	cache_unlock(c);
+	ret = destage_file(c, f, max_bytes);
+	pthread_mutex_lock(&c->lock);
+	c->active--;
+	f->destaging = 0;
+	pthread_cond_broadcast(&c->flush_cond);
+	return ret;
+}
+
 int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 {
 	struct dpass p = { 0 };
@@ -860,14 +878,7 @@ int cache_file_flush(struct cache *c, struct cfile *f)
 				pthread_cond_wait(&c->flush_cond, &c->lock);
 			continue;
 		}
-		f->destaging = 1;
-		c->active++;
-		cache_unlock(c);
-		ret = destage_file(c, f, UINT64_MAX);
-		pthread_mutex_lock(&c->lock);
-		c->active--;
-		f->destaging = 0;
-		pthread_cond_broadcast(&c->flush_cond);
+		ret = destage_claimed_locked(c, f, UINT64_MAX);
 	}
 	cache_unlock(c);
 	if (!ret)

@@ -394,14 +394,7 @@ int cache_file_flush_progress(struct cache *c, struct cfile *f,
 			if (!freeq_before_wait_locked(c))
 				pthread_cond_wait(&c->flush_cond, &c->lock);
 		} else {
-			f->destaging = 1;
-			c->active++;
-			cache_unlock(c);
-			ret = destage_file(c, f, FLUSH_CHUNK);
-			pthread_mutex_lock(&c->lock);
-			c->active--;
-			f->destaging = 0;
-			pthread_cond_broadcast(&c->flush_cond);
+			ret = destage_claimed_locked(c, f, FLUSH_CHUNK);
 		}
 		dirty = dirty_owed_locked(c, f, epoch, &owed);
 		cache_unlock(c);
