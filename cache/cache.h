@@ -208,13 +208,27 @@ int cache_file_policy_match(struct cache *c, struct cfile *f);
  * CACHE_OUT_EMPTY, the cache holds nothing of it (no block, clean or dirty,
  * nothing lost); CACHE_OUT_BYPASS, its mode reads and writes the backing
  * file itself; CACHE_OUT_WRITEAROUND, its mode writes the backing file
- * itself (and keeps what reads miss).  Only fills made for an open or a warm
+ * itself (and keeps what reads miss); CACHE_OUT_STREAMED, its last read
+ * through the cache missed as a stream past cache.sequential_cutoff (a hint:
+ * reads of other opens change it) and it is not pinned; CACHE_OUT_PINNED, it
+ * is pinned, or its policy pins it.  Only fills made for an open or a warm
  * add blocks: the caller keeps both away while it relies on EMPTY.
  */
 #define CACHE_OUT_EMPTY 1
 #define CACHE_OUT_BYPASS 2
 #define CACHE_OUT_WRITEAROUND 4
+#define CACHE_OUT_STREAMED 8
+#define CACHE_OUT_PINNED 16
 int cache_file_outside(struct cache *c, struct cfile *f);
+/*
+ * A file read as a stream (CACHE_OUT_STREAMED) gives up its clean data, the
+ * head its last stream left, so that the next stream of it can be served
+ * outside the cache: 0 (the cache may now hold nothing of it: check with
+ * cache_file_outside under the same exclusion), -EBUSY if it is no longer
+ * streamed, holds dirty data or is lost (nothing dropped), or -errno.  Takes
+ * f->rw for writing; the caller keeps opens and warms of f away.
+ */
+int cache_file_drop_streamed(struct cache *c, struct cfile *f);
 /* The name of the policy f got at its last open, or NULL (none); valid for
  * the life of the process. */
 const char *cache_file_policy(const struct cfile *f);

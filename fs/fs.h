@@ -32,6 +32,8 @@ struct fs_inode {
 				   * cache (kinval.c) */
 	uint64_t pt_gen, pt_seen; /* its passthrough opens, and as the last
 				   * cache-path open saw them (passthru.c) */
+	uint64_t pt_streams; /* its opens taken as streams (passthru.c) */
+	int pt_streamed; /* its last open was taken as a stream (passthru.c) */
 	struct fs_inode *next;
 	int htype;
 	uint8_t hbytes;

@@ -47,8 +47,27 @@
  *      way, fs_pt_hold): the cache's path.
  *   3. Else passthrough when the mount has it, the cache holds nothing of
  *      the file (cache_file_outside) and its mode is bypass, or writearound
- *      for a write-only open; otherwise the cache's path.  Its backing is
- *      registered with the file opened by the caller (below).
+ *      for a write-only open, or the open is a stream (below); otherwise
+ *      the cache's path.  Its backing is registered with the file opened
+ *      by the caller (below).
+ *
+ * Streams.  A file whose last read through the cache was a stream past
+ * cache.sequential_cutoff that missed (CACHE_OUT_STREAMED) is one the cache
+ * keeps only the head of: the stream's own bytes were read from the store
+ * and not kept.  So a read-only open of it, while it has no other open,
+ * gives that head up (cache_file_drop_streamed: only clean data, and only
+ * if that leaves nothing, so never a file with dirty or lost data) and is a
+ * candidate for 3: the kernel streams it from the store.  The cache forgets
+ * a file it holds nothing of when its opens end, so the inode remembers
+ * that its last open was taken as a stream (in->pt_streamed, under
+ * pt.lock; any open on the cache's path clears it: its reads teach the
+ * cache again).  Passthrough opens send no reads, so every PT_RELEARN-th
+ * open taken as a stream takes the cache's path instead (a file now read at
+ * random stays there).  A pinned file is never taken for one, nor a warmed
+ * one (its stream only hits).  The drop is made before pt.lock is taken (it
+ * waits for f->rw), so 3 checks the cache holds nothing under pt.lock as
+ * always: an open or warm that came between keeps the file on the cache's
+ * path.
  *
  * The invariant: while a file has a passthrough open, the cache holds no
  * block of it and nothing fills one: no open is on the cache's path (1, 2)
@@ -95,6 +114,9 @@ struct fuse_backing_map {
 #endif
 
 #define PT_BUCKETS 256
+/* every this many opens taken as streams of a file, one goes through the
+ * cache, whose reads say again whether it is read as a stream */
+#define PT_RELEARN 8
 
 struct pt_ent {
 	dev_t dev;
@@ -112,7 +134,8 @@ static struct {
 	uint64_t refused_gen; /* bumped when the kernel refuses a backing
 			       * for good (no CAP_SYS_ADMIN, stacked store):
 			       * nonzero, every open takes the cache path */
-	uint64_t n_kernel, n_cache, n_backings, n_fallback; /* pt.lock */
+	uint64_t n_kernel, n_cache, n_backings, n_fallback,
+		n_streams; /* pt.lock */
 } pt = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static struct pt_ent **ent_slot(dev_t dev, ino_t ino)
@@ -161,9 +184,9 @@ static int pt_live(struct fs *fs)
 		log_msg(proto_passthrough() ? LOG_INFO : LOG_NOTICE, "%s",
 			proto_passthrough()
 				? "fuse.passthrough = auto: the kernel "
-				  "serves bypass files, and writes of "
-				  "writearound ones, the cache holds nothing "
-				  "of"
+				  "serves bypass files, writes of "
+				  "writearound ones and files read as "
+				  "streams, the cache holds nothing of"
 			: proto_passthrough_offered()
 				? "fuse.passthrough = auto: the INIT reply "
 				  "could not take FUSE_PASSTHROUGH: every "
@@ -260,10 +283,37 @@ static void backing_refused(int err)
 				: "");
 }
 
+/*
+ * Whether a read-only open of cf is taken as a stream (Streams, above): 1
+ * after its clean data went, or 0.  Before pt.lock is taken for the
+ * decision; counts the open against PT_RELEARN.
+ */
+static int stream_ready(struct fs *fs, struct fs_inode *in, struct cfile *cf,
+			int flags)
+{
+	int out = cache_file_outside(fs->cache, cf), take = 0;
+	struct pt_ent *e;
+
+	if ((flags & O_ACCMODE) != O_RDONLY ||
+	    (out & (CACHE_OUT_BYPASS | CACHE_OUT_PINNED)))
+		return 0;
+	pthread_mutex_lock(&pt.lock);
+	e = *ent_slot(in->dev, in->ino);
+	/* another open: 1 or 2 decides; every PT_RELEARN-th: the cache's */
+	if (((out & CACHE_OUT_STREAMED) || in->pt_streamed) &&
+	    !(e && (e->cache_opens || e->pt_opens)))
+		take = ++in->pt_streams % PT_RELEARN != 0;
+	pthread_mutex_unlock(&pt.lock);
+	if (take && !(out & CACHE_OUT_EMPTY) &&
+	    cache_file_drop_streamed(fs->cache, cf))
+		take = 0;
+	return take;
+}
+
 /* The decision, under pt.lock (the rule above); ret: FS_PT_* or -errno. */
 static int decide(fuse_req_t req, struct fs *fs, struct fs_inode *in,
 		  struct cfile *cf, struct fuse_file_info *fi, struct pt_ent *e,
-		  int *id)
+		  int stream, int *id)
 {
 	int out, ret;
 
@@ -282,8 +332,10 @@ static int decide(fuse_req_t req, struct fs *fs, struct fs_inode *in,
 	/* a writearound file's reads fill the cache (§4.2): only its
 	 * write-only opens */
 	out = cache_file_outside(fs->cache, cf);
+	if (out & (CACHE_OUT_BYPASS | CACHE_OUT_PINNED))
+		stream = 0; /* passed through as a bypass file, or kept */
 	if (!(out & CACHE_OUT_EMPTY) ||
-	    !((out & CACHE_OUT_BYPASS) ||
+	    !((out & CACHE_OUT_BYPASS) || stream ||
 	      ((out & CACHE_OUT_WRITEAROUND) &&
 	       (fi->flags & O_ACCMODE) == O_WRONLY)))
 		goto cache_path;
@@ -297,12 +349,15 @@ static int decide(fuse_req_t req, struct fs *fs, struct fs_inode *in,
 		goto cache_path;
 	}
 	pt.n_backings++;
+	pt.n_streams += stream;
+	in->pt_streamed = stream;
 	e->pt_opens = 1;
 	e->backing_id = *id;
 	in->pt_gen++;
 	return FS_PT_KERNEL;
 cache_path:
 	e->cache_opens++;
+	in->pt_streamed = 0; /* its reads say it now (Streams) */
 	if (in->pt_seen != in->pt_gen) {
 		fi->keep_cache = 0;
 		in->pt_seen = in->pt_gen;
@@ -315,18 +370,19 @@ int fs_pt_open(fuse_req_t req, struct fs_inode *in, struct cfile *cf,
 {
 	struct fs *fs = fs_of(req);
 	struct pt_ent *e;
-	int how, id = -1;
+	int how, stream, id = -1;
 
 	if (!pt_live(fs))
 		return FS_PT_NONE;
 	fs_cred_daemon();
+	stream = stream_ready(fs, in, cf, fi->flags);
 	pthread_mutex_lock(&pt.lock);
 	e = ent_get(in->dev, in->ino);
 	if (!e) {
 		pthread_mutex_unlock(&pt.lock);
 		return -ENOMEM;
 	}
-	how = decide(req, fs, in, cf, fi, e, &id);
+	how = decide(req, fs, in, cf, fi, e, stream, &id);
 	/* the invariant: never both kinds; nothing cached beside passthrough */
 	assert(!(e->pt_opens && e->cache_opens));
 	assert(how != FS_PT_KERNEL ||
@@ -410,7 +466,7 @@ void fs_pt_unhold(dev_t dev, ino_t ino)
 
 int fs_pt_stats(char *buf, size_t len)
 {
-	uint64_t k, c, b, f;
+	uint64_t k, c, b, f, st;
 	int n = 0, i;
 	struct pt_ent *e;
 
@@ -419,17 +475,20 @@ int fs_pt_stats(char *buf, size_t len)
 	c = pt.n_cache;
 	b = pt.n_backings;
 	f = pt.n_fallback;
+	st = pt.n_streams;
 	for (i = 0; i < PT_BUCKETS; i++)
 		for (e = pt.tab[i]; e; e = e->next)
 			n += e->pt_opens > 0;
 	pthread_mutex_unlock(&pt.lock);
 	return snprintf(buf, len,
 			"passthrough: %s; opens %llu passthrough, %llu cache; "
-			"backings %llu, %d open now; fallbacks %llu",
+			"backings %llu (%llu of streams), %d open now; "
+			"fallbacks %llu",
 			!proto_passthrough() ? "off"
 			: __atomic_load_n(&pt.refused_gen, __ATOMIC_RELAXED)
 				? "refused"
 				: "on",
 			(unsigned long long)k, (unsigned long long)c,
-			(unsigned long long)b, n, (unsigned long long)f);
+			(unsigned long long)b, (unsigned long long)st, n,
+			(unsigned long long)f);
 }

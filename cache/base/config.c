@@ -150,8 +150,10 @@ static const struct cfg_key keys[] = {
 	  "/dev/fuse; the log says which)" },
 	{ "fuse", "passthrough", T_ENUM, OFF(fuse_passthrough), 0, 1, "auto", 0,
 	  passthrough_names,
-	  "auto: an open of a bypass file, or a write-only open of a "
-	  "writearound one, that the cache holds nothing of is served by the "
+	  "auto: an open of a bypass file, a write-only open of a "
+	  "writearound one, or a read-only open of a file last read as a "
+	  "stream past cache.sequential_cutoff, that the cache holds nothing "
+	  "of (a stream's clean head is given up) is served by the "
 	  "kernel from the backing file (FUSE passthrough: its reads, writes "
 	  "and maps reach no daemon; needs CAP_SYS_ADMIN and a kernel that "
 	  "offers it, else logged and off); off: every open through the "

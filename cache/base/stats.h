@@ -59,7 +59,10 @@
 	X(conflicts, "ops",                                                    \
 	  "dirty files changed elsewhere since cached (backing.on_conflict)")  \
 	X(revalidate_drops, "ops",                                             \
-	  "opens that found the file changed elsewhere and dropped clean data")
+	  "opens that found the file changed elsewhere and dropped clean data") \
+	X(stream_drops, "ops",                                                 \
+	  "opens of a file last read as a stream past the cutoff that dropped " \
+	  "its clean data to be served by FUSE passthrough")
 
 #define STAT_GAUGES(X)                                                       \
 	X(capacity_bytes, "bytes", "cache data capacity")                    \

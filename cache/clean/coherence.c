@@ -244,6 +244,27 @@ static int coh_drop_clean(struct cache *c, struct cfile *f)
 	return ret;
 }
 
+int cache_file_drop_streamed(struct cache *c, struct cfile *f)
+{
+	int ret = -EBUSY;
+
+	cache_may_block(c);
+	file_rw_wrlock(f);
+	pthread_mutex_lock(&c->lock);
+	/* as CACHE_OUT_STREAMED says (fpolicy.c); dirty pages would stay:
+	 * drop only what leaves it empty */
+	if (__atomic_load_n(&f->adm.streamed, __ATOMIC_RELAXED) && !f->pinned &&
+	    !f->pol.pin && !f->ndirty && !f->lost)
+		ret = 0;
+	cache_unlock(c);
+	if (!ret && f->nslots)
+		ret = coh_drop_clean(c, f);
+	frw_unlock(f);
+	if (!ret)
+		CNT_ADD(c, stream_drops, 1);
+	return ret;
+}
+
 /* Dirty bytes of f (c->lock held). */
 static uint64_t dirty_bytes_locked(struct cache *c, struct cfile *f)
 {

@@ -23,6 +23,11 @@ struct admit_state {
 	int seq_hinted; /* the backing fd was told it is read sequentially */
 	uint64_t clock;
 	uint64_t serial; /* streams begun */
+	/* the serial of the stream whose read last missed past the cutoff, 0
+	 * when the file's last read was admitted (io.c sets it, a warm clears
+	 * it; atomic): a hint for an open (CACHE_OUT_STREAMED), never what a
+	 * read returns */
+	uint64_t streamed;
 	struct admit_stream st[ADMIT_STREAMS];
 };
 

@@ -704,6 +704,25 @@ static int range_uncached(struct cache *c, struct cfile *f, uint64_t off,
 }
 
 /*
+ * What the file's last read says of it for its next open (admit.h,
+ * adm.streamed): a miss past the cutoff names its stream; an admitted read,
+ * hit or miss, clears it; a bypassed read that only hit (a warmed file read
+ * as a stream) leaves it, as do the reads that hit asynchronously (aio.c),
+ * which note no stream.  Stored only when it changes: every read of the
+ * file on this path comes here.
+ */
+static void note_streamed(struct cfile *f, const struct admit_verdict *v,
+			  int missed)
+{
+	uint64_t want = v->bypass ? v->sid : 0;
+
+	if (v->bypass && !missed)
+		return;
+	if (__atomic_load_n(&f->adm.streamed, __ATOMIC_RELAXED) != want)
+		__atomic_store_n(&f->adm.streamed, want, __ATOMIC_RELAXED);
+}
+
+/*
  * A read of a stream that bypasses, all of it misses, answered from a
  * segment read ahead without a copy (bkstream.c): 1, with *data pointing
  * into it until cache_read_finish; 0: read it the usual way.  f->rw held.
@@ -721,6 +740,7 @@ static int read_pinned(struct cache *c, struct cfile *f, size_t len,
 			    v, &p, &tl_pin))
 		return 0;
 	*data = (char *)p;
+	note_streamed(f, v, 1);
 	CNT_ADD(c, read_miss_bytes, len);
 	CNT_ADD(c, read_bypass_bytes, len);
 	CNT_ADD(c, bypass_ops, 1);
@@ -798,6 +818,8 @@ int cache_read_defer(struct cache *c, struct cfile *f, void *vbuf, size_t len,
 		if (v.bypass)
 			CNT_ADD(c, bypass_ops, 1);
 	}
+	if (!tl_keep)
+		note_streamed(f, &v, nmiss & 2);
 	CNT_ADD(c, read_bytes, len);
 	if (nmiss == 1)
 		CNT_ADD(c, read_hit_ops, 1);

@@ -280,6 +280,8 @@ int cache_file_warm(struct cache *c, struct cfile *f, uint64_t limit,
 			fn(arg, *done, 0);
 	}
 	free(buf);
+	/* kept on purpose: no longer a stream an open may give up (admit.h) */
+	__atomic_store_n(&f->adm.streamed, 0, __ATOMIC_RELAXED);
 	if (!ret && __atomic_load_n(&f->pinned, __ATOMIC_ACQUIRE))
 		ret = pin_persist_slots(c, f);
 	return ret;

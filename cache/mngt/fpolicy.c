@@ -58,6 +58,10 @@ int cache_file_outside(struct cache *c, struct cfile *f)
 	pthread_mutex_lock(&c->lock);
 	if (!f->nslots && !f->ndirty && !f->lost)
 		ret |= CACHE_OUT_EMPTY;
+	if (f->pinned || f->pol.pin)
+		ret |= CACHE_OUT_PINNED;
+	else if (__atomic_load_n(&f->adm.streamed, __ATOMIC_RELAXED))
+		ret |= CACHE_OUT_STREAMED;
 	cache_unlock(c);
 	return ret;
 }

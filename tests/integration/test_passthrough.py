@@ -417,3 +417,157 @@ def test_refused_on_a_stacked_store(make_cache, tmp_path):
     finally:
         c.cleanup()
         subprocess.run(["umount", str(ov / "merged")], check=False)
+
+
+# --- streams: a file read as a stream past cache.sequential_cutoff is passed through at its next open ---
+
+STREAM = 16 * MiB  # four times the default cutoff (4M)
+
+
+def released():
+    """A close(2)'s RELEASE reaches the daemon asynchronously: an open right after it may still follow the closed
+    open's rule. Wait for it (on an idle mount it takes microseconds)."""
+    time.sleep(0.3)
+
+
+def stream_file(c, name, data):
+    """data put in the store behind the mount (nothing cached), then read through the mount as one stream,
+    compared byte for byte; the stats after."""
+    with open(os.path.join(c.backing, "cached", name), "wb") as f:
+        f.write(data)
+    with open(c.path("cached", name), "rb") as f:
+        assert f.read() == data
+    released()
+    return c.stats()
+
+
+def read_served(c, p, want):
+    """p read whole through a new open, compared with want: True if reads reached the cache (read_ops moved),
+    False if the kernel served it from the store (passthrough). The kernel's page cache of the file is dropped
+    first, so that an open on the cache's path sends its READs."""
+    before = c.stats()["read_ops"]
+    with open(p, "rb") as f:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        assert f.read() == want
+    released()
+    return c.stats()["read_ops"] != before
+
+
+def streams_line(log):
+    m = re.findall(r"backings \d+ \((\d+) of streams\)", log)
+    assert m, log[-3000:]
+    return int(m[-1])
+
+
+def test_stream_reopened_through_passthrough(make_cache):
+    """The file's first stream goes through the cache (its head kept, the rest past the cutoff not); the next
+    read-only open gives the head up and the kernel streams the file from the store: not one READ reaches the
+    daemon, the bytes are the store's, and nothing is left in the cache."""
+    c = pt_cache(make_cache, public=True)
+    granted(c)
+    data = os.urandom(STREAM)
+    st = stream_file(c, "s.bin", data)
+    assert st["read_bypass_bytes"] > 0 and st["used_bytes"] > 0, st
+    p = c.path("cached", "s.bin")
+    assert not read_served(c, p, data)
+    st = c.stats()
+    assert st["stream_drops"] == 1 and st["used_bytes"] == 0, st
+    assert not read_served(c, p, data)  # and again, with nothing to drop
+    # passthrough opens are made as the caller: the store's refusal is theirs
+    os.chmod(os.path.join(c.backing, "cached"), 0o755)
+    os.chmod(os.path.join(c.backing, "cached", "s.bin"), 0o644)
+    assert nobody(OPEN_AS, p, str(os.O_RDONLY)) == "ok " + data[:16].hex()
+    os.chmod(os.path.join(c.backing, "cached", "s.bin"), 0o600)
+    os.stat(p)
+    assert nobody(OPEN_AS, p, str(os.O_RDONLY)) == "EACCES"
+    counts, pt, log = counters(c)
+    assert streams_line(log) >= 2 and pt["kernel"] >= 2, (pt, log[-2000:])
+    assert "Assertion" not in log
+
+
+def test_stream_passthrough_never_stale(make_cache):
+    """Across the switch from a streamed passthrough open to the cache's path and back: a writer opened beside a
+    passthrough reader shares it (the reader sees its write at once), a later write on the cache's path is
+    dirty in the cache, and the next read-only open (the file still last read as a stream) is not passed
+    through: it reads the dirty bytes, not the store's older ones. Random reads of every open are compared with
+    the expected bytes."""
+    c = pt_cache(make_cache)
+    granted(c)
+    want = bytearray(os.urandom(STREAM))
+    stream_file(c, "n.bin", bytes(want))
+    p = c.path("cached", "n.bin")
+    before = c.stats()["read_ops"]
+    r = os.open(p, os.O_RDONLY)  # passthrough: streamed, nothing dirty
+    w = os.open(p, os.O_RDWR)  # shares it (the kernel would refuse a cache-path open with EIO)
+    for i in range(16):
+        off = (i * 1_000_003) % (STREAM - 9000)
+        chunk = os.urandom(4096 + i * 300)
+        os.pwrite(w, chunk, off)
+        want[off:off + len(chunk)] = chunk
+        q = (i * 777_777) % (STREAM - 70000)
+        assert os.pread(r, 65536, q) == bytes(want[q:q + 65536])
+    os.close(w)
+    os.close(r)
+    assert c.stats()["read_ops"] == before, "the streamed open was not passed through"
+    assert store(c, "cached/n.bin") == bytes(want)
+    released()
+    # a write on the cache's path (not read-only: never taken as a stream): dirty in the cache, not in the store
+    with open(p, "r+b") as f:
+        f.seek(5 * MiB + 11)
+        f.write(b"D" * 20000)
+    want[5 * MiB + 11:5 * MiB + 20011] = b"D" * 20000
+    assert store(c, "cached/n.bin") != bytes(want)
+    assert c.stats()["dirty_bytes"] > 0
+    released()
+    # read whole on the cache's path (the write's open took it there): a stream past the cutoff again, with
+    # dirty data in it; the next read-only open is not passed through: it returns the dirty bytes
+    assert read_served(c, p, bytes(want))
+    assert read_served(c, p, bytes(want))
+    assert c.stats()["stream_drops"] == 1, c.stats()
+    c.ctl("flush", c.mnt)
+    assert store(c, "cached/n.bin") == bytes(want)
+    counts, pt, log = counters(c)
+    assert "Assertion" not in log
+
+
+def test_warmed_file_read_as_stream_stays_cached(make_cache):
+    """A file read as a stream, then warmed, is kept: its next opens stay on the cache's path (a stream that
+    only hits is not taken for one) and keep every byte cached."""
+    c = pt_cache(make_cache)
+    granted(c)
+    data = os.urandom(STREAM)
+    stream_file(c, "w.bin", data)
+    p = c.path("cached", "w.bin")
+    c.ctl("warm", p)
+    used = c.stats()["used_bytes"]
+    assert used >= STREAM
+    assert read_served(c, p, data)
+    assert read_served(c, p, data)
+    st = c.stats()
+    assert st["stream_drops"] == 0 and st["used_bytes"] == used, st
+
+
+def test_streamed_file_relearned_every_eighth_open(make_cache):
+    """Passthrough opens send no reads, so the cache could never learn that a streamed file is now read at random:
+    every 8th open taken as a stream goes through the cache instead. Read whole, the pattern is seven passthrough
+    opens and one through the cache; a random reader on that open keeps the file in the cache from then on."""
+    c = pt_cache(make_cache)
+    granted(c)
+    data = os.urandom(STREAM)
+    stream_file(c, "r.bin", data)
+    p = c.path("cached", "r.bin")
+    served = [read_served(c, p, data) for _ in range(16)]
+    assert served == ([False] * 7 + [True]) * 2, served
+    # the 8th open of the next round reads at random: its reads are admitted, the hint is gone
+    for _ in range(7):
+        assert not read_served(c, p, data)
+    fd = os.open(p, os.O_RDONLY)
+    for i in range(64):
+        off = (i * 2_654_435_761) % (STREAM - 4096) & ~4095
+        assert os.pread(fd, 4096, off) == data[off:off + 4096]
+    os.close(fd)
+    released()
+    assert read_served(c, p, data)  # the cache's path: read whole, it is a stream again
+    assert not read_served(c, p, data)
+    counts, pt, log = counters(c)
+    assert streams_line(log) == 22, log[-2000:]

@@ -295,6 +295,64 @@ static void test_dirty_data_in_a_stream(void)
 	free(old);
 }
 
+/*
+ * The hint an open reads (CACHE_OUT_STREAMED): set by a stream's misses past
+ * the cutoff, cleared by an admitted read, left by a stream that only hits
+ * (a warmed file); and the drop that hands a streamed file to passthrough,
+ * refused with dirty data or once the hint is gone.
+ */
+static void test_streamed_hint_and_drop(void)
+{
+	struct env e;
+	struct stat_snap *s = &snap;
+	size_t size = 16 * MiB;
+	struct cfile *f;
+	char *ref, w[4096];
+	int fd;
+
+	env_init(&e, 256, 64 * KiB);
+	f = backing_file(&e, "big", size, &ref, &fd);
+	CHECK(!(cache_file_outside(e.c, f) & CACHE_OUT_STREAMED));
+	read_seq(&e, f, ref, size, MiB);
+	CHECK(cache_file_outside(e.c, f) & CACHE_OUT_STREAMED);
+	CHECK(!(cache_file_outside(e.c, f) & CACHE_OUT_EMPTY)); /* its head */
+	/* an admitted read clears it, and a drop is refused then */
+	CHECK(same(&e, f, ref + 9 * MiB, 64 * KiB, 9 * MiB));
+	CHECK(!(cache_file_outside(e.c, f) & CACHE_OUT_STREAMED));
+	CHECK_EQ(cache_file_drop_streamed(e.c, f), -EBUSY);
+	/* streamed again, but dirty: nothing dropped */
+	read_seq(&e, f, ref, size, MiB);
+	fill(w, sizeof(w), 9);
+	CHECK_EQ(cache_write(e.c, f, w, sizeof(w), 3 * MiB), 0);
+	memcpy(ref + 3 * MiB, w, sizeof(w));
+	CHECK(cache_file_outside(e.c, f) & CACHE_OUT_STREAMED);
+	CHECK_EQ(cache_file_drop_streamed(e.c, f), -EBUSY);
+	CHECK(same(&e, f, ref, size, 0));
+	/* destaged: the drop leaves nothing, and the bytes are the store's */
+	CHECK_EQ(cache_flush(e.c, NULL, NULL), 0);
+	read_seq(&e, f, ref, size, MiB);
+	CHECK_EQ(cache_file_drop_streamed(e.c, f), 0);
+	CHECK(cache_file_outside(e.c, f) & CACHE_OUT_EMPTY);
+	cache_snapshot(e.c, s);
+	CHECK_EQ(STAT_CTR(s, stream_drops), 1);
+	CHECK(same(&e, f, ref, size, 0));
+	/* warmed, then read as a stream that only hits: not a stream */
+	{
+		uint64_t done;
+
+		CHECK_EQ(cache_file_warm(e.c, f, size, NULL, NULL, NULL, &done),
+			 0);
+	}
+	CHECK(!(cache_file_outside(e.c, f) & CACHE_OUT_STREAMED));
+	read_seq(&e, f, ref, size, MiB);
+	CHECK(!(cache_file_outside(e.c, f) & CACHE_OUT_STREAMED));
+	CHECK_EQ(cache_file_drop_streamed(e.c, f), -EBUSY);
+	cache_file_put(e.c, f);
+	close(fd);
+	env_fini(&e);
+	free(ref);
+}
+
 /* Fills after the reply: kept only by cache_read_finish, and never over a
  * write that came between the read and the fill. */
 static void test_fill_after_reply(void)
@@ -361,6 +419,7 @@ int main(void)
 	RUN(test_read_path_bypasses_past_cutoff);
 	RUN(test_cutoff_off_keeps_every_miss);
 	RUN(test_dirty_data_in_a_stream);
+	RUN(test_streamed_hint_and_drop);
 	RUN(test_fill_after_reply);
 	free(rbuf);
 	return CHECK_DONE();

@@ -27,7 +27,9 @@ DAEMONS = {"nvcachefs": "nvc_proc", "nvcachefs-small": "nvcs_proc", FLOOR: "floo
            "nvcachefs-pt": "nvcpt_proc", "nvcachefs-nopt": "nvcnopt_proc"}
 PT_CELLS = (("passthrough: bypass 1M seqread buffered", ["--ioengine=psync", "--direct=0"]),
             ("passthrough: bypass 1M seqread O_DIRECT", ["--ioengine=psync", "--direct=1"]),
-            ("passthrough: bypass 1M seqread O_DIRECT QD8", ["--ioengine=libaio", "--iodepth=8", "--direct=1"]))
+            ("passthrough: bypass 1M seqread O_DIRECT QD8", ["--ioengine=libaio", "--iodepth=8", "--direct=1"]),
+            # a writeback file read once as a stream before the rounds: passed through at its next opens
+            ("passthrough: streamed 1M seqread buffered", ["--ioengine=psync", "--direct=0"]))
 PT_TARGETS = ("pt-store", "nvcachefs-pt", "nvcachefs-nopt")
 MEM_GIB = (1, 8, 64)
 # the targets: (workload, ratio of nvcachefs_ratios, at least)
@@ -512,7 +514,8 @@ class Bench:
         fuse.passthrough = auto and = off, each on its own cache and store directory, against the store itself;
         on the backing store's disk (the kernel's caches dropped before each cell) and on a tmpfs store (faster
         than FUSE: the transport's own cost shows)."""
-        rules = "passthrough = {}\n[policy all]\nmatch = **\nmode = bypass\n"
+        rules = ("passthrough = {}\n[policy streams]\nmatch = st-*\nmode = writeback\n"
+                 "[policy all]\nmatch = **\nmode = bypass\n")
         size = 4 * self.ws
         block = os.urandom(MiB)
         for kind in ("disk", "tmpfs"):
@@ -539,17 +542,21 @@ class Bench:
             os.makedirs(stores["pt-store"], exist_ok=True)
             self.targets["pt-store"] = stores["pt-store"]
             for x, store in stores.items():
-                with open(os.path.join(store, "cold-pt"), "wb") as f:
-                    for k in range(size // MiB):
-                        f.write(block[k % 4096:] + block[:k % 4096])
+                for fn in ("cold-pt", "st-cold"):
+                    with open(os.path.join(store, fn), "wb") as f:
+                        for k in range(size // MiB):
+                            f.write(block[k % 4096:] + block[:k % 4096])
+            for m in mounts:  # the stream the cache learns from, through the mount
+                sh("dd", f"if={os.path.join(m, 'st-cold')}", "of=/dev/null", "bs=1M", "status=none")
             # three rounds, the targets' order rotated each round; each cell the median round
             for cell, args in PT_CELLS:
                 name = f"{cell} ({kind})"
+                fn = "st-cold" if "streamed" in cell else "cold-pt"
                 runs = {x: [] for x in PT_TARGETS}
                 for k in range(3):
                     for x in PT_TARGETS[k:] + PT_TARGETS[:k]:
                         self.drop_caches()
-                        runs[x].append(self.fio(x, name, args + ["--rw=read", "--bs=1M"], size, file="cold-pt"))
+                        runs[x].append(self.fio(x, name, args + ["--rw=read", "--bs=1M"], size, file=fn))
                 for x, rs in runs.items():
                     ok = sorted((r for r in rs if r.get("bw")), key=lambda r: r["bw"])
                     r = dict(ok[len(ok) // 2]) if ok else rs[0]
@@ -570,7 +577,8 @@ class Bench:
             return []
         md = ["## FUSE passthrough\n",
               f"A cold {4 * self.ws // MiB} MiB file (on tmpfs at most 1024 MiB) under a `mode = bypass` policy, read sequentially in 1 MiB "
-              "reads: nvcachefs with `fuse.passthrough = auto` (the kernel reads the store itself), with "
+              "reads (the streamed cell: a writeback file read once through the mount before the rounds, so "
+              "that the cache took it for a stream past `cache.sequential_cutoff`): nvcachefs with `fuse.passthrough = auto` (the kernel reads the store itself), with "
               "`fuse.passthrough = off` (every read a FUSE READ the daemon serves from the store), and the store "
               "itself, in the same run; on the backing store's disk (the kernel's caches dropped before each cell) "
               "and on tmpfs (a store faster than FUSE). Three rounds, the targets' order rotated; each figure the "
