@@ -210,15 +210,18 @@ int cache_file_policy_match(struct cache *c, struct cfile *f);
  * file itself; CACHE_OUT_WRITEAROUND, its mode writes the backing file
  * itself (and keeps what reads miss); CACHE_OUT_STREAMED, its last read
  * through the cache missed as a stream past cache.sequential_cutoff (a hint:
- * reads of other opens change it) and it is not pinned; CACHE_OUT_PINNED, it
- * is pinned, or its policy pins it.  Only fills made for an open or a warm
- * add blocks: the caller keeps both away while it relies on EMPTY.
+ * reads of other opens change it) and it is not kept; CACHE_OUT_KEPT, it is
+ * pinned, its policy pins it, or a warm filled it; CACHE_OUT_CLEAN, it has
+ * no dirty or lost data (it may have clean blocks).  Only fills made for an
+ * open or a warm add blocks: the caller keeps both away while it relies on
+ * EMPTY.
  */
 #define CACHE_OUT_EMPTY 1
 #define CACHE_OUT_BYPASS 2
 #define CACHE_OUT_WRITEAROUND 4
 #define CACHE_OUT_STREAMED 8
-#define CACHE_OUT_PINNED 16
+#define CACHE_OUT_KEPT 16
+#define CACHE_OUT_CLEAN 32
 int cache_file_outside(struct cache *c, struct cfile *f);
 /*
  * A file read as a stream (CACHE_OUT_STREAMED) gives up its clean data, the
@@ -442,6 +445,13 @@ uint64_t cache_counter(struct cache *c, enum stat_counter k);
 /* For the file system's own figures: count an event, and record a latency
  * from a cache_clock() taken when the request came in (0: not timed). */
 void cache_count(struct cache *c, enum stat_counter k, uint64_t v);
+/* f's backing file was written outside the cache (by FUSE passthrough)
+ * before this call: the next cache_fsync or cache_file_flush fsyncs it,
+ * whatever f's mode. */
+void cache_file_written_outside(struct cfile *f);
+/* The file system's open handles (open_handles), delta +1 at an open and -1
+ * at its release, and of them the ones FUSE passthrough serves (pt). */
+void cache_note_handle(struct cache *c, int delta, int pt);
 uint64_t cache_clock(struct cache *c);
 void cache_note_latency(struct cache *c, enum stat_lat k, uint64_t t0);
 struct cache_config *cache_config(struct cache *c);

@@ -273,6 +273,7 @@ static int open_fh_cf(fuse_req_t req, fuse_ino_t ino, struct cfile *cf,
 		return ret;
 	}
 	fh->pt = ret;
+	cache_note_handle(fs->cache, 1, ret == FS_PT_KERNEL);
 	/* a close that waits for nothing asks nothing (op_flush) */
 	if (fs->cfg->on_close != ON_CLOSE_FLUSH ||
 	    (fi->flags & O_ACCMODE) == O_RDONLY)
@@ -685,10 +686,13 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 	int ret = 0;
 
-	if (fs->cfg->on_close != ON_CLOSE_FLUSH)
+	if (fs->cfg->on_close != ON_CLOSE_FLUSH) {
 		ret = -ENOSYS;
-	else if ((fh->flags & O_ACCMODE) != O_RDONLY)
+	} else if ((fh->flags & O_ACCMODE) != O_RDONLY) {
+		if (fh->pt == FS_PT_KERNEL) /* its writes are the store's */
+			cache_file_written_outside(fh->cf);
 		ret = cache_file_flush(fs->cache, fh->cf);
+	}
 	fuse_reply_err(req, -ret);
 }
 
@@ -699,6 +703,7 @@ static void fh_free(struct fs *fs, struct fs_fh *fh)
 	if (!fh->kdio && fh->pt != FS_PT_KERNEL)
 		kinval_release(&fs_inode_of(fs, fh->ino)->kinval, fh->kdrop);
 	fs_pt_release(fs, fs_inode_of(fs, fh->ino), fh->cf, fh->pt);
+	cache_note_handle(fs->cache, -1, fh->pt == FS_PT_KERNEL);
 	cache_file_put(fs->cache, fh->cf);
 	if (fh->kfd >= 0)
 		close(fh->kfd);
@@ -719,8 +724,14 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		     struct fuse_file_info *fi)
 {
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
-	int ret = cache_fsync(fs_of(req)->cache, fh->cf);
+	int ret;
 
+	/* the kernel wrote the store's file itself: whatever the file's mode
+	 * (a writeback file passed through as a stream, or renamed), only its
+	 * fsync makes those writes durable */
+	if (fh->pt == FS_PT_KERNEL && (fh->flags & O_ACCMODE) != O_RDONLY)
+		cache_file_written_outside(fh->cf);
+	ret = cache_fsync(fs_of(req)->cache, fh->cf);
 	fuse_reply_err(req, -ret);
 }
 

@@ -24,9 +24,10 @@
  * mmap never reach the daemon.  So such an open bypasses the cache entirely,
  * and it may be used only where the cache has nothing to add or keep: files
  * of which the cache holds nothing, whose mode reads and writes the store
- * itself (bypass), or write-only opens of files whose mode writes the store
+ * itself (bypass), write-only opens of files whose mode writes the store
  * itself (writearound: its reads are kept in the cache, PRODUCT.md §4.2, so
- * they stay on the cache's path).
+ * they stay on the cache's path), and read-only opens of files the cache
+ * would not keep either: streams past the cutoff (Streams, below).
  *
  * The kernel's rule (fs/fuse/iomode.c).  While an inode has a passthrough
  * open, every new open of it must be passthrough with the same backing
@@ -56,18 +57,25 @@
  * keeps only the head of: the stream's own bytes were read from the store
  * and not kept.  So a read-only open of it, while it has no other open,
  * gives that head up (cache_file_drop_streamed: only clean data, and only
- * if that leaves nothing, so never a file with dirty or lost data) and is a
- * candidate for 3: the kernel streams it from the store.  The cache forgets
- * a file it holds nothing of when its opens end, so the inode remembers
- * that its last open was taken as a stream (in->pt_streamed, under
- * pt.lock; any open on the cache's path clears it: its reads teach the
- * cache again).  Passthrough opens send no reads, so every PT_RELEARN-th
- * open taken as a stream takes the cache's path instead (a file now read at
- * random stays there).  A pinned file is never taken for one, nor a warmed
- * one (its stream only hits).  The drop is made before pt.lock is taken (it
- * waits for f->rw), so 3 checks the cache holds nothing under pt.lock as
- * always: an open or warm that came between keeps the file on the cache's
- * path.
+ * if that leaves nothing, so never a file with dirty or lost data: such a
+ * file is not even tried, CACHE_OUT_CLEAN, since the drop would wait for
+ * its destage) and is a candidate for 3: the kernel streams it from the
+ * store.  The cache forgets a file it holds nothing of when its opens end,
+ * so the inode remembers that its last open was taken as a stream
+ * (in->pt_streamed, under pt.lock; any open on the cache's path clears it:
+ * its reads teach the cache again).  Passthrough opens send no reads, so
+ * every PT_RELEARN-th open taken as a stream takes the cache's path instead
+ * (its reads say whether it is still a stream).  A file pinned, pinned by
+ * its policy, or filled by a warm (CACHE_OUT_KEPT; a warm marks it before
+ * its first read) is never given up.  The drop is made before pt.lock is
+ * taken (it waits for f->rw), so 3 checks the cache holds nothing under
+ * pt.lock as always: an open or warm that came between keeps the file on
+ * the cache's path.  It is also made before the caller's own open of the
+ * store file (3): a caller the store then refuses has cost the file its
+ * clean head, never a byte of data.  A writer that opens the file while a
+ * stream holds it through passthrough shares it (1), in whatever mode:
+ * its writes are the store's, so its fsync (and a flush at close) fsyncs
+ * the store's file (cache_file_written_outside).
  *
  * The invariant: while a file has a passthrough open, the cache holds no
  * block of it and nothing fills one: no open is on the cache's path (1, 2)
@@ -294,8 +302,9 @@ static int stream_ready(struct fs *fs, struct fs_inode *in, struct cfile *cf,
 	int out = cache_file_outside(fs->cache, cf), take = 0;
 	struct pt_ent *e;
 
-	if ((flags & O_ACCMODE) != O_RDONLY ||
-	    (out & (CACHE_OUT_BYPASS | CACHE_OUT_PINNED)))
+	/* a drop would wait for f->rw and find dirty data: never tried */
+	if ((flags & O_ACCMODE) != O_RDONLY || !(out & CACHE_OUT_CLEAN) ||
+	    (out & (CACHE_OUT_BYPASS | CACHE_OUT_KEPT)))
 		return 0;
 	pthread_mutex_lock(&pt.lock);
 	e = *ent_slot(in->dev, in->ino);
@@ -330,9 +339,9 @@ static int decide(fuse_req_t req, struct fs *fs, struct fs_inode *in,
 	    __atomic_load_n(&pt.refused_gen, __ATOMIC_RELAXED)) /* 2 */
 		goto cache_path;
 	/* a writearound file's reads fill the cache (§4.2): only its
-	 * write-only opens */
+	 * write-only opens, or streams */
 	out = cache_file_outside(fs->cache, cf);
-	if (out & (CACHE_OUT_BYPASS | CACHE_OUT_PINNED))
+	if (out & (CACHE_OUT_BYPASS | CACHE_OUT_KEPT))
 		stream = 0; /* passed through as a bypass file, or kept */
 	if (!(out & CACHE_OUT_EMPTY) ||
 	    !((out & CACHE_OUT_BYPASS) || stream ||

@@ -90,7 +90,11 @@
 	  "1 while detached: no cache, every request to the backing store") \
 	X(ring_refusals, "",                                                 \
 	  "device requests an io_uring refused, done synchronously since "   \
-	  "start (not device errors)")
+	  "start (not device errors)")                                       \
+	X(open_handles, "", "files open through the mount now")              \
+	X(passthrough_handles, "",                                           \
+	  "of them, opens the kernel serves from the store (FUSE "           \
+	  "passthrough)")
 
 /* Latencies as the application sees them, and of the store behind. */
 #define STAT_LATS(X)                                               \

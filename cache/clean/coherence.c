@@ -247,20 +247,23 @@ static int coh_drop_clean(struct cache *c, struct cfile *f)
 int cache_file_drop_streamed(struct cache *c, struct cfile *f)
 {
 	int ret = -EBUSY;
+	uint64_t n;
 
 	cache_may_block(c);
 	file_rw_wrlock(f);
 	pthread_mutex_lock(&c->lock);
-	/* as CACHE_OUT_STREAMED says (fpolicy.c); dirty pages would stay:
-	 * drop only what leaves it empty */
+	/* as CACHE_OUT_STREAMED says, not kept (fpolicy.c); dirty pages would
+	 * stay: drop only what leaves it empty */
 	if (__atomic_load_n(&f->adm.streamed, __ATOMIC_RELAXED) && !f->pinned &&
-	    !f->pol.pin && !f->ndirty && !f->lost)
+	    !f->pol.pin && !__atomic_load_n(&f->adm.warmed, __ATOMIC_RELAXED) &&
+	    !f->ndirty && !f->lost)
 		ret = 0;
+	n = f->nslots;
 	cache_unlock(c);
-	if (!ret && f->nslots)
+	if (!ret && n)
 		ret = coh_drop_clean(c, f);
 	frw_unlock(f);
-	if (!ret)
+	if (!ret && n)
 		CNT_ADD(c, stream_drops, 1);
 	return ret;
 }

@@ -25,9 +25,12 @@ struct admit_state {
 	uint64_t serial; /* streams begun */
 	/* the serial of the stream whose read last missed past the cutoff, 0
 	 * when the file's last read was admitted (io.c sets it, a warm clears
-	 * it; atomic): a hint for an open (CACHE_OUT_STREAMED), never what a
+	 * it at its start; atomic): a hint for an open (CACHE_OUT_STREAMED), never what a
 	 * read returns */
 	uint64_t streamed;
+	/* a warm filled it (filectl.c; atomic): never given up for a stream
+	 * while the cache keeps the file */
+	int warmed;
 	struct admit_stream st[ADMIT_STREAMS];
 };
 

@@ -436,6 +436,8 @@ struct cache {
 		int d;
 	} obs[NVC_MAX_DEVS];
 	uint64_t meta_repaired;
+	int64_t handles, pt_handles; /* the file system's (atomic;
+					cache_note_handle) */
 	uint64_t nlimbo; /* freed slots whose free entry could not be persisted:
 			    never reused while mounted */
 	/* the free queue (map.c, "Free entries"): slots and records freed,

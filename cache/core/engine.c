@@ -129,6 +129,13 @@ void cache_count(struct cache *c, enum stat_counter k, uint64_t v)
 	stat_add(&c->stats, k, v);
 }
 
+void cache_note_handle(struct cache *c, int delta, int pt)
+{
+	__atomic_add_fetch(&c->handles, delta, __ATOMIC_RELAXED);
+	if (pt)
+		__atomic_add_fetch(&c->pt_handles, delta, __ATOMIC_RELAXED);
+}
+
 uint64_t cache_clock(struct cache *c)
 {
 	return stat_clock(&c->stats);

@@ -131,6 +131,11 @@ void file_bk_changed(struct cfile *f)
 	__atomic_add_fetch(&f->bk_wgen, 1, __ATOMIC_RELEASE);
 }
 
+void cache_file_written_outside(struct cfile *f)
+{
+	file_bk_changed(f);
+}
+
 void file_bk_synced(struct cfile *f, uint64_t gen)
 {
 	uint64_t cur = __atomic_load_n(&f->bk_synced, __ATOMIC_ACQUIRE);

@@ -261,6 +261,10 @@ int cache_file_warm(struct cache *c, struct cfile *f, uint64_t limit,
 	ret = warm_revalidate(c, f);
 	if (ret)
 		return ret;
+	/* kept on purpose: never given up for a stream (admit.h), not even
+	 * while this warm runs */
+	__atomic_store_n(&f->adm.warmed, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&f->adm.streamed, 0, __ATOMIC_RELAXED);
 	buf = aligned_alloc(NVC_PAGE, WARM_CHUNK + 2 * NVC_PAGE);
 	if (!buf)
 		return -ENOMEM;
@@ -280,8 +284,6 @@ int cache_file_warm(struct cache *c, struct cfile *f, uint64_t limit,
 			fn(arg, *done, 0);
 	}
 	free(buf);
-	/* kept on purpose: no longer a stream an open may give up (admit.h) */
-	__atomic_store_n(&f->adm.streamed, 0, __ATOMIC_RELAXED);
 	if (!ret && __atomic_load_n(&f->pinned, __ATOMIC_ACQUIRE))
 		ret = pin_persist_slots(c, f);
 	return ret;

@@ -56,10 +56,13 @@ int cache_file_outside(struct cache *c, struct cfile *f)
 	else if (mode == MODE_WRITEAROUND)
 		ret |= CACHE_OUT_WRITEAROUND;
 	pthread_mutex_lock(&c->lock);
+	if (!f->ndirty && !f->lost)
+		ret |= CACHE_OUT_CLEAN;
 	if (!f->nslots && !f->ndirty && !f->lost)
 		ret |= CACHE_OUT_EMPTY;
-	if (f->pinned || f->pol.pin)
-		ret |= CACHE_OUT_PINNED;
+	if (f->pinned || f->pol.pin ||
+	    __atomic_load_n(&f->adm.warmed, __ATOMIC_RELAXED))
+		ret |= CACHE_OUT_KEPT;
 	else if (__atomic_load_n(&f->adm.streamed, __ATOMIC_RELAXED))
 		ret |= CACHE_OUT_STREAMED;
 	cache_unlock(c);

@@ -70,6 +70,10 @@ int cache_snapshot(struct cache *c, struct stat_snap *s)
 	STAT_GAUGE(s, uptime) = (now - c->mount_ns) / 1000000000ull;
 	STAT_GAUGE(s, meta_repaired) = c->meta_repaired;
 	STAT_GAUGE(s, ring_refusals) = dev_ring_refusals();
+	STAT_GAUGE(s, open_handles) =
+		__atomic_load_n(&c->handles, __ATOMIC_RELAXED);
+	STAT_GAUGE(s, passthrough_handles) =
+		__atomic_load_n(&c->pt_handles, __ATOMIC_RELAXED);
 	for (d = 0; d < 2; d++) {
 		s->mirror_state[d] =
 			__atomic_load_n(&c->meta.failed[d], __ATOMIC_ACQUIRE)

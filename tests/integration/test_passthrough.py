@@ -424,10 +424,13 @@ def test_refused_on_a_stacked_store(make_cache, tmp_path):
 STREAM = 16 * MiB  # four times the default cutoff (4M)
 
 
-def released():
+def released(c, secs=20):
     """A close(2)'s RELEASE reaches the daemon asynchronously: an open right after it may still follow the closed
-    open's rule. Wait for it (on an idle mount it takes microseconds)."""
-    time.sleep(0.3)
+    open's rule. Wait until the daemon has released every handle (open_handles 0)."""
+    deadline = time.time() + secs
+    while c.stats()["open_handles"]:
+        assert time.time() < deadline, "a RELEASE never came"
+        time.sleep(0.01)
 
 
 def stream_file(c, name, data):
@@ -437,7 +440,7 @@ def stream_file(c, name, data):
         f.write(data)
     with open(c.path("cached", name), "rb") as f:
         assert f.read() == data
-    released()
+    released(c)
     return c.stats()
 
 
@@ -449,7 +452,7 @@ def read_served(c, p, want):
     with open(p, "rb") as f:
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         assert f.read() == want
-    released()
+    released(c)
     return c.stats()["read_ops"] != before
 
 
@@ -506,11 +509,21 @@ def test_stream_passthrough_never_stale(make_cache):
         want[off:off + len(chunk)] = chunk
         q = (i * 777_777) % (STREAM - 70000)
         assert os.pread(r, 65536, q) == bytes(want[q:q + 65536])
+    # the writer's fsync: its writes are the store's (passthrough), so the store's file is fsynced, although the
+    # file's mode is writeback (whose own fsync leaves the store alone: its data is on the cache devices)
+    st = c.stats()
+    assert st["passthrough_handles"] == 2 and st["open_handles"] == 2, st
+    for k in range(2):  # the first may fsync for the file's own existence
+        fsyncs = c.stats()["latency"]["backing_fsync"]["count"]
+        os.pwrite(w, b"F" * 100, 7 * MiB + k)
+        want[7 * MiB + k:7 * MiB + k + 100] = b"F" * 100
+        os.fsync(w)
+        assert c.stats()["latency"]["backing_fsync"]["count"] > fsyncs, k
     os.close(w)
     os.close(r)
     assert c.stats()["read_ops"] == before, "the streamed open was not passed through"
     assert store(c, "cached/n.bin") == bytes(want)
-    released()
+    released(c)
     # a write on the cache's path (not read-only: never taken as a stream): dirty in the cache, not in the store
     with open(p, "r+b") as f:
         f.seek(5 * MiB + 11)
@@ -518,7 +531,7 @@ def test_stream_passthrough_never_stale(make_cache):
     want[5 * MiB + 11:5 * MiB + 20011] = b"D" * 20000
     assert store(c, "cached/n.bin") != bytes(want)
     assert c.stats()["dirty_bytes"] > 0
-    released()
+    released(c)
     # read whole on the cache's path (the write's open took it there): a stream past the cutoff again, with
     # dirty data in it; the next read-only open is not passed through: it returns the dirty bytes
     assert read_served(c, p, bytes(want))
@@ -566,8 +579,30 @@ def test_streamed_file_relearned_every_eighth_open(make_cache):
         off = (i * 2_654_435_761) % (STREAM - 4096) & ~4095
         assert os.pread(fd, 4096, off) == data[off:off + 4096]
     os.close(fd)
-    released()
+    released(c)
     assert read_served(c, p, data)  # the cache's path: read whole, it is a stream again
     assert not read_served(c, p, data)
     counts, pt, log = counters(c)
     assert streams_line(log) == 22, log[-2000:]
+
+
+def test_stream_passthrough_writer_flushed_at_close(make_cache):
+    """destage.on_close = flush: a writer that shares a stream's passthrough open has written the store's file
+    itself, so its close fsyncs that file (for a writeback file the cache's own flush has nothing to destage)."""
+    c = pt_cache(make_cache, **{"destage.on_close": "flush"})
+    granted(c)
+    want = bytearray(os.urandom(STREAM))
+    stream_file(c, "c.bin", bytes(want))
+    p = c.path("cached", "c.bin")
+    r = os.open(p, os.O_RDONLY)  # passthrough: streamed, nothing dirty
+    for k in range(2):  # the first close may fsync for the file's own existence
+        w = os.open(p, os.O_RDWR)
+        assert c.stats()["passthrough_handles"] == 2
+        fsyncs = c.stats()["latency"]["backing_fsync"]["count"]
+        os.pwrite(w, b"C" * 300, 3 * MiB + k)
+        want[3 * MiB + k:3 * MiB + k + 300] = b"C" * 300
+        os.close(w)
+        assert c.stats()["latency"]["backing_fsync"]["count"] > fsyncs, k
+        assert os.pread(r, 1000, 3 * MiB) == bytes(want[3 * MiB:3 * MiB + 1000])
+    os.close(r)
+    assert store(c, "cached/c.bin") == bytes(want)

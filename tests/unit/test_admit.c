@@ -353,6 +353,69 @@ static void test_streamed_hint_and_drop(void)
 	free(ref);
 }
 
+/* A drop tried while a warm runs (an open's, between its check and the
+ * warm's hold): refused, the warm marked the file before its first read. */
+struct warm_race {
+	struct cache *c;
+	struct cfile *f;
+	int tried, ret;
+};
+
+static void drop_during_warm(void *arg, uint64_t done, uint64_t unused)
+{
+	struct warm_race *w = arg;
+
+	(void)done;
+	(void)unused;
+	if (w->tried++)
+		return;
+	w->ret = cache_file_drop_streamed(w->c, w->f);
+}
+
+/* Warmed, wholly or in part, or pinned: a later stream that misses never
+ * makes it one to give up; nor a drop during the warm. */
+static void test_kept_files_are_never_dropped(void)
+{
+	struct env e;
+	size_t size = 16 * MiB;
+	struct cache_room room;
+	struct cfile *f, *g;
+	uint64_t done;
+	char *ref, *ref2;
+	int fd, fd2;
+	struct warm_race w = { 0 };
+
+	env_init(&e, 256, 64 * KiB);
+	f = backing_file(&e, "big", size, &ref, &fd);
+	read_seq(&e, f, ref, size, MiB); /* streamed: the hint is set */
+	CHECK(cache_file_outside(e.c, f) & CACHE_OUT_STREAMED);
+	w.c = e.c;
+	w.f = f;
+	CHECK_EQ(cache_file_warm(e.c, f, size / 2, drop_during_warm, NULL, &w,
+				 &done),
+		 0);
+	CHECK(w.tried && w.ret == -EBUSY);
+	CHECK(cache_file_outside(e.c, f) & CACHE_OUT_KEPT);
+	/* half warmed, then a stream that misses past the half */
+	read_seq(&e, f, ref, size, MiB);
+	CHECK_EQ(cache_file_drop_streamed(e.c, f), -EBUSY);
+	CHECK(same(&e, f, ref, size, 0));
+	cache_file_put(e.c, f);
+	close(fd);
+	/* pinned */
+	g = backing_file(&e, "other", size, &ref2, &fd2);
+	CHECK_EQ(cache_file_pin(e.c, g, 1, &room), 0);
+	read_seq(&e, g, ref2, size, MiB);
+	CHECK(cache_file_outside(e.c, g) & CACHE_OUT_KEPT);
+	CHECK_EQ(cache_file_drop_streamed(e.c, g), -EBUSY);
+	CHECK_EQ(cache_file_pin(e.c, g, 0, &room), 0);
+	cache_file_put(e.c, g);
+	close(fd2);
+	env_fini(&e);
+	free(ref);
+	free(ref2);
+}
+
 /* Fills after the reply: kept only by cache_read_finish, and never over a
  * write that came between the read and the fill. */
 static void test_fill_after_reply(void)
@@ -420,6 +483,7 @@ int main(void)
 	RUN(test_cutoff_off_keeps_every_miss);
 	RUN(test_dirty_data_in_a_stream);
 	RUN(test_streamed_hint_and_drop);
+	RUN(test_kept_files_are_never_dropped);
 	RUN(test_fill_after_reply);
 	free(rbuf);
 	return CHECK_DONE();
