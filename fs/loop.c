@@ -29,9 +29,16 @@
  * thread per I/O.  A worker waits in one place, its ring, for either a
  * request (a poll of /dev/fuse; one worker is woken per request, like
  * readers blocked in read(2)) or a completion, spinning briefly first when
- * device I/O is in flight (a DIMM answers in microseconds, a wake-up costs
- * more on a virtual CPU).  Workers are not pinned: the scheduler may then
- * wake one on the CPU of the process that is waiting for the answer.
+ * one request's device I/O is in flight (a DIMM answers in microseconds, a
+ * wake-up costs more on a virtual CPU).  With more in flight it does not
+ * spin: a completion or the next request comes soon anyway, and the CPU a
+ * spin takes is the one the caller, the device's own threads (a loop
+ * device's, an emulated DIMM's) or the other workers need.  Measured with
+ * fio 4 KiB random reads of cached data, QD32, 2 vCPUs (2026-12-04): 102.6
+ * and 90.6K IOPS, 9.1 and 10.3 us of daemon CPU per read, spinning with
+ * any I/O in flight; 108.0 and 113.8K, 8.0 and 7.7 us, spinning with one.
+ * Workers are not pinned: the scheduler may then wake one on the CPU of the
+ * process that is waiting for the answer.
  *
  * Blocking.  A worker with requests in flight holds their locks (fs/aio.c),
  * so it must not run anything that may wait for a lock: every request it
@@ -500,7 +507,7 @@ static void *worker_main(void *arg)
 			}
 		} else {
 			ret = dev_aring_run(w->ring, 1,
-					    loop_held ? L->spin_ns : 0);
+					    loop_held == 1 ? L->spin_ns : 0);
 		}
 		/* a refusal by the ring is the kernel short of something for
 		 * a moment: the ring did the device I/O itself and arms its

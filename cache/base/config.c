@@ -69,7 +69,7 @@ static const struct cfg_key keys[] = {
 	{ "cache", "io_poll_us", T_UINT, OFF(io_poll_us), 0, 1000000, "30", 0,
 	  NULL,
 	  "spin this many microseconds for a device completion before "
-	  "sleeping" },
+	  "sleeping, while a worker has one request in flight" },
 	{ "cache", "sequential_cutoff", T_SIZE, OFF(sequential_cutoff), 0,
 	  1ull << 50, "4M", 1, NULL,
 	  "a read stream sequential past this many bytes is served from the "
