@@ -299,11 +299,14 @@ static void backing_refused(int err)
 static int stream_ready(struct fs *fs, struct fs_inode *in, struct cfile *cf,
 			int flags)
 {
-	int out = cache_file_outside(fs->cache, cf), take = 0;
+	int out, take = 0;
 	struct pt_ent *e;
 
+	if ((flags & O_ACCMODE) != O_RDONLY)
+		return 0;
+	out = cache_file_outside(fs->cache, cf);
 	/* a drop would wait for f->rw and find dirty data: never tried */
-	if ((flags & O_ACCMODE) != O_RDONLY || !(out & CACHE_OUT_CLEAN) ||
+	if (!(out & CACHE_OUT_CLEAN) ||
 	    (out & (CACHE_OUT_BYPASS | CACHE_OUT_KEPT)))
 		return 0;
 	pthread_mutex_lock(&pt.lock);
