@@ -297,12 +297,38 @@ static int open_access(int flags)
 	       (flags & O_TRUNC ? W_OK : 0);
 }
 
+/* Slack for the clocks of the nodes that share the store (their ctimes). */
+#define ATTR_CLOCK_SLACK_NS 1000000000ll
+
+/*
+ * May the kernel's check of an open have used attributes older than a
+ * change of st's file?  It checks against what it cached, for up to
+ * fuse.attr_timeout; any change of mode, owner or ACL (on any node) sets
+ * ctime.  So a file whose ctime is within that long of now (or ahead of
+ * it: another node's clock) may have had its access taken away since.
+ */
+static int attrs_may_be_stale(struct fs *fs, const struct stat *st)
+{
+	struct timespec now;
+	int64_t age;
+
+	if (!fs->cfg->attr_timeout_ms)
+		return 0; /* the kernel fetched them for this check */
+	clock_gettime(CLOCK_REALTIME, &now);
+	age = (int64_t)(now.tv_sec - st->st_ctim.tv_sec) * 1000000000ll +
+	      (now.tv_nsec - st->st_ctim.tv_nsec);
+	return age < (int64_t)fs->cfg->attr_timeout_ms * 1000000ll +
+			     ATTR_CLOCK_SLACK_NS;
+}
+
 /*
  * The open of an existing file.  The kernel checked the open already
- * (default_permissions, with the caller's capabilities), but for an O_CREAT
- * open of a name it did not know, which the daemon found made meanwhile (on
- * the store, by another node): then (check) the store says whether the
- * caller may, as the caller.
+ * (default_permissions, with the caller's capabilities), against the
+ * attributes it cached.  The store says whether the caller may, as the
+ * caller, where that check may not hold: an O_CREAT open of a name the
+ * kernel did not know, which the daemon found made meanwhile (on the store,
+ * by another node: check), and a file whose attributes changed within
+ * fuse.attr_timeout (a chmod on another node, PRODUCT.md §5).
  */
 static int open_fh(fuse_req_t req, struct fs_inode *in, fuse_ino_t ino,
 		   struct fuse_file_info *fi, int check)
@@ -315,7 +341,12 @@ static int open_fh(fuse_req_t req, struct fs_inode *in, fuse_ino_t ino,
 	fd = fs_inode_fd(fs, in);
 	if (fd < 0)
 		return fd;
-	if (check)
+	/* before a truncate's kill of set-ID bits (which sets ctime) */
+	if (!check && (fi->flags & O_TRUNC) && proto_open_kill()) {
+		ret = fstat(fd, &st) ? -errno : 0;
+		check = !ret && attrs_may_be_stale(fs, &st);
+	}
+	if (!ret && check)
 		ret = fs_access_as(req, fd, open_access(fi->flags));
 	/* an existing file opened with O_TRUNC by a caller without
 	 * CAP_FSETID (a file create_entry made is not truncated) */
@@ -323,6 +354,11 @@ static int open_fh(fuse_req_t req, struct fs_inode *in, fuse_ino_t ino,
 		ret = fs_kill_privs(fs, ino, in);
 	if (!ret)
 		ret = cache_file_get_st(fs->cache, fd, &cf, &st);
+	if (!ret && !check && attrs_may_be_stale(fs, &st)) {
+		ret = fs_access_as(req, fd, open_access(fi->flags));
+		if (ret)
+			cache_file_put(fs->cache, cf);
+	}
 	fs_inode_fd_put(in, fd);
 	return ret ? ret : open_fh_cf(req, ino, cf, &st, fi, 0);
 }

@@ -534,3 +534,33 @@ def test_search_permission_holds_for_names_the_kernel_has_cached(public_cache):
         assert f.read() == "root's"
     assert errno_of("os.stat(sys.argv[1])", c.path("pub", "private", "file")) == "EACCES"
     assert errno_of("open(sys.argv[1]).read()", c.path("pub", "private", "file")) == "EACCES"
+
+
+def test_an_open_after_a_chmod_elsewhere_is_refused_within_attr_timeout(make_cache):
+    """Another node took nobody's access away (chmod 600, chown, an ACL: here, behind the mount) while this
+    kernel still caches the old attributes (fuse.attr_timeout 600 s): the kernel's own check lets nobody's open
+    through, and the daemon, seeing a file changed within attr_timeout, asks the store as nobody, which refuses.
+    Reads and writes, through the cache's path (writeback: no passthrough). An unchanged file opens as before."""
+    c = make_cache(public=True, extra={"fuse.attr_timeout": "600s", "fuse.passthrough": "off"})
+    c.format()
+    c.mount()
+    pub = pub_dir(c, mode=0o755)
+    for name, mode, how in (("r", 0o644, os.O_RDONLY), ("w", 0o666, os.O_WRONLY), ("t", 0o666,
+                                                                                  os.O_WRONLY | os.O_TRUNC)):
+        p = os.path.join(pub, name)
+        with open(p, "wb") as f:
+            f.write(b"x" * 4096)
+        os.chmod(p, mode)
+        m = c.path("pub", name)
+        with open(m, "rb") as f:  # the kernel caches the open mode for 600 s
+            f.read()
+        os.stat(m)
+        # allowed before (a truncate would drop the kernel's attributes: the check opens without it)
+        assert errno_of("os.close(os.open(sys.argv[1], int(sys.argv[2])))", m, str(how & ~os.O_TRUNC)) == "ok"
+        os.chmod(p, 0o600)  # behind the mount: as another node would
+        assert os.stat(m).st_mode & 0o777 == mode  # what the kernel checks nobody's open against
+        assert errno_of("os.close(os.open(sys.argv[1], int(sys.argv[2])))", m, str(how)) == "EACCES", name
+        with open(p, "rb") as f:
+            assert f.read() == b"x" * 4096, name  # nothing truncated by the refused open
+    with open(c.path("pub", "r"), "rb") as f:  # root: the store allows it
+        assert f.read() == b"x" * 4096
