@@ -288,11 +288,17 @@ static int open_fh_cf(fuse_req_t req, fuse_ino_t ino, struct cfile *cf,
 	return 0;
 }
 
+/* The kernel's open flag of an execve (__FMODE_EXEC), which the OPEN carries:
+ * such an open asks execute permission, not read. */
+#define OPEN_FLAG_EXEC 040
+
 /* The access an open's flags ask of the file. */
 static int open_access(int flags)
 {
 	int acc = flags & O_ACCMODE;
 
+	if (acc == O_RDONLY && (flags & OPEN_FLAG_EXEC))
+		return X_OK;
 	return (acc == O_RDONLY ? R_OK : acc == O_WRONLY ? W_OK : R_OK | W_OK) |
 	       (flags & O_TRUNC ? W_OK : 0);
 }
