@@ -288,10 +288,6 @@ static int open_fh_cf(fuse_req_t req, fuse_ino_t ino, struct cfile *cf,
 	return 0;
 }
 
-/* The kernel's open flag of an execve (__FMODE_EXEC), which the OPEN carries:
- * such an open asks execute permission, not read. */
-#define OPEN_FLAG_EXEC 040
-
 /* The access an open's flags ask of the file. */
 static int open_access(int flags)
 {

@@ -104,6 +104,9 @@ int fs_name_reserved(const char *name);
 int fs_with_cfile(struct fs *fs, struct fs_inode *in, struct fuse_file_info *fi,
 		  struct cfile **cf, int *got);
 int fs_access_as(fuse_req_t req, int fd, int mode);
+/* The kernel's open flag of an execve (__FMODE_EXEC), which an OPEN carries:
+ * such an open asks execute permission of the file, not read. */
+#define OPEN_FLAG_EXEC 040
 
 /* setattr.c */
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,

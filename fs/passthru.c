@@ -43,13 +43,15 @@
  *   1. A file with a passthrough open: every open of it is passthrough, with
  *      the same backing id, whatever its policy says now.  The caller is
  *      checked by the store first (an open of the file as the caller, with
- *      the open's access mode).
+ *      the open's access mode; an execve's open, which asks execute and
+ *      not read, an access check for execute).
  *   2. Else a file with an open on the cache's path (or a warm or pin under
  *      way, fs_pt_hold): the cache's path.
  *   3. Else passthrough when the mount has it, the cache holds nothing of
  *      the file (cache_file_outside) and its mode is bypass, or writearound
- *      for a write-only open, or the open is a stream (below); otherwise
- *      the cache's path.  Its backing is registered with the file opened
+ *      for a write-only open, or the open is a stream (below), and it is
+ *      not an execve's (its caller may not read the file); otherwise the
+ *      cache's path.  Its backing is registered with the file opened
  *      by the caller (below).
  *
  * Streams.  A file whose last read through the cache was a stream past
@@ -228,6 +230,14 @@ static int open_as_caller(fuse_req_t req, struct fs *fs, struct fs_inode *in,
 	pfd = fs_inode_fd(fs, in);
 	if (pfd < 0)
 		return pfd;
+	if (flags & OPEN_FLAG_EXEC) {
+		/* an execve's: the caller may lack read (decide keeps it
+		 * from registering a backing) */
+		assert(!id);
+		ret = fs_access_as(req, pfd, X_OK);
+		fs_inode_fd_put(in, pfd);
+		return ret;
+	}
 	fs_proc_path(pfd, path, sizeof(path));
 	ret = fs_cred_caller(req, &who, &heap);
 	if (ret)
@@ -340,6 +350,10 @@ static int decide(fuse_req_t req, struct fs *fs, struct fs_inode *in,
 	}
 	if (e->cache_opens ||
 	    __atomic_load_n(&pt.refused_gen, __ATOMIC_RELAXED)) /* 2 */
+		goto cache_path;
+	/* a backing is registered from a descriptor the caller opened for
+	 * reading, which an execve's caller may not: the cache's path */
+	if (fi->flags & OPEN_FLAG_EXEC)
 		goto cache_path;
 	/* a writearound file's reads fill the cache (§4.2): only its
 	 * write-only opens, or streams */

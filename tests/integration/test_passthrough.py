@@ -606,3 +606,29 @@ def test_stream_passthrough_writer_flushed_at_close(make_cache):
         assert os.pread(r, 1000, 3 * MiB) == bytes(want[3 * MiB:3 * MiB + 1000])
     os.close(r)
     assert store(c, "cached/c.bin") == bytes(want)
+
+
+def test_execute_only_program_in_a_bypass_file(make_cache):
+    """An execve's open asks execute, not read: a 0711 program under a bypass policy, run by a process of
+    nobody's without capabilities, runs (its open cannot be made as the caller for reading, so it takes the
+    cache's path), also while root holds the file open through passthrough (then the store is asked for execute
+    as the caller)."""
+    import shutil
+    c = pt_cache(make_cache, public=True)
+    granted(c)
+    prog = os.path.join(c.backing, "pt", "prog")
+    shutil.copy("/bin/true", prog)
+    os.chmod(prog, 0o711)
+    run = [*AS_NOBODY, "/bin/sh", "-c", 'exec "$0"', c.path("pt", "prog")]
+    r = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    released(c)
+    held = os.open(c.path("pt", "prog"), os.O_RDONLY)  # root's passthrough open
+    assert c.stats()["passthrough_handles"] == 1
+    r = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    os.chmod(prog, 0o700)  # and refused when the store refuses execute
+    os.stat(c.path("pt", "prog"))
+    r = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    os.close(held)
