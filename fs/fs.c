@@ -766,8 +766,9 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 
 	/* the kernel wrote the store's file itself: whatever the file's mode
 	 * (a writeback file passed through as a stream, or renamed), only its
-	 * fsync makes those writes durable */
-	if (fh->pt == FS_PT_KERNEL && (fh->flags & O_ACCMODE) != O_RDONLY)
+	 * fsync makes those writes durable, whichever passthrough open of the
+	 * file asks (a reader's fsync covers a writer's writes too) */
+	if (fh->pt == FS_PT_KERNEL)
 		cache_file_written_outside(fh->cf);
 	ret = cache_fsync(fs_of(req)->cache, fh->cf);
 	fuse_reply_err(req, -ret);

@@ -519,6 +519,12 @@ def test_stream_passthrough_never_stale(make_cache):
         want[7 * MiB + k:7 * MiB + k + 100] = b"F" * 100
         os.fsync(w)
         assert c.stats()["latency"]["backing_fsync"]["count"] > fsyncs, k
+    # the reader's fsync covers the writer's writes too (fsync is of the file)
+    fsyncs = c.stats()["latency"]["backing_fsync"]["count"]
+    os.pwrite(w, b"G" * 100, 9 * MiB)
+    want[9 * MiB:9 * MiB + 100] = b"G" * 100
+    os.fsync(r)
+    assert c.stats()["latency"]["backing_fsync"]["count"] > fsyncs
     os.close(w)
     os.close(r)
     assert c.stats()["read_ops"] == before, "the streamed open was not passed through"
