@@ -252,11 +252,8 @@ int cache_file_drop_streamed(struct cache *c, struct cfile *f)
 	cache_may_block(c);
 	file_rw_wrlock(f);
 	pthread_mutex_lock(&c->lock);
-	/* as CACHE_OUT_STREAMED says, not kept (fpolicy.c); dirty pages would
-	 * stay: drop only what leaves it empty */
-	if (__atomic_load_n(&f->adm.streamed, __ATOMIC_RELAXED) && !f->pinned &&
-	    !f->pol.pin && !__atomic_load_n(&f->adm.warmed, __ATOMIC_RELAXED) &&
-	    !f->ndirty && !f->lost)
+	/* dirty pages would stay: drop only what leaves it empty */
+	if (admit_streamed_locked(c, f) && !f->ndirty && !f->lost)
 		ret = 0;
 	n = f->nslots;
 	cache_unlock(c);

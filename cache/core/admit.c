@@ -237,6 +237,20 @@ void admit_read(struct cache *c, struct cfile *f, uint64_t off, uint64_t len,
 		   v);
 }
 
+int admit_kept_locked(struct cache *c, const struct cfile *f)
+{
+	assert_held(&c->lock);
+	return f->pinned || f->pol.pin ||
+	       __atomic_load_n(&f->adm.warmed, __ATOMIC_RELAXED);
+}
+
+int admit_streamed_locked(struct cache *c, const struct cfile *f)
+{
+	assert_held(&c->lock);
+	return !admit_kept_locked(c, f) &&
+	       __atomic_load_n(&f->adm.streamed, __ATOMIC_RELAXED);
+}
+
 void admit_readahead(struct cache *c, struct cfile *f,
 		     const struct admit_verdict *v)
 {

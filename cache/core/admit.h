@@ -70,6 +70,13 @@ struct cfile;
 void admit_read(struct cache *c, struct cfile *f, uint64_t off, uint64_t len,
 		struct admit_verdict *v);
 /* Start the readahead v is owed (a read of its stream missed). */
+/* f is kept on purpose (pinned, pinned by its policy, or warmed): never
+ * given up for a stream.  c->lock held. */
+int admit_kept_locked(struct cache *c, const struct cfile *f);
+/* f's last read missed as a stream past the cutoff and it is not kept: a
+ * file an open may give up (CACHE_OUT_STREAMED).  c->lock held. */
+int admit_streamed_locked(struct cache *c, const struct cfile *f);
+
 void admit_readahead(struct cache *c, struct cfile *f,
 		     const struct admit_verdict *v);
 

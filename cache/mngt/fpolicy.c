@@ -60,10 +60,9 @@ int cache_file_outside(struct cache *c, struct cfile *f)
 		ret |= CACHE_OUT_CLEAN;
 	if (!f->nslots && !f->ndirty && !f->lost)
 		ret |= CACHE_OUT_EMPTY;
-	if (f->pinned || f->pol.pin ||
-	    __atomic_load_n(&f->adm.warmed, __ATOMIC_RELAXED))
+	if (admit_kept_locked(c, f))
 		ret |= CACHE_OUT_KEPT;
-	else if (__atomic_load_n(&f->adm.streamed, __ATOMIC_RELAXED))
+	else if (admit_streamed_locked(c, f))
 		ret |= CACHE_OUT_STREAMED;
 	cache_unlock(c);
 	return ret;
