@@ -575,6 +575,35 @@ out_free:
 }
 
 /*
+ * Draining by the watermarks (c->lock held): from destage.high_watermark, or
+ * from writes going around the cache (wround.c: c->wa_on, set by writers at
+ * max(destage.write_around, high_watermark)), down to
+ * destage.low_watermark, where both end together.  So writes go around only
+ * while destage drains: were the destager to stop above the low watermark
+ * with writes still going around, neither would ever end, and the cache
+ * would take no write but into its dirty blocks.  Both are compared exactly
+ * (dirty_at_least/dirty_at_most): the writers' clear and this one agree.
+ */
+static void pressure_update_locked(struct cache *c)
+{
+	struct cache_config *cfg = c->cfg;
+
+	assert_held(&c->lock);
+	if (!c->draining && (c->wa_on || dirty_at_least(c, cfg->high_wm))) {
+		c->draining = 1;
+		log_msg(LOG_DEBUG, "destage: draining from %llu of %llu blocks "
+			"dirty%s", (unsigned long long)dirty_occupancy(c),
+			(unsigned long long)usable_slots(c),
+			c->wa_on ? " (writes go around)" : "");
+	}
+	if (dirty_at_most(c, cfg->low_wm)) {
+		c->draining = 0;
+		c->wa_on = 0;
+	}
+	assert(!c->wa_on || c->draining);
+}
+
+/*
  * Which file to destage now, if any (c->lock held).  *wait_ms says how long
  * to sleep otherwise.  Reasons, strongest first: a flush is waiting; writers
  * wait for space; dirty slots are above the high watermark (then destage goes
@@ -593,7 +622,7 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms,
 				  int *pressed)
 {
 	struct cache_config *cfg = c->cfg;
-	uint64_t now = now_ms(), pct, bound = cfg->max_dirty_age_ms;
+	uint64_t now = now_ms(), bound = cfg->max_dirty_age_ms;
 	uint64_t idle = cfg->idle_ms, last = c->last_io, due, best = UINT64_MAX;
 	int urgent;
 	struct list *l;
@@ -601,15 +630,7 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms,
 	*wait_ms = 1000;
 	if (list_empty(&c->dirty_files))
 		return NULL;
-	pct = dirty_occupancy(c) * 100 /
-	      (usable_slots(c) ? usable_slots(c) : 1);
-	if (pct >= cfg->high_wm && !c->draining) {
-		c->draining = 1;
-		log_msg(LOG_DEBUG, "destage: high watermark reached (%llu%%)",
-			(unsigned long long)pct);
-	}
-	if (pct <= cfg->low_wm)
-		c->draining = 0;
+	pressure_update_locked(c);
 	urgent = c->flush_waiters || c->waiting_writers || c->draining ||
 		 c->stopping;
 	*pressed = urgent;

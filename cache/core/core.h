@@ -410,8 +410,9 @@ struct cache {
 	int shared;
 	pthread_cond_t space_cond, destage_cond, flush_cond;
 	pthread_cond_t around_cond; /* a write around the cache ended */
-	int wa_on; /* writes go around: from destage.write_around down to the
-		    * low watermark (wround.c) */
+	int wa_on; /* writes go around: set by writers at destage.write_around,
+		    * cleared at the low watermark by writers or the destager,
+		    * which drains while it is set (wround.c, destage.c) */
 	int waiting_writers, flush_waiters, draining, stopping, active;
 	uint64_t epoch; /* flush epochs: one per flush started */
 	int last_destage_err;
@@ -628,6 +629,23 @@ static inline uint64_t dirty_occupancy(const struct cache *c)
 static inline uint64_t usable_slots(const struct cache *c)
 {
 	return c->nslots - c->removed_slots;
+}
+
+/*
+ * Whether that occupancy is at least, or at most, pct percent of the usable
+ * slots (c->lock held).  Every watermark is compared by these two, exactly:
+ * destage's (destage.c) and the writes around the cache (wround.c) share a
+ * hysteresis, and one rounded down where the other was not once left the
+ * destager idle at 50.1% while writes went around for good.
+ */
+static inline int dirty_at_least(const struct cache *c, uint64_t pct)
+{
+	return dirty_occupancy(c) * 100 >= pct * usable_slots(c);
+}
+
+static inline int dirty_at_most(const struct cache *c, uint64_t pct)
+{
+	return dirty_occupancy(c) * 100 <= pct * usable_slots(c);
 }
 
 /* Member k's slots (meta.h: the layout). */

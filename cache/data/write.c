@@ -335,8 +335,7 @@ static void seg_commit_locked(struct cache *c, struct cfile *f,
 		slot_settle(c, s);
 	}
 	/* crossing the high watermark wakes the destager at once */
-	if (!c->draining &&
-	    dirty_occupancy(c) * 100 >= c->cfg->high_wm * usable_slots(c))
+	if (!c->draining && dirty_at_least(c, c->cfg->high_wm))
 		pthread_cond_signal(&c->destage_cond);
 }
 

@@ -28,7 +28,9 @@
  * included, as the watermarks count them) reach max(destage.write_around,
  * destage.high_watermark) percent of the cache's usable blocks, writes go
  * around until destage has brought them down to destage.low_watermark (the
- * hysteresis destage itself has: c->wa_on): a writeback write none of whose
+ * hysteresis destage itself has: c->wa_on; while it is set the destager
+ * drains, and both end together, destage.c pressure_update_locked): a
+ * writeback write none of whose
  * blocks holds a dirty page (or is in use: pinned by a read or write under
  * way) is written to the backing file and clean cached copies of its blocks
  * are dropped.  Any dirty page in the range sends the whole request through
@@ -90,16 +92,18 @@ static uint64_t wa_threshold(const struct cache *c)
 
 int write_around_now_locked(struct cache *c)
 {
-	uint64_t usable = usable_slots(c), thr = wa_threshold(c), occ;
+	uint64_t thr = wa_threshold(c);
 
 	assert_held(&c->lock);
-	if (!thr || !usable)
+	if (!thr || !usable_slots(c))
 		return c->wa_on = 0;
-	occ = dirty_occupancy(c) * 100;
-	if (occ >= thr * usable)
+	if (dirty_at_least(c, thr)) {
+		if (!c->wa_on)
+			pthread_cond_signal(&c->destage_cond); /* it drains */
 		c->wa_on = 1;
-	else if (occ <= c->cfg->low_wm * usable)
+	} else if (dirty_at_most(c, c->cfg->low_wm)) {
 		c->wa_on = 0;
+	}
 	return c->wa_on;
 }
 

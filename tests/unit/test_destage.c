@@ -1,6 +1,7 @@
 /* tests: destage — runs of many small blocks, flush on a busy mount, a backing
  * write failing in the middle of a pipelined pass, direct and buffered
- * backing writes, scattered pages written with several writes in flight. */
+ * backing writes, scattered pages written with several writes in flight,
+ * writes around the cache ending with destage's drain. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -251,6 +252,107 @@ static void test_scattered_pages_destage_deep(void)
 	free(buf);
 }
 
+/*
+ * Writes go around the cache only while destage drains, and both end at the
+ * low watermark together.  200 blocks; b (59 blocks) dirty first, then a
+ * (101): at 160 (80%) the destager starts on b, the oldest, and is held at
+ * its fdatasync while a write of c goes around (writes go around from
+ * there).  Once b is clean 101 blocks are dirty, 50.5%: above the low
+ * watermark (50), so destage must go on (it once took 50.5% for 50, went
+ * idle, and writes went around for good).  It must clean a, after which a
+ * new block is cached again, and everything reads back.
+ */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int gate_shut, gate_waiting;
+
+static void bk_sync_gated(void *arg, ino_t ino)
+{
+	(void)arg;
+	(void)ino;
+	pthread_mutex_lock(&gate_lock);
+	gate_waiting++;
+	pthread_cond_broadcast(&gate_cond);
+	while (gate_shut)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	gate_waiting--;
+	pthread_mutex_unlock(&gate_lock);
+}
+
+static const struct cache_bk_hooks gated_hooks = { .sync = bk_sync_gated };
+
+static uint64_t dirty_slots_now(struct env *e)
+{
+	cache_snapshot(e->c, &snap);
+	return STAT_GAUGE(&snap, dirty_slots);
+}
+
+static void test_write_around_ends_with_destage(void)
+{
+	uint64_t bs = 64 * KiB, t;
+	char *ref = malloc(102 * bs);
+	struct cfile *f[3];
+	int fd[3], k;
+
+	env_init(&e_err, 100, 64 * KiB);
+	cache_close(e_err.c, 0);
+	e_err.cfg.threads = 1;
+	e_err.cfg.high_wm = 80;
+	e_err.cfg.low_wm = 50;
+	e_err.cfg.write_around = 80;
+	env_open(&e_err);
+	cache_snapshot(e_err.c, &snap);
+	CHECK_EQ(STAT_GAUGE(&snap, slots), 200);
+	f[0] = file_open(&e_err, "a", &fd[0]);
+	f[1] = file_open(&e_err, "b", &fd[1]);
+	f[2] = file_open(&e_err, "c", &fd[2]);
+	fill(ref, 102 * bs, 11);
+	gate_shut = 1;
+	cache_set_bk_hooks(e_err.c, &gated_hooks);
+	CHECK_EQ(cache_write(e_err.c, f[1], ref, 59 * bs, 0), 0);
+	for (k = 0; k < 101; k++) /* block by block: the 101st crosses 80% */
+		CHECK_EQ(cache_write(e_err.c, f[0], ref + k * bs, bs, k * bs),
+			 0);
+	CHECK_EQ(dirty_slots_now(&e_err), 160);
+	/* b's pass reaches its fdatasync and waits there */
+	pthread_mutex_lock(&gate_lock);
+	while (!gate_waiting)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+	CHECK_EQ(cache_write(e_err.c, f[2], ref, bs, 0), 0);
+	cache_snapshot(e_err.c, &snap);
+	CHECK_EQ(STAT_CTR(&snap, write_around_bytes), bs);
+	CHECK_EQ(STAT_GAUGE(&snap, writing_around), 1);
+	pthread_mutex_lock(&gate_lock);
+	gate_shut = 0;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+	/* b clean: 101 of 200 dirty, then a's pass; 5 s is plenty in memory */
+	for (t = 0; t < 500 && dirty_slots_now(&e_err) > 100; t++)
+		usleep(10000);
+	CHECK(dirty_slots_now(&e_err) <= 100);
+	cache_snapshot(e_err.c, &snap);
+	CHECK_EQ(STAT_GAUGE(&snap, writing_around), 0);
+	/* a new block of c is the cache's again */
+	CHECK_EQ(cache_write(e_err.c, f[2], ref + bs, bs, bs), 0);
+	cache_snapshot(e_err.c, &snap);
+	CHECK_EQ(STAT_CTR(&snap, write_around_bytes), bs);
+	cache_set_bk_hooks(e_err.c, NULL);
+	CHECK(same(&e_err, f[0], ref, 101 * bs, 0));
+	CHECK(same(&e_err, f[1], ref, 59 * bs, 0));
+	CHECK(same(&e_err, f[2], ref, 2 * bs, 0));
+	CHECK_EQ(cache_flush(e_err.c, NULL, NULL), 0);
+	CHECK(backing_same(fd[0], ref, 101 * bs));
+	CHECK(backing_same(fd[1], ref, 59 * bs));
+	CHECK(backing_same(fd[2], ref, 2 * bs));
+	for (k = 0; k < 3; k++) {
+		cache_file_put(e_err.c, f[k]);
+		close(fd[k]);
+	}
+	env_fini(&e_err);
+	free(ref);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -260,6 +362,7 @@ int main(void)
 	RUN(test_pipelined_pass_write_error);
 	RUN(test_direct_and_buffered_writes);
 	RUN(test_scattered_pages_destage_deep);
+	RUN(test_write_around_ends_with_destage);
 	free(rbuf);
 	return CHECK_DONE();
 }
