@@ -49,10 +49,14 @@ static __thread unsigned tl_depth;
  * DESTAGE_YIELD_AFTER slots and finds a writer waiting for f->rw queues no
  * more: it writes back, syncs and cleans what it has, and the rest of the
  * file stays dirty for its next pass.  Flushes never yield (tl_yield 0):
- * they must end clean.
+ * they must end clean.  A drain (the watermarks, and nothing stronger:
+ * destage_pick) yields before its first slot already: nobody waits for it,
+ * and a writer that moves the end of a file being drained while writes go
+ * around would otherwise wait for 64 slots and an fdatasync, again and
+ * again.  A pass that copied nothing syncs nothing.
  */
 #define DESTAGE_YIELD_AFTER 64
-static __thread int tl_yield;
+static __thread int tl_yield; /* 0: never; else yield from slot tl_yield - 1 */
 
 static int cmp_blk(const void *a, const void *b)
 {
@@ -334,7 +338,7 @@ static int pass_copy(struct cache *c, struct cfile *f, struct dpass *p)
 	for (i = 0; i < p->n && !ret; i++) {
 		struct cslot *s = p->v[i];
 
-		if (tl_yield && i >= DESTAGE_YIELD_AFTER &&
+		if (tl_yield && i >= (uint64_t)tl_yield - 1 &&
 		    __atomic_load_n(&f->rw_writers, __ATOMIC_RELAXED)) {
 			uint64_t j;
 
@@ -539,7 +543,9 @@ int destage_file(struct cache *c, struct cfile *f, uint64_t max_bytes)
 	if (tl_depth && tl_depth < p.pipe.depth)
 		p.pipe.depth = tl_depth;
 	ret = pass_copy(c, f, &p); /* finishes the pipeline */
-	if (!ret)
+	for (i = 0; i < p.n && p.skip[i]; i++)
+		;
+	if (!ret && (!p.n || i < p.n)) /* not if it yielded at once */
 		ret = pass_sync(c, f);
 	if (ret)
 		goto out_error;
@@ -604,6 +610,39 @@ static void pressure_update_locked(struct cache *c)
 }
 
 /*
+ * A drain leaves alone a file being written around the cache.  Writes go
+ * around while the cache is past destage.write_around: a writer whose
+ * stream the cache cannot take gets the store itself.  A pass over that
+ * same file then only competes with it: for the file's lock (a write that
+ * moves the file's end waits for the pass, and for its fdatasync, every
+ * DESTAGE_YIELD_AFTER blocks) and for the store.  Measured on two 64 MiB
+ * devices over a local ext4 store, 8 s of 4 KiB random writes at QD32 over
+ * 256 MiB ran at 74-81 MB/s with such passes and at 155-179 without, and a
+ * 307 MiB checkpoint of 1 MiB writes right after 2 s of them at 760-780
+ * MB/s with and 2,000-2,150 without.  So a drain, and nothing stronger (a
+ * flush, writers waiting for space, the unmount, a file's age), skips a
+ * file with a write around it in the last AROUND_QUIET_MS; the file is
+ * drained once its stream pauses, and writes keep going around until then
+ * (the hysteresis above).  Its dirty blocks still take the writes that
+ * land on them.
+ */
+#define AROUND_QUIET_MS 100
+
+static uint64_t around_quiet_ms(const struct cache *c)
+{
+	return c->test_around_quiet_ms ? c->test_around_quiet_ms
+				       : AROUND_QUIET_MS;
+}
+
+static int around_recently(const struct cache *c, const struct cfile *f,
+			   uint64_t now)
+{
+	uint64_t t = __atomic_load_n(&f->around_ms, __ATOMIC_RELAXED);
+
+	return t && now - t < around_quiet_ms(c);
+}
+
+/*
  * Which file to destage now, if any (c->lock held).  *wait_ms says how long
  * to sleep otherwise.  Reasons, strongest first: a flush is waiting; writers
  * wait for space; dirty slots are above the high watermark (then destage goes
@@ -619,21 +658,22 @@ static void pressure_update_locked(struct cache *c)
  * Without policies it stops at the first file, as before.
  */
 static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms,
-				  int *pressed)
+				  int *pressed, int *drain)
 {
 	struct cache_config *cfg = c->cfg;
 	uint64_t now = now_ms(), bound = cfg->max_dirty_age_ms;
 	uint64_t idle = cfg->idle_ms, last = c->last_io, due, best = UINT64_MAX;
-	int urgent;
+	int urgent, strong, skipped = 0;
 	struct list *l;
 
 	*wait_ms = 1000;
 	if (list_empty(&c->dirty_files))
 		return NULL;
 	pressure_update_locked(c);
-	urgent = c->flush_waiters || c->waiting_writers || c->draining ||
-		 c->stopping;
+	strong = c->flush_waiters || c->waiting_writers || c->stopping;
+	urgent = strong || c->draining;
 	*pressed = urgent;
+	*drain = !strong && c->draining;
 	if (!urgent && idle && now - last >= idle)
 		urgent = 1;
 	if (c->pol_min_age && (!bound || c->pol_min_age < bound))
@@ -644,6 +684,14 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms,
 
 		if (f->destaging || (f->fd < 0 && !f->hbytes && !f->path))
 			continue;
+		if (urgent && !strong && c->draining &&
+		    around_recently(c, f, now)) {
+			age = file_age_ms(c, f);
+			if (age && f->dirty_since + age <= now)
+				return f; /* its age is stronger */
+			skipped = 1; /* a drain leaves it alone: above */
+			continue;
+		}
 		if (urgent)
 			return f;
 		if (!bound ||
@@ -659,6 +707,8 @@ static struct cfile *destage_pick(struct cache *c, uint64_t *wait_ms,
 		if (due < best)
 			best = due;
 	}
+	if (skipped && *wait_ms > around_quiet_ms(c))
+		*wait_ms = around_quiet_ms(c);
 	if (best != UINT64_MAX && best - now < *wait_ms)
 		*wait_ms = best - now;
 	if (idle && now - last < idle && last + idle - now < *wait_ms)
@@ -670,11 +720,11 @@ static void *destage_main(void *arg)
 {
 	struct cache *c = arg;
 	uint64_t wait_ms;
-	int backoff = 0, idle_fd, pressed = 0;
+	int backoff = 0, idle_fd, pressed = 0, drain = 0;
 
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping) {
-		struct cfile *f = destage_pick(c, &wait_ms, &pressed);
+		struct cfile *f = destage_pick(c, &wait_ms, &pressed, &drain);
 		struct timespec ts;
 		int ret;
 
@@ -702,7 +752,7 @@ static void *destage_main(void *arg)
 		list_add_tail(&c->dirty_files, &f->dlink);
 		cache_unlock(c);
 		tl_depth = pressed ? 0 : DESTAGE_QUIET_DEPTH;
-		tl_yield = 1;
+		tl_yield = drain ? 1 : DESTAGE_YIELD_AFTER + 1;
 		ret = destage_file(c, f, DESTAGE_BATCH);
 		tl_yield = 0;
 		pthread_mutex_lock(&c->lock);

@@ -313,6 +313,10 @@ struct cfile {
 	 * blocks [b0, b1], which get no slot meanwhile (wround.c; c->lock) */
 	struct { uint64_t b0, b1; } around[WA_SHARED];
 	unsigned naround;
+	/* now_ms() of its last write that went around the cache under
+	 * pressure (wround.c sets it; a drain leaves the file alone while it
+	 * is recent: destage.c) (atomic) */
+	uint64_t around_ms;
 };
 
 struct cache {
@@ -474,6 +478,9 @@ struct cache {
 	 * s->rw held for writing, before it decides whether the slot's twin
 	 * goes (the window a writer can pin the slot in) */
 	void (*test_cleaned)(struct cache *c, struct cslot *s);
+	/* how long a write around a file keeps a drain off it (destage.c);
+	 * 0: AROUND_QUIET_MS.  Tests lengthen it. */
+	uint64_t test_around_quiet_ms;
 	/* tests only: the pread of the direct backing reads (bkstream.c), to
 	 * play a store that returns short reads */
 	ssize_t (*test_pread)(int fd, void *buf, size_t len, uint64_t off);

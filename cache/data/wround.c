@@ -235,8 +235,10 @@ int write_pressed(struct cache *c, struct cfile *f, const void *src, size_t len,
 		ret = write_around(c, f, src, len, off);
 	if (ret == 1) /* dirty data in the range: it stays the cache's */
 		return write_cached(c, f, src, len, off, mode);
-	if (!ret)
+	if (!ret) {
 		CNT_ADD(c, write_around_bytes, len);
+		__atomic_store_n(&f->around_ms, now_ms(), __ATOMIC_RELAXED);
+	}
 	return ret;
 }
 

@@ -1,7 +1,8 @@
 /* tests: destage — runs of many small blocks, flush on a busy mount, a backing
  * write failing in the middle of a pipelined pass, direct and buffered
  * backing writes, scattered pages written with several writes in flight,
- * writes around the cache ending with destage's drain. */
+ * writes around the cache ending with destage's drain, which leaves a file
+ * written around alone. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -353,6 +354,123 @@ static void test_write_around_ends_with_destage(void)
 	free(ref);
 }
 
+/*
+ * A drain leaves alone a file written around the cache, until its stream
+ * pauses.  As above, b (59 blocks) then a (101 of its 200) make 80%, the
+ * destager is held at b's fdatasync, and a write into a's clean part goes
+ * around.  A thread then writes around a every 5 ms: once b is clean,
+ * 101 of 200 are dirty and destage drains, but not a, whose dirty blocks
+ * stay while the stream lasts (it would only compete with it: destage.c);
+ * its stream stops, and the drain takes a down to the low watermark.
+ */
+struct stream {
+	struct cfile *f;
+	const char *ref;
+	volatile int stop;
+	int ret, n;
+};
+
+static void *stream_main(void *arg)
+{
+	struct stream *st = arg;
+	uint64_t bs = 64 * KiB;
+
+	while (!st->stop && !st->ret) {
+		uint64_t k = 101 + st->n % 98;
+
+		st->ret = cache_write(e_err.c, st->f, st->ref + k * 4096,
+				      4096, k * bs);
+		st->n++;
+		usleep(5000);
+	}
+	return NULL;
+}
+
+static void test_drain_leaves_a_stream_around_alone(void)
+{
+	uint64_t bs = 64 * KiB, t, around;
+	char *ref = malloc(200 * bs), *want = malloc(200 * bs);
+	struct stream st = { 0 };
+	struct cfile *a, *b;
+	pthread_t thr;
+	int fa, fb, k;
+
+	env_init(&e_err, 100, 64 * KiB);
+	cache_close(e_err.c, 0);
+	e_err.cfg.threads = 1;
+	e_err.cfg.high_wm = 80;
+	e_err.cfg.low_wm = 50;
+	e_err.cfg.write_around = 80;
+	env_open(&e_err);
+	e_err.c->test_around_quiet_ms = 2000; /* no scheduling gap is as long */
+	a = file_open(&e_err, "a", &fa);
+	b = file_open(&e_err, "b", &fb);
+	fill(ref, 200 * bs, 13);
+	memset(want, 0, 200 * bs);
+	gate_shut = 1;
+	cache_set_bk_hooks(e_err.c, &gated_hooks);
+	CHECK_EQ(cache_write(e_err.c, b, ref, 59 * bs, 0), 0);
+	CHECK_EQ(cache_write(e_err.c, a, ref + 199 * bs, bs, 199 * bs), 0);
+	memcpy(want + 199 * bs, ref + 199 * bs, bs);
+	for (k = 0; k < 100; k++) {
+		CHECK_EQ(cache_write(e_err.c, a, ref + k * bs, bs, k * bs), 0);
+		memcpy(want + k * bs, ref + k * bs, bs);
+	}
+	CHECK_EQ(dirty_slots_now(&e_err), 160);
+	pthread_mutex_lock(&gate_lock);
+	while (!gate_waiting)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+	st.f = a;
+	st.ref = ref;
+	pthread_create(&thr, NULL, stream_main, &st);
+	while (!st.n && !st.ret)
+		usleep(1000);
+	cache_snapshot(e_err.c, &snap);
+	CHECK(STAT_CTR(&snap, write_around_bytes) >= 4096);
+	pthread_mutex_lock(&gate_lock);
+	gate_shut = 0;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+	/* b clean; a's 101 dirty blocks stay while its stream goes on */
+	for (t = 0; t < 500 && dirty_slots_now(&e_err) > 101; t++)
+		usleep(10000);
+	CHECK_EQ(dirty_slots_now(&e_err), 101);
+	usleep(500000);
+	CHECK_EQ(dirty_slots_now(&e_err), 101);
+	cache_snapshot(e_err.c, &snap);
+	around = STAT_CTR(&snap, write_around_bytes);
+	CHECK(around >= 20 * 4096); /* the stream went around all along */
+	CHECK_EQ(STAT_GAUGE(&snap, writing_around), 1);
+	st.stop = 1;
+	pthread_join(thr, NULL);
+	CHECK_EQ(st.ret, 0);
+	for (k = 0; k < st.n; k++) {
+		uint64_t blk = 101 + k % 98;
+
+		memcpy(want + blk * bs, ref + blk * 4096, 4096);
+	}
+	/* the stream paused: the drain takes a */
+	for (t = 0; t < 1000 && dirty_slots_now(&e_err) > 100; t++)
+		usleep(10000);
+	CHECK(dirty_slots_now(&e_err) <= 100);
+	cache_snapshot(e_err.c, &snap);
+	CHECK_EQ(STAT_GAUGE(&snap, writing_around), 0);
+	cache_set_bk_hooks(e_err.c, NULL);
+	CHECK(same(&e_err, a, want, 200 * bs, 0));
+	CHECK(same(&e_err, b, ref, 59 * bs, 0));
+	CHECK_EQ(cache_flush(e_err.c, NULL, NULL), 0);
+	CHECK(backing_same(fa, want, 200 * bs));
+	CHECK(backing_same(fb, ref, 59 * bs));
+	cache_file_put(e_err.c, a);
+	cache_file_put(e_err.c, b);
+	close(fa);
+	close(fb);
+	env_fini(&e_err);
+	free(ref);
+	free(want);
+}
+
 int main(void)
 {
 	log_setup(LOG_TO_STDERR);
@@ -363,6 +481,7 @@ int main(void)
 	RUN(test_direct_and_buffered_writes);
 	RUN(test_scattered_pages_destage_deep);
 	RUN(test_write_around_ends_with_destage);
+	RUN(test_drain_leaves_a_stream_around_alone);
 	free(rbuf);
 	return CHECK_DONE();
 }
